@@ -1,0 +1,92 @@
+//! Findings: a named misreading or bottleneck with its evidence (domain.md section 4).
+
+use serde::{Deserialize, Serialize};
+
+use crate::metric::Metric;
+
+/// The catalogue of rules. The number in each doc comment is the misreading's number in
+/// domain.md section 4.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleId {
+    /// 1: IRQ and softirq counts do not track the packet rate (NAPI in polling mode).
+    PollingModeHidesLoad,
+    /// 2: more NET_RX softirqs than RX IRQs (TX completions, or devices sharing a CPU).
+    SoftirqsExceedRxIrqs,
+    /// 3: tick-sampled softirq/CPU figures understate the real cost.
+    TickSampledAccounting,
+    /// 5: egress without a qdisc keeps the whole path on the ingress core.
+    EgressWithoutQdisc,
+    /// 7: `time_squeeze` rising: `net_rx_action` hit its packet budget or time limit.
+    TimeSqueeze,
+    /// 8: ksoftirqd is doing the packet work, competing with applications.
+    KsoftirqdActive,
+    /// One CPU near saturation with packet work while others have headroom.
+    HotCpu,
+}
+
+impl RuleId {
+    pub fn name(self) -> &'static str {
+        match self {
+            RuleId::PollingModeHidesLoad => "polling_mode_hides_load",
+            RuleId::SoftirqsExceedRxIrqs => "softirqs_exceed_rx_irqs",
+            RuleId::TickSampledAccounting => "tick_sampled_accounting",
+            RuleId::EgressWithoutQdisc => "egress_without_qdisc",
+            RuleId::TimeSqueeze => "time_squeeze",
+            RuleId::KsoftirqdActive => "ksoftirqd_active",
+            RuleId::HotCpu => "hot_cpu",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// How to read the numbers correctly; nothing is wrong.
+    Info,
+    /// A bottleneck or a number that is being misread.
+    Warning,
+}
+
+/// What a finding is about.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "name", rename_all = "snake_case")]
+pub enum Subject {
+    Host,
+    Cpu(u32),
+    Device(String),
+}
+
+impl std::fmt::Display for Subject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Subject::Host => write!(f, "host"),
+            Subject::Cpu(cpu) => write!(f, "cpu{cpu}"),
+            Subject::Device(dev) => write!(f, "{dev}"),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// The metric's name, e.g. `cpu1.net_rx_softirqs`.
+    pub name: String,
+    pub metric: Metric,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    pub rule: RuleId,
+    pub severity: Severity,
+    pub subject: Subject,
+    /// One line: what was seen.
+    pub title: String,
+    /// The numbers that triggered the rule (averaged over the intervals named below).
+    pub evidence: Vec<Evidence>,
+    /// The rule's condition with its thresholds, as text.
+    pub threshold: String,
+    /// A paragraph in plain language: what it means and what to do.
+    pub explanation: String,
+    /// Indexes of the intervals the evidence covers.
+    pub intervals: Vec<usize>,
+}

@@ -1,0 +1,26 @@
+//! napilab's shared vocabulary.
+//!
+//! A live host, a lab run and the twin all produce the same [`Observation`], so the
+//! explain rules, the store and the reports never care where numbers came from. Every
+//! number is a [`Metric`] that carries its [`Source`]; a derived number also says how it
+//! was derived. Nothing in this crate touches the operating system.
+
+pub mod explain;
+pub mod finding;
+pub mod metric;
+pub mod observation;
+pub mod topology;
+pub mod units;
+
+pub use finding::{Evidence, Finding, RuleId, Severity, Subject};
+pub use metric::{Metric, Source};
+pub use observation::{
+    CpuAccounting, CpuInterval, CpuTimeShares, DeviceInterval, HostFacts, HostInterval, Hz,
+    Interval, IrqInterval, Notice, Observation, Origin, OriginKind, QdiscInterval, QueueInterval,
+    QueueKind, Settings, ThreadInterval, ThreadRole, OBSERVATION_SCHEMA,
+};
+pub use topology::{
+    Device, EthtoolInfo, IrqInfo, IrqMatch, Napi, Poller, QdiscInfo, RxQueue, ThreadInfo,
+    TopologyMap, TxQueue,
+};
+pub use units::Unit;

@@ -1,0 +1,37 @@
+//! Units of the numbers napilab reports. Rates are always per second of wall time.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unit {
+    /// Events per second (IRQs, softirqs, polls).
+    PerSecond,
+    /// Packets per second.
+    PacketsPerSecond,
+    /// Bits per second.
+    BitsPerSecond,
+    /// A share of one CPU's time, 0.0 to 1.0.
+    CpuFraction,
+    /// Packets handled per event (per softirq, per IRQ).
+    PacketsPerEvent,
+    /// CPUs (sum of CPU fractions) per Mbit/s of traffic, as in the access-point study.
+    CpuPerMbps,
+    /// A plain count within one interval.
+    Count,
+}
+
+impl Unit {
+    /// Short suffix for tables.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Unit::PerSecond => "/s",
+            Unit::PacketsPerSecond => "pkt/s",
+            Unit::BitsPerSecond => "bit/s",
+            Unit::CpuFraction => "cpu",
+            Unit::PacketsPerEvent => "pkt/ev",
+            Unit::CpuPerMbps => "cpu/Mbit/s",
+            Unit::Count => "",
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Netlink readers (YNL-generated bindings).

@@ -1,0 +1,1 @@
+//! Parsers for /proc text files.
