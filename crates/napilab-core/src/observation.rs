@@ -147,7 +147,7 @@ pub struct CpuInterval {
 }
 
 /// /proc/stat's split of one CPU's time, as fractions of the interval.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CpuTimeShares {
     pub user: Metric,
     pub nice: Metric,
