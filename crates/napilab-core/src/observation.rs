@@ -231,8 +231,13 @@ pub struct IrqInterval {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ThreadRole {
-    Ksoftirqd { cpu: u32 },
-    NapiThread { device: Option<String>, napi_id: Option<u32> },
+    Ksoftirqd {
+        cpu: u32,
+    },
+    NapiThread {
+        device: Option<String>,
+        napi_id: Option<u32>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -247,8 +252,8 @@ pub struct ThreadInterval {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct HostInterval {
-    /// Received traffic of all non-loopback devices, Mbit/s.
-    pub rx_mbps: Option<Metric>,
+    /// Received traffic of all non-loopback devices, bit/s.
+    pub rx_bits: Option<Metric>,
     /// Busy CPU of the whole host (sum over CPUs) per Mbit/s received.
     pub cpu_per_mbps: Option<Metric>,
 }

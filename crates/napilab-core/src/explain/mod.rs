@@ -1,11 +1,39 @@
-//! The explain catalogue: rules that turn an Observation into findings. Rules only read
-//! the Observation, so they work the same on a live host, a replay, a lab run or the twin.
+//! The explain catalogue: rules that turn an Observation into findings (domain.md
+//! section 4). Rules only read the Observation, so they work the same on a live host, a
+//! replay, a lab run or the twin. Each rule averages its metrics over the intervals
+//! where they exist (weighted by interval length), so a finding speaks for the whole
+//! observation rather than repeating per interval.
+
+mod egress_qdisc;
+mod hot_cpu;
+mod ksoftirqd;
+mod polling_mode;
+mod softirq_excess;
+mod stats;
+mod tick_sampling;
+mod time_squeeze;
 
 use crate::finding::Finding;
 use crate::observation::Observation;
 
-/// Runs every rule over the observation's intervals.
+/// Runs every rule; findings come out warnings first, then by rule and subject.
 pub fn explain(observation: &Observation) -> Vec<Finding> {
-    let _ = observation;
-    Vec::new()
+    let mut findings = Vec::new();
+    findings.extend(polling_mode::check(observation));
+    findings.extend(softirq_excess::check(observation));
+    findings.extend(tick_sampling::check(observation));
+    findings.extend(egress_qdisc::check(observation));
+    findings.extend(time_squeeze::check(observation));
+    findings.extend(ksoftirqd::check(observation));
+    findings.extend(hot_cpu::check(observation));
+    findings.sort_by(|a, b| {
+        b.severity
+            .cmp(&a.severity)
+            .then(a.rule.cmp(&b.rule))
+            .then(a.subject.to_string().cmp(&b.subject.to_string()))
+    });
+    findings
 }
+
+#[cfg(test)]
+pub(crate) mod testkit;
