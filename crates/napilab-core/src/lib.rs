@@ -9,6 +9,7 @@ pub mod explain;
 pub mod finding;
 pub mod metric;
 pub mod observation;
+pub mod stats;
 pub mod topology;
 pub mod units;
 

@@ -2,7 +2,7 @@
 //! devices and of mac80211 WiFi) sends in the caller's context, so the whole path stays
 //! on the ingress core; with a qdisc, the TX softirq can drain it on another core.
 
-use super::stats::{mean_over, short};
+use crate::stats::{mean_over, short};
 use crate::finding::{Evidence, Finding, RuleId, Severity, Subject};
 use crate::observation::Observation;
 

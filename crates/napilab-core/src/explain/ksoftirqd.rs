@@ -2,7 +2,7 @@
 //! (after 10 restarts or ~2 ms) are handed to `ksoftirqd/N`, an ordinary SCHED_OTHER
 //! thread that competes with applications for the CPU.
 
-use super::stats::{cpu_mean, cpus};
+use crate::stats::{cpu_mean, cpus};
 use crate::finding::{Evidence, Finding, RuleId, Severity, Subject};
 use crate::observation::Observation;
 

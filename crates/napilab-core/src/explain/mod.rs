@@ -9,7 +9,6 @@ mod hot_cpu;
 mod ksoftirqd;
 mod polling_mode;
 mod softirq_excess;
-mod stats;
 mod tick_sampling;
 mod time_squeeze;
 

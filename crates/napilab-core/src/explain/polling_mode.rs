@@ -2,7 +2,7 @@
 //! (many packets per softirq or per IRQ) it is in polling mode: IRQs stay masked while
 //! work remains, so at saturation IRQ rates fall towards zero while the CPU is 100% busy.
 
-use super::stats::{cpu_mean, cpus, short};
+use crate::stats::{cpu_mean, cpus, short};
 use crate::finding::{Evidence, Finding, RuleId, Severity, Subject};
 use crate::observation::Observation;
 

@@ -2,7 +2,7 @@
 //! NET_RX_SOFTIRQ (reclaim runs inside the NAPI poll), several devices can share one
 //! CPU's poll list, and software raises it too (veth transmit, RPS IPIs, busy polling).
 
-use super::stats::{cpus, mean_over, short};
+use crate::stats::{cpus, mean_over, short};
 use crate::finding::{Evidence, Finding, RuleId, Severity, Subject};
 use crate::metric::{Metric, Source};
 use crate::observation::{Interval, Observation};

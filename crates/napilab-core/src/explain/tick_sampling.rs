@@ -2,7 +2,7 @@
 //! /proc/stat are tick-sampled. Measuring the size of the error needs tracepoints
 //! (observe --trace); without them napilab says the figures are sampled and how coarse.
 
-use super::stats::{cpu_mean, cpus};
+use crate::stats::{cpu_mean, cpus};
 use crate::finding::{Evidence, Finding, RuleId, Severity, Subject};
 use crate::metric::Source;
 use crate::observation::{CpuAccounting, Observation};

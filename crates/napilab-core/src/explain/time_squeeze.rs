@@ -2,7 +2,7 @@
 //! used its packet budget (`netdev_budget`, default 300) or its time limit
 //! (`netdev_budget_usecs`), and re-raised the softirq.
 
-use super::stats::{cpu_mean, cpus, short};
+use crate::stats::{cpu_mean, cpus, short};
 use crate::finding::{Evidence, Finding, RuleId, Severity, Subject};
 use crate::metric::{Metric, Source};
 use crate::observation::Observation;

@@ -1,4 +1,4 @@
-//! Averages over intervals, shared by the rules.
+//! Averages over intervals, shared by the explain rules and the summary tables.
 
 use crate::metric::Metric;
 use crate::observation::{CpuInterval, Interval, Observation};
@@ -56,7 +56,7 @@ pub fn cpus(observation: &Observation) -> Vec<u32> {
     cpus
 }
 
-/// Formats a rate for titles: 12345.6 -> "12.3k".
+/// Formats a number for titles and tables: 12345.6 -> "12.3k".
 pub fn short(value: f64) -> String {
     if value >= 1e6 {
         format!("{:.2}M", value / 1e6)

@@ -1,0 +1,75 @@
+# napilab: `make run` and `make test` on a fresh Debian/Ubuntu machine, as root.
+# Both install what they need first (apt packages, the Rust toolchain pieces), so
+# nothing has to be installed by hand.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+CARGO ?= cargo
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+
+# iproute2/ethtool/iputils-ping: namespaces and veth for the integration tests;
+# sysstat: `sar`, the baseline of the sampling-cost benchmark; clang/llvm/libelf/zlib:
+# the C toolchain that cargo-fuzz's libFuzzer build needs.
+APT_PACKAGES := build-essential pkg-config ca-certificates iproute2 ethtool iputils-ping \
+	sysstat procps clang llvm libelf-dev zlib1g-dev
+
+RESULTS ?= results
+FUZZ_SECONDS ?= 10
+
+.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-sampling clean
+
+all: build
+
+deps: deps-apt deps-rust
+
+deps-apt:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+deps-rust:
+	@if ! command -v cargo >/dev/null; then \
+		echo "no cargo: installing rustup from the distribution"; \
+		export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq rustup >/dev/null \
+			|| { echo "napilab: cannot install Rust: install rustup (https://rustup.rs) and rerun make"; exit 1; }; \
+		rustup default stable; \
+	fi
+	@rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt
+
+# cargo-fuzz needs nightly for its sanitizer flags.
+deps-fuzz: deps-rust
+	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+
+build: deps
+	$(CARGO) build --release --workspace
+
+# The main job. Until the lab exists it observes this host for a few seconds.
+run: build
+	@mkdir -p $(RESULTS)
+	./target/release/napilab observe --for 5s --interval 1s --record $(RESULTS)/observe.recording.jsonl | tee $(RESULTS)/observe.txt
+	./target/release/napilab observe --replay $(RESULTS)/observe.recording.jsonl --json > $(RESULTS)/observe.json
+	@echo
+	@echo "results: $(RESULTS)/observe.txt (report), $(RESULTS)/observe.json (Observation, docs/observation.md), $(RESULTS)/observe.recording.jsonl (raw samples: napilab observe --replay FILE)"
+
+lint: deps
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+unit: deps
+	$(CARGO) test --workspace
+
+fuzz: deps-fuzz deps-apt
+	bash fuzz/run-all.sh $(FUZZ_SECONDS)
+
+test: deps lint unit fuzz
+
+# Sampling cost per 1-second sample, side by side with sar (see README).
+bench-sampling: build
+	bash bench/sampling-cost.sh
+
+clean:
+	$(CARGO) clean
+	rm -rf $(RESULTS)
