@@ -5,3 +5,11 @@
 
 pub mod netlink;
 pub mod procfs;
+pub mod derive;
+pub mod kernel;
+pub mod map;
+pub mod sample;
+pub mod sysctl;
+pub mod sysfs;
+pub mod observe;
+pub mod record;

@@ -1,1 +1,88 @@
-fn main() {}
+//! The `napilab` binary: argument parsing and wiring only (design.md section 3).
+
+mod map_cmd;
+mod observe_cmd;
+mod render;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// See, explain, experiment with and tune how Linux processes packets: which NAPI
+/// instance runs on which CPU, in which context, at what cost, and which kernel
+/// statistics are being misread.
+#[derive(Parser)]
+#[command(name = "napilab", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show the packet-path map: devices, queues, NAPI instances, IRQs, CPUs, who polls
+    /// what, and the per-device and per-NAPI settings.
+    Map(MapArgs),
+    /// Sample this host's packet-path counters, derive per-CPU, per-device and per-IRQ
+    /// rates, and name misreadings and bottlenecks.
+    Observe(ObserveArgs),
+}
+
+#[derive(clap::Args)]
+struct MapArgs {
+    /// Print the map as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Read /proc and /sys under DIR instead of / (a recorded tree); netlink is skipped.
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct ObserveArgs {
+    /// How long to observe (e.g. 10s, 1m).
+    #[arg(long = "for", value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    duration: std::time::Duration,
+    /// Sampling interval (e.g. 1s, 500ms); at least 100ms.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = humantime::parse_duration)]
+    interval: std::time::Duration,
+    /// Print the Observation as JSON (docs/observation.md) instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Keep the raw samples in FILE so `--replay FILE` can rerun the analysis offline.
+    #[arg(long, value_name = "FILE", conflicts_with = "replay")]
+    record: Option<PathBuf>,
+    /// Analyse a recording made with --record instead of sampling this host.
+    #[arg(long, value_name = "FILE")]
+    replay: Option<PathBuf>,
+    /// Read /proc and /sys under DIR instead of / (a recorded tree); netlink is skipped.
+    #[arg(long, value_name = "DIR", conflicts_with = "replay")]
+    root: Option<PathBuf>,
+    /// Do not print the map before the observation (tables only).
+    #[arg(long)]
+    no_map: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Map(args) => map_cmd::run(args.json, args.root.as_deref()),
+        Command::Observe(args) => observe_cmd::run(&observe_cmd::Options {
+            duration: args.duration,
+            interval: args.interval,
+            json: args.json,
+            record: args.record,
+            replay: args.replay,
+            root: args.root,
+            show_map: !args.no_map,
+        }),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("napilab: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,401 @@
+//! Turns two consecutive samples into one [`Interval`] of rates and shares.
+//!
+//! Counter handling: a u64 counter that goes backwards was reset (device re-created,
+//! CPU re-onlined), so its metric is left out of that interval rather than reported as a
+//! huge wrap. The netdev qstats counters arrive truncated to 32 bits (see
+//! `netlink::QueueStats`), so those deltas are taken modulo 2^32.
+
+use std::collections::BTreeSet;
+
+use napilab_core::{
+    CpuAccounting, CpuInterval, CpuTimeShares, DeviceInterval, HostInterval, Interval,
+    IrqInterval, Metric, Poller, QdiscInterval, QueueInterval, QueueKind, Source, ThreadInterval,
+    ThreadRole, TopologyMap, Unit,
+};
+
+use crate::netlink::{QdiscStats, QueueType};
+use crate::procfs::{CpuTimes, TaskStat};
+use crate::sample::Sample;
+
+/// What derivation needs besides the two samples.
+pub struct DeriveContext<'a> {
+    pub topology: &'a TopologyMap,
+    pub accounting: CpuAccounting,
+    pub user_hz: u32,
+}
+
+fn delta(prev: u64, cur: u64) -> Option<u64> {
+    cur.checked_sub(prev)
+}
+
+fn delta_u32_wrapping(prev: u64, cur: u64) -> Option<u64> {
+    if cur >= prev {
+        Some(cur - prev)
+    } else if prev <= u64::from(u32::MAX) && cur <= u64::from(u32::MAX) {
+        Some((cur + (1u64 << 32)) - prev)
+    } else {
+        None
+    }
+}
+
+fn ratio(num: Option<&Metric>, den: Option<&Metric>, how: &str) -> Option<Metric> {
+    let (num, den) = (num?, den?);
+    (den.value > 0.0).then(|| {
+        Metric::derived(
+            num.value / den.value,
+            Unit::PacketsPerEvent,
+            Source::Proc,
+            how,
+        )
+    })
+}
+
+/// Derives interval `index` from `prev` to `cur`; `start_s` is its offset from the
+/// observation's first sample.
+pub fn derive_interval(
+    prev: &Sample,
+    cur: &Sample,
+    ctx: &DeriveContext<'_>,
+    index: usize,
+    start_s: f64,
+) -> Interval {
+    let seconds = cur.t_ns.saturating_sub(prev.t_ns) as f64 / 1e9;
+    let cpus = derive_cpus(prev, cur, ctx, seconds);
+    let devices = derive_devices(prev, cur, seconds);
+    let host = derive_host(&cpus, &devices);
+    Interval {
+        index,
+        start_s,
+        duration_s: seconds,
+        irqs: derive_irqs(prev, cur, ctx.topology, seconds),
+        threads: derive_threads(prev, cur, ctx, seconds),
+        cpus,
+        devices,
+        host,
+    }
+}
+
+fn cpu_ids(cur: &Sample) -> Vec<u32> {
+    let mut ids = BTreeSet::new();
+    if let Some(stat) = &cur.stat {
+        ids.extend(stat.cpus.iter().map(|(cpu, _)| *cpu));
+    }
+    if let Some(softirqs) = &cur.softirqs {
+        ids.extend(softirqs.cpus.iter().copied());
+    }
+    ids.into_iter().collect()
+}
+
+/// Sum over IRQ lines of the per-CPU delta, for lines accepted by `keep`.
+fn irq_delta_on_cpu(prev: &Sample, cur: &Sample, cpu: u32, keep: impl Fn(u32) -> bool) -> Option<u64> {
+    let (p, c) = (prev.interrupts.as_ref()?, cur.interrupts.as_ref()?);
+    let (pcol, ccol) = (p.column(cpu)?, c.column(cpu)?);
+    let mut sum = 0u64;
+    for line in &c.lines {
+        if !line.number.is_some_and(&keep) {
+            continue;
+        }
+        let Some(now) = line.counts.get(ccol) else {
+            continue;
+        };
+        let before = p
+            .line(&line.id)
+            .and_then(|l| l.counts.get(pcol))
+            .copied()
+            .unwrap_or(0);
+        sum += now.saturating_sub(before);
+    }
+    Some(sum)
+}
+
+fn softirq_delta(prev: &Sample, cur: &Sample, vector: &str, cpu: u32) -> Option<u64> {
+    let now = cur.softirqs.as_ref()?.count(vector, cpu)?;
+    let before = prev.softirqs.as_ref()?.count(vector, cpu)?;
+    delta(before, now)
+}
+
+fn derive_cpus(prev: &Sample, cur: &Sample, ctx: &DeriveContext<'_>, seconds: f64) -> Vec<CpuInterval> {
+    let net_irqs: BTreeSet<u32> = ctx.topology.irqs.iter().map(|i| i.number).collect();
+    cpu_ids(cur)
+        .into_iter()
+        .map(|cpu| {
+            let rate = |d: Option<u64>| d.and_then(|d| Metric::rate(d, seconds, Unit::PerSecond, Source::Proc));
+            let pkt_rate = |d: Option<u64>| d.and_then(|d| Metric::rate(d, seconds, Unit::PacketsPerSecond, Source::Proc));
+            let softnet = |f: fn(&crate::procfs::SoftnetRow) -> Option<u64>| {
+                let row = |s: &Sample| s.softnet.as_ref()?.iter().find(|r| r.cpu == cpu).and_then(f);
+                delta(row(prev)?, row(cur)?)
+            };
+            let hardirqs = rate(irq_delta_on_cpu(prev, cur, cpu, |_| true));
+            let net_hardirqs = if net_irqs.is_empty() {
+                None
+            } else {
+                rate(irq_delta_on_cpu(prev, cur, cpu, |n| net_irqs.contains(&n)))
+            };
+            let net_rx_softirqs = rate(softirq_delta(prev, cur, "NET_RX", cpu));
+            let softnet_processed = pkt_rate(softnet(|r| Some(r.processed)));
+            CpuInterval {
+                cpu,
+                packets_per_net_rx_softirq: ratio(
+                    softnet_processed.as_ref(),
+                    net_rx_softirqs.as_ref(),
+                    "softnet processed / NET_RX softirqs",
+                ),
+                packets_per_net_hardirq: ratio(
+                    softnet_processed.as_ref(),
+                    net_hardirqs.as_ref(),
+                    "softnet processed / network device hard IRQs",
+                ),
+                hardirqs,
+                net_hardirqs,
+                net_rx_softirqs,
+                net_tx_softirqs: rate(softirq_delta(prev, cur, "NET_TX", cpu)),
+                softnet_processed,
+                softnet_dropped: pkt_rate(softnet(|r| Some(r.dropped))),
+                time_squeeze: rate(softnet(|r| Some(r.time_squeeze))),
+                flow_limit: pkt_rate(softnet(|r| r.flow_limit_count)),
+                received_rps: pkt_rate(softnet(|r| r.received_rps)),
+                time: derive_time_shares(prev, cur, cpu, ctx.accounting),
+                ksoftirqd: thread_share(prev, cur, ctx.user_hz, seconds, |t| {
+                    t.comm == format!("ksoftirqd/{cpu}")
+                }),
+            }
+        })
+        .collect()
+}
+
+fn derive_time_shares(prev: &Sample, cur: &Sample, cpu: u32, accounting: CpuAccounting) -> Option<CpuTimeShares> {
+    let before: &CpuTimes = prev.stat.as_ref()?.cpu(cpu)?;
+    let now: &CpuTimes = cur.stat.as_ref()?.cpu(cpu)?;
+    let total = delta(before.total(), now.total()).filter(|t| *t > 0)? as f64;
+    // Which categories are measured rather than tick-sampled depends on the kernel's
+    // accounting mode (domain.md section 3, "CPU accounting").
+    let measured_irq = matches!(accounting, CpuAccounting::IrqTime | CpuAccounting::Virtual);
+    let measured_all = accounting == CpuAccounting::Virtual;
+    let share = |b: u64, n: u64, measured: bool| {
+        let source = if measured { Source::Proc } else { Source::Tick };
+        Metric::new(n.saturating_sub(b) as f64 / total, Unit::CpuFraction, source)
+    };
+    Some(CpuTimeShares {
+        user: share(before.user, now.user, measured_all),
+        nice: share(before.nice, now.nice, measured_all),
+        system: share(before.system, now.system, measured_all),
+        idle: share(before.idle, now.idle, measured_all),
+        iowait: share(before.iowait, now.iowait, measured_all),
+        irq: share(before.irq, now.irq, measured_irq),
+        softirq: share(before.softirq, now.softirq, measured_irq),
+        steal: share(before.steal, now.steal, measured_all),
+    })
+}
+
+/// CPU share of the thread picked by `pick`. utime + stime of /proc/<pid>/stat add up to
+/// the scheduler's measured runtime (only their split is tick-based), hence `proc`.
+fn thread_share(prev: &Sample, cur: &Sample, user_hz: u32, seconds: f64, pick: impl Fn(&TaskStat) -> bool) -> Option<Metric> {
+    let now = cur.threads.iter().find(|t| pick(t))?;
+    let before = prev.threads.iter().find(|t| t.pid == now.pid)?;
+    let ticks = delta(before.utime + before.stime, now.utime + now.stime)?;
+    (seconds > 0.0).then(|| {
+        Metric::derived(
+            ticks as f64 / f64::from(user_hz) / seconds,
+            Unit::CpuFraction,
+            Source::Proc,
+            "(utime + stime) delta / USER_HZ / interval",
+        )
+    })
+}
+
+fn derive_threads(prev: &Sample, cur: &Sample, ctx: &DeriveContext<'_>, seconds: f64) -> Vec<ThreadInterval> {
+    cur.threads
+        .iter()
+        .filter_map(|t| {
+            let role = if let Some(cpu) = t.comm.strip_prefix("ksoftirqd/") {
+                ThreadRole::Ksoftirqd {
+                    cpu: cpu.parse().ok()?,
+                }
+            } else if t.comm.starts_with("napi/") {
+                let napi = ctx.topology.devices.iter().find_map(|d| {
+                    d.napis.iter().find_map(|n| match &n.poller {
+                        Poller::Thread(th) if th.pid == t.pid => Some((d.name.clone(), n.id)),
+                        _ => None,
+                    })
+                });
+                ThreadRole::NapiThread {
+                    device: napi.as_ref().map(|(d, _)| d.clone()),
+                    napi_id: napi.map(|(_, id)| id),
+                }
+            } else {
+                return None;
+            };
+            Some(ThreadInterval {
+                pid: t.pid,
+                name: t.comm.clone(),
+                role,
+                last_cpu: t.processor,
+                cpu: thread_share(prev, cur, ctx.user_hz, seconds, |x| x.pid == t.pid),
+            })
+        })
+        .collect()
+}
+
+fn derive_irqs(prev: &Sample, cur: &Sample, topology: &TopologyMap, seconds: f64) -> Vec<IrqInterval> {
+    let (Some(p), Some(c)) = (prev.interrupts.as_ref(), cur.interrupts.as_ref()) else {
+        return Vec::new();
+    };
+    c.lines
+        .iter()
+        .filter_map(|line| {
+            let number = line.number?;
+            let before = p.line(&line.id)?;
+            let per_cpu: Vec<(u32, Metric)> = c
+                .cpus
+                .iter()
+                .zip(&line.counts)
+                .filter_map(|(cpu, now)| {
+                    let col = p.column(*cpu)?;
+                    let d = now.checked_sub(*before.counts.get(col)?)?;
+                    (d > 0).then(|| Metric::rate(d, seconds, Unit::PerSecond, Source::Proc))?
+                        .map(|m| (*cpu, m))
+                })
+                .collect();
+            let info = topology.irq(number);
+            // Quiet IRQs of other subsystems would only bloat the output.
+            if per_cpu.is_empty() && info.is_none() {
+                return None;
+            }
+            let total: f64 = per_cpu.iter().map(|(_, m)| m.value).sum();
+            Some(IrqInterval {
+                number,
+                name: line.name.clone(),
+                device: info.map(|i| i.device.clone()),
+                queue: info.and_then(|i| i.queue.clone()),
+                total: Some(Metric::new(total, Unit::PerSecond, Source::Proc)),
+                per_cpu,
+            })
+        })
+        .collect()
+}
+
+fn qdisc_interval(prev: Option<&QdiscStats>, cur: &QdiscStats, seconds: f64) -> QdiscInterval {
+    let same = prev.filter(|p| p.kind == cur.kind && p.handle == cur.handle);
+    let rate = |f: fn(&QdiscStats) -> u64, unit: Unit| {
+        same.and_then(|p| delta(f(p), f(cur)))
+            .and_then(|d| Metric::rate(d, seconds, unit, Source::Proc))
+    };
+    QdiscInterval {
+        kind: cur.kind.clone(),
+        packets: rate(|q| q.packets, Unit::PacketsPerSecond),
+        drops: rate(|q| q.drops, Unit::PacketsPerSecond),
+        requeues: rate(|q| q.requeues, Unit::PerSecond),
+        overlimits: rate(|q| q.overlimits, Unit::PerSecond),
+        backlog_packets: Some(cur.qlen),
+    }
+}
+
+fn derive_devices(prev: &Sample, cur: &Sample, seconds: f64) -> Vec<DeviceInterval> {
+    let Some(links) = cur.links.as_ref() else {
+        return Vec::new();
+    };
+    links
+        .iter()
+        .map(|link| {
+            let before = prev
+                .links
+                .as_ref()
+                .and_then(|l| l.iter().find(|p| p.ifindex == link.ifindex && p.name == link.name));
+            let rate = |f: fn(&crate::netlink::LinkStats) -> u64, unit: Unit, scale: u64| {
+                before
+                    .and_then(|b| delta(f(b), f(link)))
+                    .and_then(|d| Metric::rate(d.saturating_mul(scale), seconds, unit, Source::Proc))
+            };
+            let root_qdisc = |s: &Sample| -> Option<QdiscStats> {
+                s.qdiscs.as_ref()?.iter().find(|q| q.ifindex == link.ifindex && q.is_root).cloned()
+            };
+            let queues = cur
+                .qstats
+                .iter()
+                .flatten()
+                .filter(|q| q.ifindex == link.ifindex)
+                .map(|q| {
+                    let before = prev.qstats.iter().flatten().find(|p| {
+                        p.ifindex == q.ifindex && p.kind == q.kind && p.queue == q.queue
+                    });
+                    let rate = |f: fn(&crate::netlink::QueueStats) -> Option<u64>, unit: Unit, scale: u64| {
+                        let d = delta_u32_wrapping(f(before?)?, f(q)?)?;
+                        Metric::rate(d.saturating_mul(scale), seconds, unit, Source::Proc)
+                    };
+                    QueueInterval {
+                        kind: match q.kind {
+                            QueueType::Rx => QueueKind::Rx,
+                            QueueType::Tx => QueueKind::Tx,
+                        },
+                        index: q.queue,
+                        napi_id: None,
+                        packets: rate(|s| s.packets, Unit::PacketsPerSecond, 1),
+                        bits: rate(|s| s.bytes, Unit::BitsPerSecond, 8),
+                    }
+                })
+                .collect();
+            DeviceInterval {
+                name: link.name.clone(),
+                ifindex: link.ifindex,
+                rx_packets: rate(|l| l.rx_packets, Unit::PacketsPerSecond, 1),
+                tx_packets: rate(|l| l.tx_packets, Unit::PacketsPerSecond, 1),
+                rx_bits: rate(|l| l.rx_bytes, Unit::BitsPerSecond, 8),
+                tx_bits: rate(|l| l.tx_bytes, Unit::BitsPerSecond, 8),
+                rx_dropped: rate(|l| l.rx_dropped, Unit::PacketsPerSecond, 1),
+                tx_dropped: rate(|l| l.tx_dropped, Unit::PacketsPerSecond, 1),
+                rx_errors: rate(|l| l.rx_errors, Unit::PacketsPerSecond, 1),
+                tx_errors: rate(|l| l.tx_errors, Unit::PacketsPerSecond, 1),
+                qdisc: root_qdisc(cur).map(|q| qdisc_interval(root_qdisc(prev).as_ref(), &q, seconds)),
+                queues,
+            }
+        })
+        .collect()
+}
+
+fn derive_host(cpus: &[CpuInterval], devices: &[DeviceInterval]) -> HostInterval {
+    let rx_bits: Option<f64> = devices
+        .iter()
+        .filter(|d| d.name != "lo")
+        .map(|d| d.rx_bits.as_ref().map(|m| m.value))
+        .sum();
+    let rx_bits = rx_bits.map(|b| {
+        Metric::derived(
+            b,
+            Unit::BitsPerSecond,
+            Source::Proc,
+            "sum of rx bit/s of non-loopback devices",
+        )
+    });
+    let busy: Option<f64> = cpus.iter().map(|c| c.time.as_ref().map(|t| t.busy())).sum();
+    let source = cpus
+        .iter()
+        .filter_map(|c| c.time.as_ref())
+        .map(|t| t.system.source)
+        .next()
+        .unwrap_or(Source::Tick);
+    let cpu_per_mbps = match (busy, rx_bits.as_ref()) {
+        (Some(busy), Some(bits)) if bits.value >= 10_000.0 => Some(Metric::derived(
+            busy / (bits.value / 1e6),
+            Unit::CpuPerMbps,
+            source,
+            "busy CPU summed over CPUs (/proc/stat, all but idle and iowait) / received Mbit/s",
+        )),
+        _ => None,
+    };
+    HostInterval {
+        rx_bits,
+        cpu_per_mbps,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn u32_wrapping_delta() {
+        assert_eq!(delta_u32_wrapping(10, 15), Some(5));
+        assert_eq!(delta_u32_wrapping(u64::from(u32::MAX) - 1, 3), Some(5));
+        assert_eq!(delta_u32_wrapping(1 << 40, 3), None);
+    }
+}

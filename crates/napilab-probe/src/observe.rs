@@ -1,0 +1,175 @@
+//! The observe pipeline, shared by live sampling and replay: raw samples in, an
+//! [`Observation`] with findings out.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use napilab_core::{explain, Interval, Observation, Origin, OriginKind, OBSERVATION_SCHEMA};
+
+use crate::derive::{derive_interval, DeriveContext};
+use crate::kernel;
+use crate::map;
+use crate::netlink::Netlink;
+use crate::procfs;
+use crate::record::{RecordingHeader, RECORDING_SCHEMA};
+use crate::sample::{Notices, RawSample, Sample};
+use crate::sysctl;
+
+/// Reads what does not change between samples: kernel facts, settings and the map.
+pub fn describe_host(root: &Path, use_netlink: bool) -> RecordingHeader {
+    let mut notices = Notices::default();
+    let release = kernel::read_trimmed(root, "proc/sys/kernel/osrelease");
+    let config = kernel::read_kernel_config(root, release.as_deref());
+    if config.is_none() {
+        notices.add(
+            "kernel config",
+            "neither /proc/config.gz nor /boot/config-<release> is readable: HZ is measured from jiffies and the CPU-accounting mode is unknown (assume tick-sampled)",
+        );
+    }
+    let hz = kernel::detect_hz(root, config.as_ref());
+    let online_cpus = kernel::read_trimmed(root, "sys/devices/system/cpu/online")
+        .and_then(|s| procfs::parse_cpu_list(&s))
+        .unwrap_or_default();
+    let stat_cpus = procfs::read_stat(root)
+        .map(|s| s.cpus.iter().map(|(c, _)| *c).collect())
+        .unwrap_or_else(|_| online_cpus.clone());
+    let mut netlink = use_netlink.then(Netlink::new);
+    let inputs = map::gather(root, netlink.as_mut(), &mut notices);
+    let topology = map::build_map(root, &inputs, netlink.as_mut());
+    if !is_root() {
+        notices.add(
+            "root privileges",
+            "not running as root: some files (/proc/timer_list, per-thread details) and netlink requests may be refused; run with sudo for the full picture",
+        );
+    }
+    RecordingHeader {
+        schema: RECORDING_SCHEMA.into(),
+        origin: Origin {
+            kind: OriginKind::Live,
+            hostname: kernel::read_trimmed(root, "proc/sys/kernel/hostname"),
+            kernel: release,
+            started_unix_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(0))
+                .unwrap_or(0),
+            napilab_version: env!("CARGO_PKG_VERSION").into(),
+        },
+        host: napilab_core::HostFacts {
+            cpus: stat_cpus,
+            hz,
+            accounting: config.map(|c| c.accounting()).unwrap_or_default(),
+            user_hz: kernel::user_hz(),
+        },
+        online_cpus,
+        settings: sysctl::read_settings(root),
+        topology,
+        notices: notices.0,
+    }
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Accumulates intervals from a stream of raw samples.
+pub struct Analysis {
+    header: RecordingHeader,
+    previous: Option<Sample>,
+    first_t_ns: Option<u64>,
+    intervals: Vec<Interval>,
+    notices: Notices,
+}
+
+impl Analysis {
+    pub fn new(header: RecordingHeader) -> Self {
+        let notices = Notices(header.notices.clone());
+        Analysis {
+            header,
+            previous: None,
+            first_t_ns: None,
+            intervals: Vec::new(),
+            notices,
+        }
+    }
+
+    pub fn header(&self) -> &RecordingHeader {
+        &self.header
+    }
+
+    /// Adds a sample; returns the interval it closes, if any.
+    pub fn push(&mut self, raw: &RawSample) -> Option<&Interval> {
+        let sample = raw.parse(&self.header.online_cpus, &mut self.notices);
+        let first = *self.first_t_ns.get_or_insert(sample.t_ns);
+        let previous = self.previous.replace(sample);
+        let (Some(prev), Some(cur)) = (previous, self.previous.as_ref()) else {
+            return None;
+        };
+        if cur.t_ns <= prev.t_ns {
+            self.notices.add(
+                "sample timestamps",
+                "a sample was not later than the one before it and was skipped",
+            );
+            self.previous = Some(prev);
+            return None;
+        }
+        let ctx = DeriveContext {
+            topology: &self.header.topology,
+            accounting: self.header.host.accounting,
+            user_hz: self.header.host.user_hz,
+        };
+        let start_s = prev.t_ns.saturating_sub(first) as f64 / 1e9;
+        let interval = derive_interval(&prev, cur, &ctx, self.intervals.len(), start_s);
+        self.intervals.push(interval);
+        self.intervals.last()
+    }
+
+    pub fn merge_notices(&mut self, other: &Notices) {
+        for n in &other.0 {
+            self.notices.add(n.what.clone(), n.why.clone());
+        }
+    }
+
+    pub fn intervals(&self) -> &[Interval] {
+        &self.intervals
+    }
+
+    /// The Observation with findings.
+    pub fn finish(self, kind: OriginKind) -> Observation {
+        let mut origin = self.header.origin;
+        origin.kind = kind;
+        let mut observation = Observation {
+            schema: OBSERVATION_SCHEMA.into(),
+            origin,
+            host: self.header.host,
+            settings: self.header.settings,
+            topology: self.header.topology,
+            intervals: self.intervals,
+            findings: Vec::new(),
+            notices: self.notices.0,
+        };
+        observation.findings = explain::explain(&observation);
+        observation
+    }
+}
+
+/// Replays a recording into an Observation.
+pub fn replay(path: &Path) -> Result<Observation, crate::record::RecordError> {
+    let (header, samples) = crate::record::read_recording(path)?;
+    let mut analysis = Analysis::new(header);
+    for sample in &samples {
+        analysis.push(sample);
+    }
+    Ok(analysis.finish(OriginKind::Replay))
+}
+
+/// Sleeps until `deadline`, waking early when `stop` is set (Ctrl-C).
+pub fn sleep_until(deadline: std::time::Instant, stop: &std::sync::atomic::AtomicBool) {
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let now = std::time::Instant::now();
+        if now >= deadline {
+            return;
+        }
+        std::thread::sleep((deadline - now).min(Duration::from_millis(50)));
+    }
+}

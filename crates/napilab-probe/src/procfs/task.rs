@@ -1,0 +1,308 @@
+//! Per-task files: `/proc/<pid>/stat`, the `Cpus_allowed_list` of `/proc/<pid>/status`,
+//! and the scan for the kernel threads that process packets (`ksoftirqd/N`,
+//! `napi/<dev>-<id>`).
+
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::{parse_cpu_list, parse_dec, parse_dec_u32, parse_signed, read_text, ProcError};
+
+/// The fields of `/proc/<pid>/stat` napilab uses.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskStat {
+    pub pid: u32,
+    /// Command name as printed between the parentheses (at most 15 bytes in the kernel).
+    pub comm: String,
+    /// `R`, `S`, `D`, `I`, ...
+    pub state: char,
+    /// User time, USER_HZ ticks.
+    pub utime: u64,
+    /// System time, USER_HZ ticks. Threaded NAPI polling is charged here.
+    pub stime: u64,
+    /// Kernel priority: 20 + nice for normal tasks, -1 - rt_priority for RT ones.
+    pub priority: i64,
+    pub nice: i64,
+    /// CPU the task last ran on (field 39).
+    pub processor: Option<u32>,
+    /// Field 40; 0 for non-RT tasks.
+    pub rt_priority: Option<u32>,
+    /// Scheduling policy (field 41), see [`policy_name`].
+    pub policy: Option<u32>,
+}
+
+/// A kernel thread that processes packets.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelThread {
+    pub pid: u32,
+    /// `ksoftirqd/0`, `napi/eth0-8193` (cut at 15 bytes by the kernel, so long device
+    /// names are truncated).
+    pub comm: String,
+}
+
+/// Parses `/proc/<pid>/stat`.
+///
+/// The command name is in parentheses and may itself contain spaces and `)`, so the
+/// fields are split at the *last* `)`. `processor`, `rt_priority` and `policy` are
+/// `None` if the line ends before them.
+pub fn parse_task_stat(text: &str) -> Result<TaskStat, ProcError> {
+    const GENERIC: &str = "/proc/<pid>/stat";
+    let (Some(open), Some(close)) = (text.find('('), text.rfind(')')) else {
+        return Err(ProcError::parse(
+            GENERIC,
+            1,
+            "expected '<pid> (<comm>) <state> ...'",
+        ));
+    };
+    let pid_text = text.get(..open).unwrap_or_default().trim();
+    let pid = parse_dec_u32(pid_text)
+        .ok_or_else(|| ProcError::unexpected(GENERIC, 1, "a process id", pid_text))?;
+    // A last ')' before the first '(' means this is not a stat line at all.
+    let comm = text
+        .get(open + 1..close)
+        .ok_or_else(|| ProcError::parse(GENERIC, 1, "expected '(<comm>)' after the process id"))?;
+
+    // Only the error path names the pid, so the common path allocates nothing for it.
+    let file = || format!("/proc/{pid}/stat");
+    let mut fields = text.get(close + 1..).unwrap_or_default().split_whitespace();
+    let mut required = |skip: usize, what: &str| -> Result<&str, ProcError> {
+        fields
+            .nth(skip)
+            .ok_or_else(|| ProcError::ended(&file(), 1, what))
+    };
+    // Fields are numbered as in proc(5); `state` is field 3.
+    let state_tok = required(0, "the state (field 3)")?;
+    let utime_tok = required(10, "utime (field 14)")?;
+    let stime_tok = required(0, "stime (field 15)")?;
+    let priority_tok = required(2, "priority (field 18)")?;
+    let nice_tok = required(0, "nice (field 19)")?;
+    let processor_tok = fields.nth(19);
+    let rt_priority_tok = fields.next();
+    let policy_tok = fields.next();
+
+    let mut state_chars = state_tok.chars();
+    let state = match (state_chars.next(), state_chars.next()) {
+        (Some(c), None) => c,
+        _ => {
+            return Err(ProcError::unexpected(
+                &file(),
+                1,
+                "a one-letter state",
+                state_tok,
+            ))
+        }
+    };
+    let unsigned = |tok: &str, what: &str| {
+        parse_dec(tok).ok_or_else(|| ProcError::unexpected(&file(), 1, what, tok))
+    };
+    let signed = |tok: &str, what: &str| {
+        parse_signed(tok).ok_or_else(|| ProcError::unexpected(&file(), 1, what, tok))
+    };
+    let optional_u32 = |tok: Option<&str>, what: &str| {
+        tok.map(|t| parse_dec_u32(t).ok_or_else(|| ProcError::unexpected(&file(), 1, what, t)))
+            .transpose()
+    };
+    Ok(TaskStat {
+        pid,
+        comm: comm.to_owned(),
+        state,
+        utime: unsigned(utime_tok, "utime ticks")?,
+        stime: unsigned(stime_tok, "stime ticks")?,
+        priority: signed(priority_tok, "a priority")?,
+        nice: signed(nice_tok, "a nice value")?,
+        processor: optional_u32(processor_tok, "a CPU number")?,
+        rt_priority: optional_u32(rt_priority_tok, "an RT priority")?,
+        policy: optional_u32(policy_tok, "a scheduling policy")?,
+    })
+}
+
+/// Reads and parses `<root>/proc/<pid>/stat`; errors name the real pid.
+pub fn read_task_stat(root: &Path, pid: u32) -> Result<TaskStat, ProcError> {
+    parse_task_stat(&read_text(root, &format!("proc/{pid}/stat"))?)
+}
+
+/// Name of a scheduling policy number (`SCHED_*` in include/uapi/linux/sched.h).
+pub fn policy_name(policy: u32) -> &'static str {
+    match policy {
+        0 => "SCHED_OTHER",
+        1 => "SCHED_FIFO",
+        2 => "SCHED_RR",
+        3 => "SCHED_BATCH",
+        5 => "SCHED_IDLE",
+        6 => "SCHED_DEADLINE",
+        7 => "SCHED_EXT",
+        _ => "unknown",
+    }
+}
+
+/// CPUs of the `Cpus_allowed_list:` line of `/proc/<pid>/status`; `None` if the line
+/// is absent or not a CPU list.
+pub fn parse_status_cpus_allowed(text: &str) -> Option<Vec<u32>> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .and_then(parse_cpu_list)
+}
+
+/// Reads `<root>/proc/<pid>/status` and returns its allowed CPUs (`Ok(None)` if the
+/// file has no usable `Cpus_allowed_list`).
+pub fn read_task_cpus_allowed(root: &Path, pid: u32) -> Result<Option<Vec<u32>>, ProcError> {
+    Ok(parse_status_cpus_allowed(&read_text(
+        root,
+        &format!("proc/{pid}/status"),
+    )?))
+}
+
+/// Finds the packet-processing kernel threads: every `<root>/proc/<pid>` whose `comm`
+/// starts with `ksoftirqd/` or `napi/`, sorted by pid.
+///
+/// Reads only `comm` (one small read per process) and reuses one buffer and one path, as
+/// this scans every process on the host. Processes that exit during the scan, or whose
+/// `comm` cannot be read, are skipped silently. A missing `<root>/proc` is an error.
+pub fn list_packet_threads(root: &Path) -> Result<Vec<KernelThread>, ProcError> {
+    const PREFIXES: [&[u8]; 2] = [b"ksoftirqd/", b"napi/"];
+    let mut path = root.join("proc");
+    let entries = match std::fs::read_dir(&path) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(ProcError::Missing { path })
+        }
+        Err(source) => return Err(ProcError::Io { path, source }),
+    };
+    let mut threads = Vec::new();
+    let mut buf = Vec::with_capacity(32);
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(parse_dec_u32) else {
+            continue;
+        };
+        path.push(&name);
+        path.push("comm");
+        buf.clear();
+        let read = File::open(&path).and_then(|mut f| f.read_to_end(&mut buf));
+        path.pop();
+        path.pop();
+        if read.is_err() {
+            continue;
+        }
+        let comm = buf.strip_suffix(b"\n").unwrap_or(&buf);
+        if PREFIXES.iter().any(|p| comm.starts_with(p)) {
+            threads.push(KernelThread {
+                pid,
+                comm: String::from_utf8_lossy(comm).into_owned(),
+            });
+        }
+    }
+    threads.sort_unstable_by_key(|t| t.pid);
+    Ok(threads)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KSOFTIRQD: &str = "14 (ksoftirqd/0) S 2 0 0 0 -1 69238848 0 0 0 0 2 0 0 0 20 0 1 0 14 0 0 18446744073709551615 0 0 0 0 0 0 0 2147483647 0 1 0 0 17 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n";
+
+    #[test]
+    fn ksoftirqd_line() {
+        let t = parse_task_stat(KSOFTIRQD).expect("parses");
+        assert_eq!(
+            t,
+            TaskStat {
+                pid: 14,
+                comm: "ksoftirqd/0".into(),
+                state: 'S',
+                utime: 2,
+                stime: 0,
+                priority: 20,
+                nice: 0,
+                processor: Some(0),
+                rt_priority: Some(0),
+                policy: Some(0),
+            }
+        );
+    }
+
+    #[test]
+    fn comm_with_spaces_and_parens() {
+        let line = KSOFTIRQD.replace("(ksoftirqd/0)", "(a) b (c))");
+        let t = parse_task_stat(&line).expect("parses");
+        assert_eq!(t.comm, "a) b (c)");
+        assert_eq!((t.utime, t.stime, t.processor), (2, 0, Some(0)));
+    }
+
+    #[test]
+    fn rt_thread() {
+        // A napi thread after `chrt -f -p 50`: priority -51, rt_priority 50, policy 1.
+        let line = "7578 (napi/vb-259) R 2 0 0 0 -1 2129984 0 0 0 0 0 402 0 0 -51 0 1 0 80284 0 0 18446744073709551615 0 0 0 0 0 0 0 2147483647 0 0 0 0 17 1 50 1 0 0 0";
+        let t = parse_task_stat(line).expect("parses");
+        assert_eq!((t.priority, t.nice), (-51, 0));
+        assert_eq!(
+            (t.processor, t.rt_priority, t.policy),
+            (Some(1), Some(50), Some(1))
+        );
+        assert_eq!(policy_name(t.policy.unwrap_or(99)), "SCHED_FIFO");
+    }
+
+    #[test]
+    fn old_kernel_without_tail_fields() {
+        let line = "1 (init) S 0 1 1 0 -1 4194560 1 2 3 4 50 60 0 0 20 -5 1 0 5";
+        let t = parse_task_stat(line).expect("parses");
+        assert_eq!((t.utime, t.stime, t.nice), (50, 60, -5));
+        assert_eq!((t.processor, t.rt_priority, t.policy), (None, None, None));
+    }
+
+    #[test]
+    fn errors() {
+        let msg = |s: &str| parse_task_stat(s).err().map(|e| e.to_string());
+        assert_eq!(
+            msg("14 (x) S 2 0").as_deref(),
+            Some("/proc/14/stat line 1: expected utime (field 14), found the end of the line")
+        );
+        assert_eq!(
+            msg("x (y) S").as_deref(),
+            Some("/proc/<pid>/stat line 1: expected a process id, found 'x'")
+        );
+        assert!(msg("14 x) S (").is_some());
+        assert!(msg("").is_some());
+        assert_eq!(
+            msg("14 (x) SS 2 0 0 0 -1 0 0 0 0 0 1 2 0 0 20 0").as_deref(),
+            Some("/proc/14/stat line 1: expected a one-letter state, found 'SS'")
+        );
+        assert_eq!(
+            msg("14 (x) S 2 0 0 0 -1 0 0 0 0 0 1 2 0 0 20 -0x").as_deref(),
+            Some("/proc/14/stat line 1: expected a nice value, found '-0x'")
+        );
+    }
+
+    #[test]
+    fn policies() {
+        let names: Vec<_> = (0..9).map(policy_name).collect();
+        assert_eq!(
+            names,
+            [
+                "SCHED_OTHER",
+                "SCHED_FIFO",
+                "SCHED_RR",
+                "SCHED_BATCH",
+                "unknown",
+                "SCHED_IDLE",
+                "SCHED_DEADLINE",
+                "SCHED_EXT",
+                "unknown"
+            ]
+        );
+    }
+
+    #[test]
+    fn cpus_allowed() {
+        let status = "Name:\tx\nCpus_allowed:\t3\nCpus_allowed_list:\t0-1\n";
+        assert_eq!(parse_status_cpus_allowed(status), Some(vec![0, 1]));
+        assert_eq!(parse_status_cpus_allowed("Name:\tx\n"), None);
+        assert_eq!(
+            parse_status_cpus_allowed("Cpus_allowed_list:\tgarbage\n"),
+            None
+        );
+    }
+}

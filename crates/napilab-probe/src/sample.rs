@@ -1,0 +1,228 @@
+//! One sample of the host's counters. A [`RawSample`] keeps the kernel's text files as
+//! read, so a recording can be re-parsed by a newer napilab (`observe --replay`); the
+//! netlink answers are kept as decoded structs because netlink has no text form.
+
+use std::path::{Path, PathBuf};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::netlink::{LinkStats, Netlink, QdiscStats, QueueStats};
+use crate::procfs::{
+    self, Interrupts, KernelThread, ProcError, ProcStat, SoftnetRow, Softirqs, TaskStat,
+};
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RawSample {
+    /// Monotonic time of the sample, ns; only differences matter.
+    pub t_ns: u64,
+    pub unix_ms: u64,
+    pub interrupts: Option<String>,
+    pub softirqs: Option<String>,
+    pub stat: Option<String>,
+    pub softnet: Option<String>,
+    /// `/proc/<pid>/stat` of ksoftirqd and NAPI threads: (pid, text).
+    pub threads: Vec<(u32, String)>,
+    pub links: Option<Vec<LinkStats>>,
+    pub qdiscs: Option<Vec<QdiscStats>>,
+    pub qstats: Option<Vec<QueueStats>>,
+}
+
+/// A [`RawSample`] parsed. A source that was missing or did not parse is `None`; why is
+/// in the notices.
+#[derive(Clone, Debug, Default)]
+pub struct Sample {
+    pub t_ns: u64,
+    pub interrupts: Option<Interrupts>,
+    pub softirqs: Option<Softirqs>,
+    pub stat: Option<ProcStat>,
+    pub softnet: Option<Vec<SoftnetRow>>,
+    pub threads: Vec<TaskStat>,
+    pub links: Option<Vec<LinkStats>>,
+    pub qdiscs: Option<Vec<QdiscStats>>,
+    pub qstats: Option<Vec<QueueStats>>,
+}
+
+/// Collects notices, each said once however often it recurs.
+#[derive(Clone, Debug, Default)]
+pub struct Notices(pub Vec<napilab_core::Notice>);
+
+impl Notices {
+    pub fn add(&mut self, what: impl Into<String>, why: impl Into<String>) {
+        let what = what.into();
+        if !self.0.iter().any(|n| n.what == what) {
+            self.0.push(napilab_core::Notice {
+                what,
+                why: why.into(),
+            });
+        }
+    }
+}
+
+fn parse_or_note<T>(
+    text: &Option<String>,
+    file: &str,
+    notices: &mut Notices,
+    parse: impl FnOnce(&str) -> Result<T, ProcError>,
+) -> Option<T> {
+    match parse(text.as_deref()?) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            notices.add(
+                file,
+                format!("could not be parsed ({e}); its metrics are left out"),
+            );
+            None
+        }
+    }
+}
+
+impl RawSample {
+    /// Parses every text; `online_cpus` places softnet rows of kernels without a CPU
+    /// column.
+    pub fn parse(&self, online_cpus: &[u32], notices: &mut Notices) -> Sample {
+        let softnet = parse_or_note(&self.softnet, "/proc/net/softnet_stat", notices, |t| {
+            procfs::parse_softnet(t, online_cpus)
+        });
+        Sample {
+            t_ns: self.t_ns,
+            interrupts: parse_or_note(
+                &self.interrupts,
+                "/proc/interrupts",
+                notices,
+                procfs::parse_interrupts,
+            ),
+            softirqs: parse_or_note(
+                &self.softirqs,
+                "/proc/softirqs",
+                notices,
+                procfs::parse_softirqs,
+            ),
+            stat: parse_or_note(&self.stat, "/proc/stat", notices, procfs::parse_stat),
+            softnet,
+            threads: self
+                .threads
+                .iter()
+                .filter_map(|(_, text)| procfs::parse_task_stat(text).ok())
+                .collect(),
+            links: self.links.clone(),
+            qdiscs: self.qdiscs.clone(),
+            qstats: self.qstats.clone(),
+        }
+    }
+}
+
+/// Reads samples from a live host. Holds the netlink socket and the list of packet
+/// threads between samples so that one sample costs a handful of reads.
+pub struct Sampler {
+    root: PathBuf,
+    netlink: Option<Netlink>,
+    qstats_offered: bool,
+    threads: Vec<KernelThread>,
+    epoch: Instant,
+    pub notices: Notices,
+}
+
+impl Sampler {
+    /// `netlink` is off when observing a fixture tree or when the caller has no netlink.
+    pub fn new(root: &Path, use_netlink: bool) -> Self {
+        let mut sampler = Sampler {
+            root: root.to_path_buf(),
+            netlink: use_netlink.then(Netlink::new),
+            qstats_offered: use_netlink,
+            threads: Vec::new(),
+            epoch: Instant::now(),
+            notices: Notices::default(),
+        };
+        sampler.refresh_threads();
+        sampler
+    }
+
+    /// Rescans /proc for ksoftirqd and napi/ threads (they appear when a device is
+    /// switched to threaded NAPI). Not done every sample: scanning every process costs
+    /// more than the rest of a sample.
+    pub fn refresh_threads(&mut self) {
+        match procfs::list_packet_threads(&self.root) {
+            Ok(threads) => self.threads = threads,
+            Err(e) => self.notices.add(
+                "packet threads (ksoftirqd, napi/*)",
+                format!("could not list processes ({e}); thread CPU time is left out"),
+            ),
+        }
+    }
+
+    fn read(&mut self, rel: &str, what_is_lost: &str) -> Option<String> {
+        match procfs::read_text(&self.root, rel) {
+            Ok(text) => Some(text),
+            Err(e) => {
+                self.notices.add(format!("/{rel}"), format!("{e}; {what_is_lost}"));
+                None
+            }
+        }
+    }
+
+    pub fn sample(&mut self) -> RawSample {
+        let t_ns = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let unix_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(0))
+            .unwrap_or(0);
+        let interrupts = self.read("proc/interrupts", "hard IRQ counts are left out");
+        let softirqs = self.read("proc/softirqs", "softirq counts are left out");
+        let stat = self.read("proc/stat", "CPU time shares are left out");
+        let softnet = self.read(
+            "proc/net/softnet_stat",
+            "per-CPU processed/dropped/time_squeeze are left out",
+        );
+        let mut threads = Vec::with_capacity(self.threads.len());
+        for thread in &self.threads {
+            // A thread that exited since the last scan is simply absent from this sample.
+            if let Ok(text) = procfs::read_text(&self.root, &format!("proc/{}/stat", thread.pid))
+            {
+                threads.push((thread.pid, text));
+            }
+        }
+        let (mut links, mut qdiscs, mut qstats) = (None, None, None);
+        if let Some(netlink) = self.netlink.as_mut() {
+            match netlink.links() {
+                Ok(v) => links = Some(v),
+                Err(e) => self.notices.add(
+                    "rtnetlink link statistics",
+                    format!("{e}; device packet and byte rates are left out"),
+                ),
+            }
+            match netlink.qdiscs() {
+                Ok(v) => qdiscs = Some(v),
+                Err(e) => self.notices.add(
+                    "rtnetlink qdisc statistics",
+                    format!("{e}; qdisc rates are left out"),
+                ),
+            }
+            if self.qstats_offered {
+                match netlink.qstats() {
+                    Ok(v) => qstats = Some(v),
+                    Err(e) => {
+                        // Not offered by this kernel or driver: stop asking.
+                        self.qstats_offered = false;
+                        self.notices.add(
+                            "netdev qstats-get",
+                            format!("{e}; per-queue packet rates are left out"),
+                        );
+                    }
+                }
+            }
+        }
+        RawSample {
+            t_ns,
+            unix_ms,
+            interrupts,
+            softirqs,
+            stat,
+            softnet,
+            threads,
+            links,
+            qdiscs,
+            qstats,
+        }
+    }
+}
