@@ -66,3 +66,9 @@ pub fn short(value: f64) -> String {
         format!("{value:.1}")
     }
 }
+
+/// Sum starting from +0.0. `Iterator::sum` for f64 starts from -0.0, so an empty sum
+/// would print as "-0.0".
+pub fn sum(values: impl IntoIterator<Item = f64>) -> f64 {
+    values.into_iter().fold(0.0, |a, b| a + b)
+}

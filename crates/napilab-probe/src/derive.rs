@@ -8,10 +8,12 @@
 use std::collections::BTreeSet;
 
 use napilab_core::{
-    CpuAccounting, CpuInterval, CpuTimeShares, DeviceInterval, HostInterval, Interval,
-    IrqInterval, Metric, Poller, QdiscInterval, QueueInterval, QueueKind, Source, ThreadInterval,
-    ThreadRole, TopologyMap, Unit,
+    CpuAccounting, CpuInterval, CpuTimeShares, DeviceInterval, HostInterval, Interval, IrqInterval,
+    Metric, Poller, QdiscInterval, QueueInterval, QueueKind, Source, ThreadInterval, ThreadRole,
+    TopologyMap, Unit,
 };
+
+use napilab_core::stats::sum;
 
 use crate::netlink::{QdiscStats, QueueType};
 use crate::procfs::{CpuTimes, TaskStat};
@@ -87,7 +89,12 @@ fn cpu_ids(cur: &Sample) -> Vec<u32> {
 }
 
 /// Sum over IRQ lines of the per-CPU delta, for lines accepted by `keep`.
-fn irq_delta_on_cpu(prev: &Sample, cur: &Sample, cpu: u32, keep: impl Fn(u32) -> bool) -> Option<u64> {
+fn irq_delta_on_cpu(
+    prev: &Sample,
+    cur: &Sample,
+    cpu: u32,
+    keep: impl Fn(u32) -> bool,
+) -> Option<u64> {
     let (p, c) = (prev.interrupts.as_ref()?, cur.interrupts.as_ref()?);
     let (pcol, ccol) = (p.column(cpu)?, c.column(cpu)?);
     let mut sum = 0u64;
@@ -114,15 +121,30 @@ fn softirq_delta(prev: &Sample, cur: &Sample, vector: &str, cpu: u32) -> Option<
     delta(before, now)
 }
 
-fn derive_cpus(prev: &Sample, cur: &Sample, ctx: &DeriveContext<'_>, seconds: f64) -> Vec<CpuInterval> {
+fn derive_cpus(
+    prev: &Sample,
+    cur: &Sample,
+    ctx: &DeriveContext<'_>,
+    seconds: f64,
+) -> Vec<CpuInterval> {
     let net_irqs: BTreeSet<u32> = ctx.topology.irqs.iter().map(|i| i.number).collect();
     cpu_ids(cur)
         .into_iter()
         .map(|cpu| {
-            let rate = |d: Option<u64>| d.and_then(|d| Metric::rate(d, seconds, Unit::PerSecond, Source::Proc));
-            let pkt_rate = |d: Option<u64>| d.and_then(|d| Metric::rate(d, seconds, Unit::PacketsPerSecond, Source::Proc));
+            let rate = |d: Option<u64>| {
+                d.and_then(|d| Metric::rate(d, seconds, Unit::PerSecond, Source::Proc))
+            };
+            let pkt_rate = |d: Option<u64>| {
+                d.and_then(|d| Metric::rate(d, seconds, Unit::PacketsPerSecond, Source::Proc))
+            };
             let softnet = |f: fn(&crate::procfs::SoftnetRow) -> Option<u64>| {
-                let row = |s: &Sample| s.softnet.as_ref()?.iter().find(|r| r.cpu == cpu).and_then(f);
+                let row = |s: &Sample| {
+                    s.softnet
+                        .as_ref()?
+                        .iter()
+                        .find(|r| r.cpu == cpu)
+                        .and_then(f)
+                };
                 delta(row(prev)?, row(cur)?)
             };
             let hardirqs = rate(irq_delta_on_cpu(prev, cur, cpu, |_| true));
@@ -163,7 +185,12 @@ fn derive_cpus(prev: &Sample, cur: &Sample, ctx: &DeriveContext<'_>, seconds: f6
         .collect()
 }
 
-fn derive_time_shares(prev: &Sample, cur: &Sample, cpu: u32, accounting: CpuAccounting) -> Option<CpuTimeShares> {
+fn derive_time_shares(
+    prev: &Sample,
+    cur: &Sample,
+    cpu: u32,
+    accounting: CpuAccounting,
+) -> Option<CpuTimeShares> {
     let before: &CpuTimes = prev.stat.as_ref()?.cpu(cpu)?;
     let now: &CpuTimes = cur.stat.as_ref()?.cpu(cpu)?;
     let total = delta(before.total(), now.total()).filter(|t| *t > 0)? as f64;
@@ -173,7 +200,11 @@ fn derive_time_shares(prev: &Sample, cur: &Sample, cpu: u32, accounting: CpuAcco
     let measured_all = accounting == CpuAccounting::Virtual;
     let share = |b: u64, n: u64, measured: bool| {
         let source = if measured { Source::Proc } else { Source::Tick };
-        Metric::new(n.saturating_sub(b) as f64 / total, Unit::CpuFraction, source)
+        Metric::new(
+            n.saturating_sub(b) as f64 / total,
+            Unit::CpuFraction,
+            source,
+        )
     };
     Some(CpuTimeShares {
         user: share(before.user, now.user, measured_all),
@@ -189,7 +220,13 @@ fn derive_time_shares(prev: &Sample, cur: &Sample, cpu: u32, accounting: CpuAcco
 
 /// CPU share of the thread picked by `pick`. utime + stime of /proc/<pid>/stat add up to
 /// the scheduler's measured runtime (only their split is tick-based), hence `proc`.
-fn thread_share(prev: &Sample, cur: &Sample, user_hz: u32, seconds: f64, pick: impl Fn(&TaskStat) -> bool) -> Option<Metric> {
+fn thread_share(
+    prev: &Sample,
+    cur: &Sample,
+    user_hz: u32,
+    seconds: f64,
+    pick: impl Fn(&TaskStat) -> bool,
+) -> Option<Metric> {
     let now = cur.threads.iter().find(|t| pick(t))?;
     let before = prev.threads.iter().find(|t| t.pid == now.pid)?;
     let ticks = delta(before.utime + before.stime, now.utime + now.stime)?;
@@ -203,7 +240,12 @@ fn thread_share(prev: &Sample, cur: &Sample, user_hz: u32, seconds: f64, pick: i
     })
 }
 
-fn derive_threads(prev: &Sample, cur: &Sample, ctx: &DeriveContext<'_>, seconds: f64) -> Vec<ThreadInterval> {
+fn derive_threads(
+    prev: &Sample,
+    cur: &Sample,
+    ctx: &DeriveContext<'_>,
+    seconds: f64,
+) -> Vec<ThreadInterval> {
     cur.threads
         .iter()
         .filter_map(|t| {
@@ -236,7 +278,12 @@ fn derive_threads(prev: &Sample, cur: &Sample, ctx: &DeriveContext<'_>, seconds:
         .collect()
 }
 
-fn derive_irqs(prev: &Sample, cur: &Sample, topology: &TopologyMap, seconds: f64) -> Vec<IrqInterval> {
+fn derive_irqs(
+    prev: &Sample,
+    cur: &Sample,
+    topology: &TopologyMap,
+    seconds: f64,
+) -> Vec<IrqInterval> {
     let (Some(p), Some(c)) = (prev.interrupts.as_ref(), cur.interrupts.as_ref()) else {
         return Vec::new();
     };
@@ -252,7 +299,8 @@ fn derive_irqs(prev: &Sample, cur: &Sample, topology: &TopologyMap, seconds: f64
                 .filter_map(|(cpu, now)| {
                     let col = p.column(*cpu)?;
                     let d = now.checked_sub(*before.counts.get(col)?)?;
-                    (d > 0).then(|| Metric::rate(d, seconds, Unit::PerSecond, Source::Proc))?
+                    (d > 0)
+                        .then(|| Metric::rate(d, seconds, Unit::PerSecond, Source::Proc))?
                         .map(|m| (*cpu, m))
                 })
                 .collect();
@@ -261,7 +309,7 @@ fn derive_irqs(prev: &Sample, cur: &Sample, topology: &TopologyMap, seconds: f64
             if per_cpu.is_empty() && info.is_none() {
                 return None;
             }
-            let total: f64 = per_cpu.iter().map(|(_, m)| m.value).sum();
+            let total = sum(per_cpu.iter().map(|(_, m)| m.value));
             Some(IrqInterval {
                 number,
                 name: line.name.clone(),
@@ -297,43 +345,49 @@ fn derive_devices(prev: &Sample, cur: &Sample, seconds: f64) -> Vec<DeviceInterv
     links
         .iter()
         .map(|link| {
-            let before = prev
-                .links
-                .as_ref()
-                .and_then(|l| l.iter().find(|p| p.ifindex == link.ifindex && p.name == link.name));
+            let before = prev.links.as_ref().and_then(|l| {
+                l.iter()
+                    .find(|p| p.ifindex == link.ifindex && p.name == link.name)
+            });
             let rate = |f: fn(&crate::netlink::LinkStats) -> u64, unit: Unit, scale: u64| {
-                before
-                    .and_then(|b| delta(f(b), f(link)))
-                    .and_then(|d| Metric::rate(d.saturating_mul(scale), seconds, unit, Source::Proc))
+                before.and_then(|b| delta(f(b), f(link))).and_then(|d| {
+                    Metric::rate(d.saturating_mul(scale), seconds, unit, Source::Proc)
+                })
             };
             let root_qdisc = |s: &Sample| -> Option<QdiscStats> {
-                s.qdiscs.as_ref()?.iter().find(|q| q.ifindex == link.ifindex && q.is_root).cloned()
+                s.qdiscs
+                    .as_ref()?
+                    .iter()
+                    .find(|q| q.ifindex == link.ifindex && q.is_root)
+                    .cloned()
             };
-            let queues = cur
-                .qstats
-                .iter()
-                .flatten()
-                .filter(|q| q.ifindex == link.ifindex)
-                .map(|q| {
-                    let before = prev.qstats.iter().flatten().find(|p| {
-                        p.ifindex == q.ifindex && p.kind == q.kind && p.queue == q.queue
-                    });
-                    let rate = |f: fn(&crate::netlink::QueueStats) -> Option<u64>, unit: Unit, scale: u64| {
-                        let d = delta_u32_wrapping(f(before?)?, f(q)?)?;
-                        Metric::rate(d.saturating_mul(scale), seconds, unit, Source::Proc)
-                    };
-                    QueueInterval {
-                        kind: match q.kind {
-                            QueueType::Rx => QueueKind::Rx,
-                            QueueType::Tx => QueueKind::Tx,
-                        },
-                        index: q.queue,
-                        napi_id: None,
-                        packets: rate(|s| s.packets, Unit::PacketsPerSecond, 1),
-                        bits: rate(|s| s.bytes, Unit::BitsPerSecond, 8),
-                    }
-                })
-                .collect();
+            let queues =
+                cur.qstats
+                    .iter()
+                    .flatten()
+                    .filter(|q| q.ifindex == link.ifindex)
+                    .map(|q| {
+                        let before = prev.qstats.iter().flatten().find(|p| {
+                            p.ifindex == q.ifindex && p.kind == q.kind && p.queue == q.queue
+                        });
+                        let rate = |f: fn(&crate::netlink::QueueStats) -> Option<u64>,
+                                    unit: Unit,
+                                    scale: u64| {
+                            let d = delta_u32_wrapping(f(before?)?, f(q)?)?;
+                            Metric::rate(d.saturating_mul(scale), seconds, unit, Source::Proc)
+                        };
+                        QueueInterval {
+                            kind: match q.kind {
+                                QueueType::Rx => QueueKind::Rx,
+                                QueueType::Tx => QueueKind::Tx,
+                            },
+                            index: q.queue,
+                            napi_id: None,
+                            packets: rate(|s| s.packets, Unit::PacketsPerSecond, 1),
+                            bits: rate(|s| s.bytes, Unit::BitsPerSecond, 8),
+                        }
+                    })
+                    .collect();
             DeviceInterval {
                 name: link.name.clone(),
                 ifindex: link.ifindex,
@@ -345,7 +399,8 @@ fn derive_devices(prev: &Sample, cur: &Sample, seconds: f64) -> Vec<DeviceInterv
                 tx_dropped: rate(|l| l.tx_dropped, Unit::PacketsPerSecond, 1),
                 rx_errors: rate(|l| l.rx_errors, Unit::PacketsPerSecond, 1),
                 tx_errors: rate(|l| l.tx_errors, Unit::PacketsPerSecond, 1),
-                qdisc: root_qdisc(cur).map(|q| qdisc_interval(root_qdisc(prev).as_ref(), &q, seconds)),
+                qdisc: root_qdisc(cur)
+                    .map(|q| qdisc_interval(root_qdisc(prev).as_ref(), &q, seconds)),
                 queues,
             }
         })
@@ -357,7 +412,8 @@ fn derive_host(cpus: &[CpuInterval], devices: &[DeviceInterval]) -> HostInterval
         .iter()
         .filter(|d| d.name != "lo")
         .map(|d| d.rx_bits.as_ref().map(|m| m.value))
-        .sum();
+        .collect::<Option<Vec<f64>>>()
+        .map(sum);
     let rx_bits = rx_bits.map(|b| {
         Metric::derived(
             b,
@@ -366,7 +422,11 @@ fn derive_host(cpus: &[CpuInterval], devices: &[DeviceInterval]) -> HostInterval
             "sum of rx bit/s of non-loopback devices",
         )
     });
-    let busy: Option<f64> = cpus.iter().map(|c| c.time.as_ref().map(|t| t.busy())).sum();
+    let busy: Option<f64> = cpus
+        .iter()
+        .map(|c| c.time.as_ref().map(|t| t.busy()))
+        .collect::<Option<Vec<f64>>>()
+        .map(sum);
     let source = cpus
         .iter()
         .filter_map(|c| c.time.as_ref())

@@ -27,6 +27,13 @@ pub fn describe_host(root: &Path, use_netlink: bool) -> RecordingHeader {
         );
     }
     let hz = kernel::detect_hz(root, config.as_ref());
+    let settings = sysctl::read_settings(root);
+    if settings.netdev_budget.is_none() && root.join("proc/sys/net/core").is_dir() {
+        notices.add(
+            "net.core.netdev_budget, netdev_budget_usecs, dev_weight, busy_poll, busy_read",
+            "not readable here: these sysctls exist only in the initial network namespace; run napilab there to see them (they apply to every namespace)",
+        );
+    }
     let online_cpus = kernel::read_trimmed(root, "sys/devices/system/cpu/online")
         .and_then(|s| procfs::parse_cpu_list(&s))
         .unwrap_or_default();
@@ -61,7 +68,7 @@ pub fn describe_host(root: &Path, use_netlink: bool) -> RecordingHeader {
             user_hz: kernel::user_hz(),
         },
         online_cpus,
-        settings: sysctl::read_settings(root),
+        settings,
         topology,
         notices: notices.0,
     }

@@ -19,7 +19,10 @@ pub fn run(json: bool, root: Option<&Path>) -> Result<()> {
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        print!("{}", render::map(&header.topology, &header.host, &header.settings));
+        print!(
+            "{}",
+            render::map(&header.topology, &header.host, &header.settings)
+        );
         print!("{}", render::notices(&header.notices));
     }
     Ok(())

@@ -30,7 +30,10 @@ const THREAD_RESCAN: Duration = Duration::from_secs(10);
 pub fn run(options: &Options) -> Result<()> {
     let observation = match &options.replay {
         Some(path) => replay(path).with_context(|| {
-            format!("cannot replay {}: make recordings with `napilab observe --record FILE`", path.display())
+            format!(
+                "cannot replay {}: make recordings with `napilab observe --record FILE`",
+                path.display()
+            )
         })?,
         None => observe_live(options)?,
     };
@@ -44,7 +47,10 @@ pub fn run(options: &Options) -> Result<()> {
 
 fn observe_live(options: &Options) -> Result<Observation> {
     if options.interval < Duration::from_millis(100) {
-        bail!("--interval {:?} is too short: use 100ms or more", options.interval);
+        bail!(
+            "--interval {:?} is too short: use 100ms or more",
+            options.interval
+        );
     }
     if options.duration < options.interval {
         bail!(
@@ -55,17 +61,24 @@ fn observe_live(options: &Options) -> Result<Observation> {
     }
     let root = options.root.as_deref().unwrap_or(Path::new("/"));
     if !root.join("proc/stat").exists() {
-        bail!("{} has no proc/stat: --root must name a directory holding proc/ and sys/", root.display());
+        bail!(
+            "{} has no proc/stat: --root must name a directory holding proc/ and sys/",
+            root.display()
+        );
     }
     let use_netlink = options.root.is_none();
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, Arc::clone(&stop)).context("cannot install the Ctrl-C handler")?;
+        signal_hook::flag::register(signal, Arc::clone(&stop))
+            .context("cannot install the Ctrl-C handler")?;
     }
     let header = describe_host(root, use_netlink);
     let mut writer = match &options.record {
         Some(path) => Some(RecordingWriter::create(path, &header).with_context(|| {
-            format!("cannot record to {}: choose a writable path", path.display())
+            format!(
+                "cannot record to {}: choose a writable path",
+                path.display()
+            )
         })?),
         None => None,
     };
@@ -79,7 +92,10 @@ fn observe_live(options: &Options) -> Result<Observation> {
         let deadline = start + options.interval * u32::try_from(step).unwrap_or(u32::MAX);
         sleep_until(deadline, &stop);
         if stop.load(Ordering::Relaxed) {
-            eprintln!("napilab: interrupted: reporting the {} complete interval(s)", analysis.intervals().len());
+            eprintln!(
+                "napilab: interrupted: reporting the {} complete interval(s)",
+                analysis.intervals().len()
+            );
             break;
         }
         if last_rescan.elapsed() >= THREAD_RESCAN {
@@ -98,7 +114,11 @@ fn observe_live(options: &Options) -> Result<Observation> {
     progress.finish_and_clear();
     analysis.merge_notices(&sampler.notices);
     if let Some(path) = &options.record {
-        eprintln!("napilab: recorded to {} (replay with `napilab observe --replay {}`)", path.display(), path.display());
+        eprintln!(
+            "napilab: recorded to {} (replay with `napilab observe --replay {}`)",
+            path.display(),
+            path.display()
+        );
     }
     Ok(analysis.finish(OriginKind::Live))
 }
@@ -108,8 +128,10 @@ fn progress_bar(steps: u64, interval: Duration) -> indicatif::ProgressBar {
         return indicatif::ProgressBar::hidden();
     }
     let bar = indicatif::ProgressBar::new(steps);
-    let style = indicatif::ProgressStyle::with_template("observing {bar:30} {pos}/{len} intervals of {msg} (Ctrl-C stops and reports)")
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    let style = indicatif::ProgressStyle::with_template(
+        "observing {bar:30} {pos}/{len} intervals of {msg} (Ctrl-C stops and reports)",
+    )
+    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
     bar.set_style(style);
     bar.set_message(humantime::format_duration(interval).to_string());
     bar

@@ -88,7 +88,18 @@ fn poller(p: &Poller) -> String {
 
 pub fn map(topology: &TopologyMap, host: &HostFacts, settings: &Settings) -> String {
     let mut out = host_line(host, settings);
-    let mut devices = table(&["device", "ifindex", "driver", "mtu", "state", "qdisc", "threaded", "gro_flush_timeout", "defer_hard_irqs", "rx/tx queues"]);
+    let mut devices = table(&[
+        "device",
+        "ifindex",
+        "driver",
+        "mtu",
+        "state",
+        "qdisc",
+        "threaded",
+        "gro_flush_timeout",
+        "defer_hard_irqs",
+        "rx/tx queues",
+    ]);
     for d in &topology.devices {
         let qdisc = d
             .qdisc
@@ -116,7 +127,17 @@ pub fn map(topology: &TopologyMap, host: &HostFacts, settings: &Settings) -> Str
     }
     let _ = writeln!(out, "\nDevices\n{devices}");
 
-    let mut napis = table(&["device", "napi", "irq", "rx queues", "tx queues", "defer", "gro_flush ns", "irq_suspend ns", "polled by"]);
+    let mut napis = table(&[
+        "device",
+        "napi",
+        "irq",
+        "rx queues",
+        "tx queues",
+        "defer",
+        "gro_flush ns",
+        "irq_suspend ns",
+        "polled by",
+    ]);
     for d in &topology.devices {
         for n in &d.napis {
             napis.add_row(vec![
@@ -139,7 +160,15 @@ pub fn map(topology: &TopologyMap, host: &HostFacts, settings: &Settings) -> Str
     }
 
     if !topology.irqs.is_empty() {
-        let mut irqs = table(&["irq", "name", "device", "queue", "affinity", "effective", "matched by"]);
+        let mut irqs = table(&[
+            "irq",
+            "name",
+            "device",
+            "queue",
+            "affinity",
+            "effective",
+            "matched by",
+        ]);
         for i in &topology.irqs {
             irqs.add_row(vec![
                 i.number.to_string(),
@@ -154,13 +183,34 @@ pub fn map(topology: &TopologyMap, host: &HostFacts, settings: &Settings) -> Str
         let _ = writeln!(out, "\nNetwork IRQs\n{irqs}");
     }
 
-    let mut queues = table(&["device", "queue", "napi", "rps_cpus", "rps_flow_cnt", "xps_cpus"]);
+    let mut queues = table(&[
+        "device",
+        "queue",
+        "napi",
+        "rps_cpus",
+        "rps_flow_cnt",
+        "xps_cpus",
+    ]);
     for d in &topology.devices {
         for q in &d.rx_queues {
-            queues.add_row(vec![d.name.clone(), format!("rx-{}", q.index), opt(q.napi_id), cpus(&q.rps_cpus), opt(q.rps_flow_cnt), String::new()]);
+            queues.add_row(vec![
+                d.name.clone(),
+                format!("rx-{}", q.index),
+                opt(q.napi_id),
+                cpus(&q.rps_cpus),
+                opt(q.rps_flow_cnt),
+                String::new(),
+            ]);
         }
         for q in &d.tx_queues {
-            queues.add_row(vec![d.name.clone(), format!("tx-{}", q.index), opt(q.napi_id), String::new(), String::new(), cpus(&q.xps_cpus)]);
+            queues.add_row(vec![
+                d.name.clone(),
+                format!("tx-{}", q.index),
+                opt(q.napi_id),
+                String::new(),
+                String::new(),
+                cpus(&q.xps_cpus),
+            ]);
         }
     }
     let _ = writeln!(out, "\nQueues\n{queues}");
@@ -168,7 +218,11 @@ pub fn map(topology: &TopologyMap, host: &HostFacts, settings: &Settings) -> Str
 }
 
 /// Mean of a per-interval metric, formatted; `*` marks tick-sampled values.
-fn cell(intervals: &[Interval], pick: impl Fn(&Interval) -> Option<&Metric>, fmt: impl Fn(f64) -> String) -> String {
+fn cell(
+    intervals: &[Interval],
+    pick: impl Fn(&Interval) -> Option<&Metric>,
+    fmt: impl Fn(f64) -> String,
+) -> String {
     match mean_over(intervals.iter().map(|i| (i, pick(i)))) {
         Some((m, _)) => {
             let mark = if m.source == Source::Tick { "*" } else { "" };
@@ -183,13 +237,34 @@ fn pct(v: f64) -> String {
 }
 
 fn cpu_table(obs: &Observation) -> Table {
-    let mut t = table(&["cpu", "irq/s", "net irq/s", "NET_RX/s", "NET_TX/s", "pkt/s", "pkt/softirq", "pkt/irq", "drop/s", "squeeze/s", "usr%", "sys%", "irq%", "sirq%", "idle%", "ksoftirqd%"]);
+    let mut t = table(&[
+        "cpu",
+        "irq/s",
+        "net irq/s",
+        "NET_RX/s",
+        "NET_TX/s",
+        "pkt/s",
+        "pkt/softirq",
+        "pkt/irq",
+        "drop/s",
+        "squeeze/s",
+        "usr%",
+        "sys%",
+        "irq%",
+        "sirq%",
+        "idle%",
+        "ksoftirqd%",
+    ]);
     for cpu in napilab_core::stats::cpus(obs) {
         let c = |pick: fn(&CpuInterval) -> Option<&Metric>, fmt: fn(f64) -> String| {
             cell(&obs.intervals, |i| i.cpu(cpu).and_then(pick), fmt)
         };
         let share = |pick: fn(&napilab_core::CpuTimeShares) -> &Metric| {
-            cell(&obs.intervals, |i| i.cpu(cpu).and_then(|c| c.time.as_ref()).map(pick), pct)
+            cell(
+                &obs.intervals,
+                |i| i.cpu(cpu).and_then(|c| c.time.as_ref()).map(pick),
+                pct,
+            )
         };
         t.add_row(vec![
             cpu.to_string(),
@@ -198,8 +273,14 @@ fn cpu_table(obs: &Observation) -> Table {
             c(|c| c.net_rx_softirqs.as_ref(), short),
             c(|c| c.net_tx_softirqs.as_ref(), short),
             c(|c| c.softnet_processed.as_ref(), short),
-            c(|c| c.packets_per_net_rx_softirq.as_ref(), |v| format!("{v:.1}")),
-            c(|c| c.packets_per_net_hardirq.as_ref(), |v| format!("{v:.1}")),
+            c(
+                |c| c.packets_per_net_rx_softirq.as_ref(),
+                |v| format!("{v:.1}"),
+            ),
+            c(
+                |c| c.packets_per_net_hardirq.as_ref(),
+                |v| format!("{v:.1}"),
+            ),
             c(|c| c.softnet_dropped.as_ref(), short),
             c(|c| c.time_squeeze.as_ref(), short),
             share(|s| &s.user),
@@ -214,7 +295,18 @@ fn cpu_table(obs: &Observation) -> Table {
 }
 
 fn device_table(obs: &Observation) -> Table {
-    let mut t = table(&["device", "rx pkt/s", "tx pkt/s", "rx Mbit/s", "tx Mbit/s", "rx drop/s", "tx drop/s", "qdisc", "qdisc drop/s", "backlog"]);
+    let mut t = table(&[
+        "device",
+        "rx pkt/s",
+        "tx pkt/s",
+        "rx Mbit/s",
+        "tx Mbit/s",
+        "rx drop/s",
+        "tx drop/s",
+        "qdisc",
+        "qdisc drop/s",
+        "backlog",
+    ]);
     for d in &obs.topology.devices {
         let c = |pick: fn(&DeviceInterval) -> Option<&Metric>, fmt: fn(f64) -> String| {
             cell(&obs.intervals, |i| i.device(&d.name).and_then(pick), fmt)
@@ -255,7 +347,14 @@ pub fn findings(findings: &[Finding]) -> String {
         let evidence: Vec<String> = f
             .evidence
             .iter()
-            .map(|e| format!("{}={} ({})", e.name, short(e.metric.value), e.metric.source.as_str()))
+            .map(|e| {
+                format!(
+                    "{}={} ({})",
+                    e.name,
+                    short(e.metric.value),
+                    e.metric.source.as_str()
+                )
+            })
             .collect();
         let _ = writeln!(out, "    evidence: {}", evidence.join(", "));
         let _ = writeln!(out, "    rule: {}", f.threshold);
@@ -294,7 +393,11 @@ pub fn observation(obs: &Observation, show_map: bool) -> String {
     } else {
         let _ = writeln!(out, "\nPer CPU\n{}", cpu_table(obs));
         let _ = writeln!(out, "\nPer device\n{}", device_table(obs));
-        let cpu_per_mbps = cell(&obs.intervals, |i| i.host.cpu_per_mbps.as_ref(), |v| format!("{v:.4}"));
+        let cpu_per_mbps = cell(
+            &obs.intervals,
+            |i| i.host.cpu_per_mbps.as_ref(),
+            |v| format!("{v:.4}"),
+        );
         let _ = writeln!(out, "\nHost: busy CPUs per received Mbit/s: {cpu_per_mbps}");
         let threads: Vec<String> = obs
             .intervals
@@ -304,7 +407,13 @@ pub fn observation(obs: &Observation, show_map: bool) -> String {
                     .iter()
                     .filter_map(|t| {
                         let m = mean_over(obs.intervals.iter().map(|iv| {
-                            (iv, iv.threads.iter().find(|x| x.pid == t.pid).and_then(|x| x.cpu.as_ref()))
+                            (
+                                iv,
+                                iv.threads
+                                    .iter()
+                                    .find(|x| x.pid == t.pid)
+                                    .and_then(|x| x.cpu.as_ref()),
+                            )
                         }))?;
                         (m.0.value > 0.0).then(|| format!("{} {:.1}%", t.name, m.0.value * 100.0))
                     })

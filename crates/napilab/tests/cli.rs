@@ -15,7 +15,9 @@ fn napilab(args: &[&str]) -> std::process::Output {
 }
 
 fn fixture(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(rel)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(rel)
 }
 
 #[test]
@@ -37,7 +39,10 @@ fn replay_of_a_foreign_file_is_refused_with_the_line() {
     let _ = std::fs::remove_dir_all(&dir);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("line 1") && err.contains("not a napilab recording"), "{err}");
+    assert!(
+        err.contains("line 1") && err.contains("not a napilab recording"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -67,7 +72,11 @@ fn root_without_proc_is_refused() {
 fn forwarding_recording_replays_with_findings() {
     let rec = fixture("forwarding.recording.jsonl");
     let out = napilab(&["observe", "--json", "--replay", rec.to_str().expect("path")]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let obs: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(obs["schema"], "napilab.observation/1");
     assert_eq!(obs["origin"]["kind"], "replay");
@@ -87,11 +96,21 @@ fn forwarding_recording_replays_with_findings() {
         .iter()
         .filter_map(|f| f["rule"].as_str())
         .collect();
-    for expected in ["tick_sampled_accounting", "egress_without_qdisc", "polling_mode_hides_load"] {
-        assert!(rules.contains(&expected), "{expected} missing from {rules:?}");
+    for expected in [
+        "tick_sampled_accounting",
+        "egress_without_qdisc",
+        "softirqs_exceed_rx_irqs",
+    ] {
+        assert!(
+            rules.contains(&expected),
+            "{expected} missing from {rules:?}"
+        );
     }
     // The report renders from the same recording.
     let text = napilab(&["observe", "--replay", rec.to_str().expect("path")]);
     let text = String::from_utf8_lossy(&text.stdout);
-    assert!(text.contains("Per CPU") && text.contains("Findings"), "{text}");
+    assert!(
+        text.contains("Per CPU") && text.contains("Findings"),
+        "{text}"
+    );
 }

@@ -19,7 +19,11 @@ fn napilab(ns: &Netns, args: &[&str]) -> Value {
         .args(args)
         .output()
         .expect("run napilab");
-    assert!(out.status.success(), "napilab {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "napilab {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).expect("napilab --json prints JSON")
 }
 
@@ -33,7 +37,8 @@ fn packets(obs: &Value, device: &str, field: &str) -> f64 {
             let d = i["devices"]
                 .as_array()
                 .and_then(|ds| ds.iter().find(|d| d["name"] == device));
-            d.and_then(|d| d[field]["value"].as_f64()).unwrap_or(0.0) * i["duration_s"].as_f64().unwrap_or(0.0)
+            d.and_then(|d| d[field]["value"].as_f64()).unwrap_or(0.0)
+                * i["duration_s"].as_f64().unwrap_or(0.0)
         })
         .sum()
 }
@@ -52,7 +57,10 @@ fn observe_counts_packets_and_maps_the_napi_thread() {
     // The map: vb has one NAPI instance, polled by its kthread napi/vb-<id>.
     let map = napilab(&ns, &["map", "--json"]);
     let devices = map["topology"]["devices"].as_array().expect("devices");
-    let vb = devices.iter().find(|d| d["name"] == "vb").expect("vb in map");
+    let vb = devices
+        .iter()
+        .find(|d| d["name"] == "vb")
+        .expect("vb in map");
     assert_eq!(vb["driver"], "veth");
     let napis = vb["napis"].as_array().expect("napis");
     assert_eq!(napis.len(), 1, "{vb:#}");
@@ -76,7 +84,15 @@ fn observe_counts_packets_and_maps_the_napi_thread() {
     sleep(Duration::from_millis(1200));
     let ping = ns
         .command("ping")
-        .args(["-q", "-f", "-c", &PACKETS.to_string(), "-w", "4", "10.77.0.2"])
+        .args([
+            "-q",
+            "-f",
+            "-c",
+            &PACKETS.to_string(),
+            "-w",
+            "4",
+            "10.77.0.2",
+        ])
         .output()
         .expect("ping");
     let ping_out = String::from_utf8_lossy(&ping.stdout);
@@ -85,7 +101,11 @@ fn observe_counts_packets_and_maps_the_napi_thread() {
         "ping lost packets: {ping_out}"
     );
     let out = observer.wait_with_output().expect("observe output");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let obs: Value = serde_json::from_slice(&out.stdout).expect("observation JSON");
 
     assert_eq!(obs["schema"], "napilab.observation/1");
@@ -94,14 +114,23 @@ fn observe_counts_packets_and_maps_the_napi_thread() {
     assert_eq!(packets(&obs, "vb", "rx_packets").round() as u64, PACKETS);
     assert_eq!(packets(&obs, "va", "rx_packets").round() as u64, PACKETS);
     assert_eq!(packets(&obs, "va", "tx_packets").round() as u64, PACKETS);
-    assert_eq!(obs["intervals"][0]["devices"][0]["rx_packets"]["source"], "proc");
+    assert_eq!(
+        obs["intervals"][0]["devices"][0]["rx_packets"]["source"],
+        "proc"
+    );
 
     // The NAPI thread did the work on vb and is reported with its CPU share.
-    let thread_seen = obs["intervals"].as_array().expect("intervals").iter().any(|i| {
-        i["threads"].as_array().is_some_and(|ts| {
-            ts.iter().any(|t| t["pid"].as_u64() == Some(pid) && t["role"]["napi_id"].as_u64() == Some(napi_id))
-        })
-    });
+    let thread_seen = obs["intervals"]
+        .as_array()
+        .expect("intervals")
+        .iter()
+        .any(|i| {
+            i["threads"].as_array().is_some_and(|ts| {
+                ts.iter().any(|t| {
+                    t["pid"].as_u64() == Some(pid) && t["role"]["napi_id"].as_u64() == Some(napi_id)
+                })
+            })
+        });
     assert!(thread_seen, "napi thread missing from intervals");
 
     // Findings: veth transmits without a qdisc; NET_RX softirqs without any RX IRQ
@@ -114,7 +143,11 @@ fn observe_counts_packets_and_maps_the_napi_thread() {
         .collect();
     assert!(rules.contains(&"egress_without_qdisc"), "{rules:?}");
     assert!(
-        obs["findings"].as_array().expect("findings").iter().any(|f| f["rule"] == "egress_without_qdisc" && f["subject"]["name"] == "va"),
+        obs["findings"]
+            .as_array()
+            .expect("findings")
+            .iter()
+            .any(|f| f["rule"] == "egress_without_qdisc" && f["subject"]["name"] == "va"),
         "{rules:?}"
     );
     if obs["host"]["accounting"] == "tick_sampled" {
@@ -135,18 +168,42 @@ fn observe_replays_its_own_recording() {
     let dir = std::env::temp_dir().join(format!("napilab-rec-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("tmp dir");
     let file = dir.join("rec.jsonl");
-    let live = napilab(&ns, &["observe", "--for", "1s", "--interval", "250ms", "--json", "--record", file.to_str().expect("path")]);
+    let live = napilab(
+        &ns,
+        &[
+            "observe",
+            "--for",
+            "1s",
+            "--interval",
+            "250ms",
+            "--json",
+            "--record",
+            file.to_str().expect("path"),
+        ],
+    );
     let replayed: Value = {
         let out = Command::new(env!("CARGO_BIN_EXE_napilab"))
-            .args(["observe", "--json", "--replay", file.to_str().expect("path")])
+            .args([
+                "observe",
+                "--json",
+                "--replay",
+                file.to_str().expect("path"),
+            ])
             .output()
             .expect("replay");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         serde_json::from_slice(&out.stdout).expect("json")
     };
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(replayed["origin"]["kind"], "replay");
-    assert_eq!(live["intervals"], replayed["intervals"], "replay must reproduce the live analysis");
+    assert_eq!(
+        live["intervals"], replayed["intervals"],
+        "replay must reproduce the live analysis"
+    );
     assert_eq!(live["findings"], replayed["findings"]);
     assert_eq!(live["topology"], replayed["topology"]);
 }

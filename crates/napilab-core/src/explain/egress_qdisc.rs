@@ -2,9 +2,9 @@
 //! devices and of mac80211 WiFi) sends in the caller's context, so the whole path stays
 //! on the ingress core; with a qdisc, the TX softirq can drain it on another core.
 
-use crate::stats::{mean_over, short};
 use crate::finding::{Evidence, Finding, RuleId, Severity, Subject};
 use crate::observation::Observation;
+use crate::stats::{mean_over, short};
 
 /// Transmit rate from which the rule speaks.
 pub const MIN_TX_PACKETS_PER_SECOND: f64 = 1_000.0;

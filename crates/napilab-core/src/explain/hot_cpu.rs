@@ -2,10 +2,10 @@
 //! headroom. Packet work piles up where IRQs, NAPI threads or `napi_schedule` callers put
 //! it (misreading 6 is the trace-level form of this).
 
-use crate::stats::{cpu_mean, cpus, mean_over, short};
 use crate::finding::{Evidence, Finding, RuleId, Severity, Subject};
 use crate::metric::{Metric, Source};
 use crate::observation::Observation;
+use crate::stats::{cpu_mean, cpus, mean_over, short};
 use crate::units::Unit;
 
 /// Busy share from which a CPU counts as hot.

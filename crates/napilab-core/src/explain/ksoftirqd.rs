@@ -2,9 +2,9 @@
 //! (after 10 restarts or ~2 ms) are handed to `ksoftirqd/N`, an ordinary SCHED_OTHER
 //! thread that competes with applications for the CPU.
 
-use crate::stats::{cpu_mean, cpus};
 use crate::finding::{Evidence, Finding, RuleId, Severity, Subject};
 use crate::observation::Observation;
+use crate::stats::{cpu_mean, cpus};
 
 /// ksoftirqd CPU share from which the rule speaks.
 pub const MIN_KSOFTIRQD_SHARE: f64 = 0.05;

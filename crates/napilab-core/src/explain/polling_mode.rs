@@ -2,9 +2,9 @@
 //! (many packets per softirq or per IRQ) it is in polling mode: IRQs stay masked while
 //! work remains, so at saturation IRQ rates fall towards zero while the CPU is 100% busy.
 
-use crate::stats::{cpu_mean, cpus, short};
 use crate::finding::{Evidence, Finding, RuleId, Severity, Subject};
 use crate::observation::Observation;
+use crate::stats::{cpu_mean, cpus, short};
 
 /// Packet rate below which batching is not worth a finding.
 pub const MIN_PACKETS_PER_SECOND: f64 = 10_000.0;

@@ -2,10 +2,10 @@
 //! NET_RX_SOFTIRQ (reclaim runs inside the NAPI poll), several devices can share one
 //! CPU's poll list, and software raises it too (veth transmit, RPS IPIs, busy polling).
 
-use crate::stats::{cpus, mean_over, short};
 use crate::finding::{Evidence, Finding, RuleId, Severity, Subject};
 use crate::metric::{Metric, Source};
 use crate::observation::{Interval, Observation};
+use crate::stats::{cpus, mean_over, short, sum};
 use crate::units::Unit;
 
 /// NET_RX softirq rate below which the rule stays silent.
@@ -15,7 +15,7 @@ pub const EXCESS_FACTOR: f64 = 1.2;
 
 /// RX (or combined) IRQs of network devices taken by `cpu` in the interval, per second.
 fn rx_irqs_on(interval: &Interval, observation: &Observation, cpu: u32) -> f64 {
-    interval
+    sum(interval
         .irqs
         .iter()
         .filter(|irq| {
@@ -24,8 +24,7 @@ fn rx_irqs_on(interval: &Interval, observation: &Observation, cpu: u32) -> f64 {
         })
         .flat_map(|irq| irq.per_cpu.iter())
         .filter(|(c, _)| *c == cpu)
-        .map(|(_, m)| m.value)
-        .sum()
+        .map(|(_, m)| m.value))
 }
 
 pub fn check(observation: &Observation) -> Vec<Finding> {
@@ -68,7 +67,7 @@ pub fn check(observation: &Observation) -> Vec<Finding> {
         if softirqs.value <= rx_irqs.value * EXCESS_FACTOR {
             continue;
         }
-        let tx_irqs: f64 = observation
+        let tx_irqs = sum(observation
             .intervals
             .iter()
             .filter(|i| intervals.contains(&i.index))
@@ -82,8 +81,7 @@ pub fn check(observation: &Observation) -> Vec<Finding> {
             })
             .flat_map(|irq| irq.per_cpu.iter())
             .filter(|(c, _)| *c == cpu)
-            .map(|(_, m)| m.value)
-            .sum::<f64>()
+            .map(|(_, m)| m.value))
             / intervals.len().max(1) as f64;
         let why = if rx_irqs.value < 1.0 {
             "no RX IRQ of a network device arrives on this CPU, so the softirqs are raised by software: a veth or loopback transmit, RPS IPIs from other CPUs, or busy polling"

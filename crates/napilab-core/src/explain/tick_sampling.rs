@@ -2,10 +2,10 @@
 //! /proc/stat are tick-sampled. Measuring the size of the error needs tracepoints
 //! (observe --trace); without them napilab says the figures are sampled and how coarse.
 
-use crate::stats::{cpu_mean, cpus};
 use crate::finding::{Evidence, Finding, RuleId, Severity, Subject};
 use crate::metric::Source;
 use crate::observation::{CpuAccounting, Observation};
+use crate::stats::{cpu_mean, cpus};
 
 /// NET_RX softirqs per second (any CPU) from which the caveat becomes a warning.
 pub const PACKET_WORK_SOFTIRQS: f64 = 100.0;

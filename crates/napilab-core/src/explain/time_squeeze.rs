@@ -2,10 +2,10 @@
 //! used its packet budget (`netdev_budget`, default 300) or its time limit
 //! (`netdev_budget_usecs`), and re-raised the softirq.
 
-use crate::stats::{cpu_mean, cpus, short};
 use crate::finding::{Evidence, Finding, RuleId, Severity, Subject};
 use crate::metric::{Metric, Source};
 use crate::observation::Observation;
+use crate::stats::{cpu_mean, cpus, short};
 use crate::units::Unit;
 
 /// Squeezes per second from which the rule speaks.
