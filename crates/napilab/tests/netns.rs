@@ -1,13 +1,16 @@
-//! Shared namespace fixture for the root integration tests: a private network
-//! namespace named `napilab-test-<pid>-<tag>` holding a veth pair with private addresses.
-//! Traffic never leaves it, and it is deleted on drop, also when a test panics.
+//! Shared fixture for the root integration tests: two private network namespaces,
+//! `napilab-test-<pid>-<tag>-a` and `-b`, joined by a veth pair `va` (in a, 10.77.0.1)
+//! <-> `vb` (in b, 10.77.0.2). The ends must live in different namespaces: with both
+//! addresses in one namespace the kernel routes the traffic over loopback. Traffic never
+//! leaves the pair, and both namespaces are deleted on drop, also when a test panics.
 
 #![allow(dead_code)]
 
 use std::process::{Command, Output};
 
-pub struct Netns {
-    pub name: String,
+pub struct VethPair {
+    pub a: String,
+    pub b: String,
 }
 
 pub fn is_root() -> bool {
@@ -27,52 +30,78 @@ fn run(cmd: &mut Command) -> Result<Output, String> {
     }
 }
 
-impl Netns {
-    /// Creates the namespace; `Err` carries why (the caller prints it and skips).
-    pub fn create(tag: &str) -> Result<Netns, String> {
+fn sh_in(ns: &str, script: &str) -> Result<String, String> {
+    run(Command::new("ip").args(["netns", "exec", ns, "sh", "-ec", script]))
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+impl VethPair {
+    /// Creates both namespaces and the pair, with static neighbours and IPv6 off so that
+    /// only the test's own packets cross it. GRO on `vb` gives it a NAPI instance
+    /// (domain.md section 6); `threaded` switches that instance to a NAPI kthread.
+    /// `Err` carries why it could not (the caller prints it and skips).
+    pub fn create(tag: &str, threaded: bool) -> Result<VethPair, String> {
         if !is_root() {
             return Err("needs root to create network namespaces".into());
         }
-        let name = format!("napilab-test-{}-{tag}", std::process::id());
-        run(Command::new("ip").args(["netns", "add", &name]))?;
-        Ok(Netns { name })
+        let base = format!("napilab-test-{}-{tag}", std::process::id());
+        let pair = VethPair {
+            a: format!("{base}-a"),
+            b: format!("{base}-b"),
+        };
+        run(Command::new("ip").args(["netns", "add", &pair.a]))?;
+        run(Command::new("ip").args(["netns", "add", &pair.b]))?;
+        for ns in [&pair.a, &pair.b] {
+            sh_in(ns, "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1; ip link set lo up")?;
+        }
+        run(Command::new("ip").args([
+            "link", "add", "va", "netns", &pair.a, "type", "veth", "peer", "name", "vb", "netns",
+            &pair.b,
+        ]))?;
+        sh_in(
+            &pair.a,
+            "ip addr add 10.77.0.1/30 dev va; ip link set va up",
+        )?;
+        sh_in(
+            &pair.b,
+            &format!(
+                "ip addr add 10.77.0.2/30 dev vb; ip link set vb up
+                 ethtool -K vb gro on >/dev/null
+                 echo {} > /sys/class/net/vb/threaded",
+                u8::from(threaded)
+            ),
+        )?;
+        let mac_b = sh_in(&pair.b, "cat /sys/class/net/vb/address")?;
+        let mac_a = sh_in(&pair.a, "cat /sys/class/net/va/address")?;
+        sh_in(
+            &pair.a,
+            &format!(
+                "ip neigh replace 10.77.0.2 lladdr {} dev va nud permanent",
+                mac_b.trim()
+            ),
+        )?;
+        sh_in(
+            &pair.b,
+            &format!(
+                "ip neigh replace 10.77.0.1 lladdr {} dev vb nud permanent",
+                mac_a.trim()
+            ),
+        )?;
+        Ok(pair)
     }
 
-    pub fn sh(&self, script: &str) -> Result<String, String> {
-        run(Command::new("ip").args(["netns", "exec", &self.name, "sh", "-ec", script]))
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-    }
-
-    pub fn command(&self, program: &str) -> Command {
+    /// A command run inside namespace `ns` (one of `self.a`, `self.b`).
+    pub fn command(&self, ns: &str, program: &str) -> Command {
         let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.name, program]);
+        cmd.args(["netns", "exec", ns, program]);
         cmd
-    }
-
-    /// veth pair `va` (10.77.0.1) <-> `vb` (10.77.0.2) with static neighbours and IPv6
-    /// off, so that only the test's own packets cross it. GRO on `vb` gives it a NAPI
-    /// instance (domain.md section 6).
-    pub fn veth_pair(&self, threaded: bool) -> Result<(), String> {
-        self.sh(&format!(
-            "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
-             ip link add va type veth peer name vb
-             ip addr add 10.77.0.1/30 dev va
-             ip addr add 10.77.0.2/30 dev vb
-             ip link set va up; ip link set vb up; ip link set lo up
-             ethtool -K vb gro on >/dev/null
-             ip neigh replace 10.77.0.2 lladdr $(cat /sys/class/net/vb/address) dev va nud permanent
-             ip neigh replace 10.77.0.1 lladdr $(cat /sys/class/net/va/address) dev vb nud permanent
-             echo {} > /sys/class/net/vb/threaded",
-            u8::from(threaded)
-        ))
-        .map(|_| ())
     }
 }
 
-impl Drop for Netns {
+impl Drop for VethPair {
     fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
+        for ns in [&self.a, &self.b] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
     }
 }
