@@ -1,9 +1,8 @@
 //! Turns two consecutive samples into one [`Interval`] of rates and shares.
 //!
-//! Counter handling: a u64 counter that goes backwards was reset (device re-created,
-//! CPU re-onlined), so its metric is left out of that interval rather than reported as a
-//! huge wrap. The netdev qstats counters arrive truncated to 32 bits (see
-//! `netlink::QueueStats`), so those deltas are taken modulo 2^32.
+//! Counter handling: the kernel's counters here are all 64-bit, so one that goes
+//! backwards was reset (device re-created, CPU re-onlined) and its metric is left out of
+//! that interval rather than reported as a huge wrap.
 
 use std::collections::BTreeSet;
 
@@ -28,16 +27,6 @@ pub struct DeriveContext<'a> {
 
 fn delta(prev: u64, cur: u64) -> Option<u64> {
     cur.checked_sub(prev)
-}
-
-fn delta_u32_wrapping(prev: u64, cur: u64) -> Option<u64> {
-    if cur >= prev {
-        Some(cur - prev)
-    } else if prev <= u64::from(u32::MAX) && cur <= u64::from(u32::MAX) {
-        Some((cur + (1u64 << 32)) - prev)
-    } else {
-        None
-    }
 }
 
 fn ratio(num: Option<&Metric>, den: Option<&Metric>, how: &str) -> Option<Metric> {
@@ -373,7 +362,7 @@ fn derive_devices(prev: &Sample, cur: &Sample, seconds: f64) -> Vec<DeviceInterv
                         let rate = |f: fn(&crate::netlink::QueueStats) -> Option<u64>,
                                     unit: Unit,
                                     scale: u64| {
-                            let d = delta_u32_wrapping(f(before?)?, f(q)?)?;
+                            let d = delta(f(before?)?, f(q)?)?;
                             Metric::rate(d.saturating_mul(scale), seconds, unit, Source::Proc)
                         };
                         QueueInterval {
@@ -445,17 +434,5 @@ fn derive_host(cpus: &[CpuInterval], devices: &[DeviceInterval]) -> HostInterval
     HostInterval {
         rx_bits,
         cpu_per_mbps,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn u32_wrapping_delta() {
-        assert_eq!(delta_u32_wrapping(10, 15), Some(5));
-        assert_eq!(delta_u32_wrapping(u64::from(u32::MAX) - 1, 3), Some(5));
-        assert_eq!(delta_u32_wrapping(1 << 40, 3), None);
     }
 }

@@ -2,7 +2,7 @@
 //! [`Observation`] with findings out.
 
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use napilab_core::{explain, Interval, Observation, Origin, OriginKind, OBSERVATION_SCHEMA};
 
@@ -170,13 +170,13 @@ pub fn replay(path: &Path) -> Result<Observation, crate::record::RecordError> {
     Ok(analysis.finish(OriginKind::Replay))
 }
 
-/// Sleeps until `deadline`, waking early when `stop` is set (Ctrl-C).
-pub fn sleep_until(deadline: std::time::Instant, stop: &std::sync::atomic::AtomicBool) {
-    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        let now = std::time::Instant::now();
-        if now >= deadline {
-            return;
-        }
-        std::thread::sleep((deadline - now).min(Duration::from_millis(50)));
+/// Blocks until `deadline` or until a message arrives on `stop` (Ctrl-C); true when
+/// stopped. Blocking on the channel instead of polling a flag keeps an idle observer at
+/// one wake-up per sample, which is most of its cost budget.
+pub fn wait_until(deadline: std::time::Instant, stop: &std::sync::mpsc::Receiver<()>) -> bool {
+    let timeout = deadline.saturating_duration_since(std::time::Instant::now());
+    match stop.recv_timeout(timeout) {
+        Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => true,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => false,
     }
 }

@@ -2,13 +2,12 @@
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use napilab_core::{Observation, OriginKind};
-use napilab_probe::observe::{describe_host, replay, sleep_until, Analysis};
+use napilab_probe::observe::{describe_host, replay, wait_until, Analysis};
 use napilab_probe::record::RecordingWriter;
 use napilab_probe::sample::Sampler;
 
@@ -67,11 +66,7 @@ fn observe_live(options: &Options) -> Result<Observation> {
         );
     }
     let use_netlink = options.root.is_none();
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, Arc::clone(&stop))
-            .context("cannot install the Ctrl-C handler")?;
-    }
+    let stop = stop_on_signals()?;
     let header = describe_host(root, use_netlink);
     let mut writer = match &options.record {
         Some(path) => Some(RecordingWriter::create(path, &header).with_context(|| {
@@ -90,8 +85,7 @@ fn observe_live(options: &Options) -> Result<Observation> {
     let mut last_rescan = start;
     for step in 0..=steps {
         let deadline = start + options.interval * u32::try_from(step).unwrap_or(u32::MAX);
-        sleep_until(deadline, &stop);
-        if stop.load(Ordering::Relaxed) {
+        if wait_until(deadline, &stop) {
             eprintln!(
                 "napilab: interrupted: reporting the {} complete interval(s)",
                 analysis.intervals().len()
@@ -121,6 +115,23 @@ fn observe_live(options: &Options) -> Result<Observation> {
         );
     }
     Ok(analysis.finish(OriginKind::Live))
+}
+
+/// A channel that receives a message on SIGINT or SIGTERM, so the sampling loop can
+/// block until its next deadline and still stop at once.
+fn stop_on_signals() -> Result<mpsc::Receiver<()>> {
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])
+    .context("cannot install the Ctrl-C handler")?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        if signals.forever().next().is_some() {
+            let _ = tx.send(());
+        }
+    });
+    Ok(rx)
 }
 
 fn progress_bar(steps: u64, interval: Duration) -> indicatif::ProgressBar {

@@ -74,8 +74,11 @@ pub(crate) fn classify(
     match errno {
         Some(libc::EPERM) | Some(libc::EACCES) => ErrorClass::Permission,
         Some(libc::EOPNOTSUPP) => ErrorClass::Unsupported,
-        // socket(AF_NETLINK, .., proto) fails this way when the protocol is absent.
-        Some(libc::EPROTONOSUPPORT) | Some(libc::EAFNOSUPPORT) if stage == Stage::Request => {
+        // socket(AF_NETLINK, .., proto) fails this way when the protocol is absent,
+        // and setsockopt(NETLINK_EXT_ACK) before Linux 4.12.
+        Some(libc::EPROTONOSUPPORT) | Some(libc::EAFNOSUPPORT) | Some(libc::ENOPROTOOPT)
+            if stage == Stage::Request =>
+        {
             ErrorClass::Unsupported
         }
         Some(libc::ENOENT) | Some(libc::EINVAL) if generic => ErrorClass::Unsupported,
@@ -91,8 +94,12 @@ pub(crate) struct Failure {
     pub(crate) stage: Stage,
     pub(crate) errno: Option<i32>,
     pub(crate) kind: io::ErrorKind,
-    /// Human text: the io error, plus the kernel's extended-ack message if any.
+    /// The io error as text.
     pub(crate) text: String,
+    /// The kernel's extended-ack message: which attribute or value it disliked.
+    pub(crate) ext_ack: Option<String>,
+    /// The local call that failed, when it was not the request itself.
+    pub(crate) call: Option<&'static str>,
 }
 
 impl Failure {
@@ -103,26 +110,56 @@ impl Failure {
             errno: err.raw_os_error(),
             kind: err.kind(),
             text: err.to_string(),
+            ext_ack: None,
+            call: None,
         }
+    }
+
+    /// Recovers the errno of a failed socket setup.
+    ///
+    /// netlink-socket2 0.3.5 reports a failed `socket(2)` or
+    /// `setsockopt(NETLINK_EXT_ACK)` as `from_raw_os_error(-ret)`, i.e. always EPERM,
+    /// which would read as "run as root". Nothing else yields EPERM before the
+    /// request is sent (family resolution needs no privilege), so on EPERM the two
+    /// calls are repeated here to learn the real errno.
+    pub(crate) fn fix_socket_errno(mut self, protonum: u16) -> Self {
+        if self.stage != Stage::Request || self.errno != Some(libc::EPERM) {
+            return self;
+        }
+        match socket_setup_errno(protonum) {
+            Some((errno, call)) => {
+                let err = io::Error::from_raw_os_error(errno);
+                self.errno = Some(errno);
+                self.kind = err.kind();
+                self.text = err.to_string();
+                self.call = Some(call);
+            }
+            None => {
+                // The setup works now (a transient EMFILE?): the errno is lost.
+                self.errno = None;
+                self.kind = io::ErrorKind::Other;
+                self.text = "failed, errno unknown".to_string();
+                self.call = Some("opening a netlink socket");
+            }
+        }
+        self
     }
 
     /// From an error message in the kernel's reply.
     pub(crate) fn reply(err: &ReplyError) -> Self {
         let io = err.as_io_error();
-        let mut text = io.to_string();
-        // The extended ack says which attribute or value the kernel disliked; keep it.
-        if let Some(msg) = err.ext_ack().and_then(|a| a.get_msg().ok()) {
-            let msg = msg.to_string_lossy();
-            if !msg.is_empty() {
-                text.push_str(": ");
-                text.push_str(&msg);
-            }
-        }
+        let ext_ack = err
+            .ext_ack()
+            .and_then(|a| a.get_msg().ok())
+            .map(|m| m.to_string_lossy().into_owned())
+            .filter(|m| !m.is_empty());
         Self {
             stage: Stage::Reply,
             errno: io.raw_os_error(),
             kind: io.kind(),
-            text,
+            text: io.to_string(),
+            ext_ack,
+            call: None,
         }
     }
 
@@ -139,17 +176,27 @@ impl Failure {
     }
 
     /// Builds the public error; `what` names the request ("netdev napi-get dump").
-    pub(crate) fn into_error(self, family: &'static str, generic: bool, what: &str) -> NetlinkError {
+    pub(crate) fn into_error(
+        self,
+        family: &'static str,
+        generic: bool,
+        what: &str,
+    ) -> NetlinkError {
+        let mut what = what.to_string();
+        if let Some(call) = self.call {
+            what = format!("{what}, in {call}");
+        }
+        if let Some(ext_ack) = &self.ext_ack {
+            what = format!("{what} (kernel: {ext_ack})");
+        }
         match self.class(generic) {
             ErrorClass::Unsupported => NetlinkError::Unsupported {
                 family,
                 why: format!("{what}: {}", self.text),
             },
-            ErrorClass::Permission => NetlinkError::Permission {
-                what: what.to_string(),
-            },
+            ErrorClass::Permission => NetlinkError::Permission { what },
             ErrorClass::Other => NetlinkError::Kernel {
-                what: format!("{what} ({})", self.text),
+                what,
                 source: match self.errno {
                     Some(errno) => io::Error::from_raw_os_error(errno),
                     None => io::Error::new(self.kind, self.text),
@@ -157,6 +204,40 @@ impl Failure {
             },
         }
     }
+}
+
+/// Repeats netlink-socket2's socket setup; the failing call and its errno, if any.
+fn socket_setup_errno(protonum: u16) -> Option<(i32, &'static str)> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let errno = || io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    // SAFETY: plain socket(2) call.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            i32::from(protonum),
+        )
+    };
+    if fd < 0 {
+        return Some((errno(), "socket(AF_NETLINK)"));
+    }
+    // SAFETY: a fresh descriptor owned by nobody else; closed on drop.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let one: u32 = 1;
+    // SAFETY: valid descriptor, option value pointer and length.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_NETLINK,
+            libc::NETLINK_EXT_ACK,
+            (&one as *const u32).cast(),
+            4,
+        )
+    };
+    if rc < 0 {
+        return Some((errno(), "setsockopt(NETLINK_EXT_ACK)"));
+    }
+    None
 }
 
 #[cfg(test)]
@@ -218,6 +299,28 @@ mod tests {
     }
 
     #[test]
+    fn socket_eperm_from_netlink_socket2_is_not_a_permission_error() {
+        // Protocol 31 (MAX_LINKS - 1) is unassigned, so socket(2) really fails.
+        let f = Failure::request(&io::Error::from_raw_os_error(libc::EPERM)).fix_socket_errno(31);
+        assert_eq!(f.errno, Some(libc::EPROTONOSUPPORT), "{f:?}");
+        assert_eq!(f.class(false), ErrorClass::Unsupported);
+        // Rtnetlink opens fine, so the errno is unknown rather than EPERM.
+        let f = Failure::request(&io::Error::from_raw_os_error(libc::EPERM)).fix_socket_errno(0);
+        assert_eq!(f.class(false), ErrorClass::Other, "{f:?}");
+        // EPERM from the kernel's reply is left alone.
+        let f = Failure {
+            stage: Stage::Reply,
+            errno: Some(libc::EPERM),
+            kind: io::ErrorKind::PermissionDenied,
+            text: String::new(),
+            ext_ack: None,
+            call: None,
+        }
+        .fix_socket_errno(0);
+        assert_eq!(f.class(false), ErrorClass::Permission);
+    }
+
+    #[test]
     fn family_without_id_is_unsupported() {
         assert_eq!(
             classify(true, Stage::Request, None, io::ErrorKind::Unsupported),
@@ -236,10 +339,15 @@ mod tests {
             errno: Some(libc::ENODEV),
             kind: io::ErrorKind::Other,
             text: "No such device".into(),
+            ext_ack: Some("no device matches name".into()),
+            call: None,
         };
         match f.into_error("ethtool", true, "ethtool channels-get") {
             NetlinkError::Kernel { what, source } => {
-                assert!(what.contains("ethtool channels-get"), "{what}");
+                assert_eq!(
+                    what,
+                    "ethtool channels-get (kernel: no device matches name)"
+                );
                 assert_eq!(source.raw_os_error(), Some(libc::ENODEV));
             }
             other => panic!("expected Kernel, got {other:?}"),

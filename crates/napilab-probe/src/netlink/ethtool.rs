@@ -3,6 +3,11 @@
 //! (ethtool netlink has no driver-info message).
 //!
 //! Not on the per-second path: a request is encoded per call.
+//!
+//! netlink-bindings 0.3.5 numbers the ethtool commands as if notifications shared
+//! the request id space (it sends 24 for channels-get), which the kernel answers
+//! with EOPNOTSUPP. The command byte is therefore overwritten with the values of
+//! `include/uapi/linux/ethtool_netlink.h`, which are ABI and never change.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -17,6 +22,11 @@ use super::{dump, EthtoolSettings, Netlink, NetlinkError};
 
 type Pairs = Vec<(String, u64)>;
 
+// ETHTOOL_MSG_*_GET, userspace-to-kernel ids (see the module comment).
+const ETHTOOL_MSG_RINGS_GET: u8 = 15;
+const ETHTOOL_MSG_CHANNELS_GET: u8 = 17;
+const ETHTOOL_MSG_COALESCE_GET: u8 = 19;
+
 pub(crate) fn settings(
     nl: &mut Netlink,
     ifindex: u32,
@@ -25,14 +35,17 @@ pub(crate) fn settings(
     let driver = driver_name(nl, ifname)?;
 
     let mut req = et::Request::new().op_channels_get_do();
+    req.header_mut().cmd = ETHTOOL_MSG_CHANNELS_GET;
     push_header(req.encode().nested_header(), ifindex, ifname);
     let channels = part(nl, "ethtool channels-get", &req, decode_channels)?;
 
     let mut req = et::Request::new().op_rings_get_do();
+    req.header_mut().cmd = ETHTOOL_MSG_RINGS_GET;
     push_header(req.encode().nested_header(), ifindex, ifname);
     let rings = part(nl, "ethtool rings-get", &req, decode_rings)?;
 
     let mut req = et::Request::new().op_coalesce_get_do();
+    req.header_mut().cmd = ETHTOOL_MSG_COALESCE_GET;
     push_header(req.encode().nested_header(), ifindex, ifname);
     let coalesce = part(nl, "ethtool coalesce-get", &req, decode_coalesce)?;
 
@@ -46,7 +59,11 @@ pub(crate) fn settings(
 
 /// Names the device in the request header: by index when known (names can be reused
 /// after a rename), else by name.
-fn push_header<P: netlink_bindings::traits::Pusher>(h: et::PushHeader<P>, ifindex: u32, ifname: &str) {
+fn push_header<P: netlink_bindings::traits::Pusher>(
+    h: et::PushHeader<P>,
+    ifindex: u32,
+    ifname: &str,
+) {
     let h = if ifindex != 0 {
         h.push_dev_index(ifindex)
     } else {
@@ -57,7 +74,12 @@ fn push_header<P: netlink_bindings::traits::Pusher>(h: et::PushHeader<P>, ifinde
 
 /// Runs one ethtool "get" request. `Ok(None)` when the driver lacks the operation
 /// (EOPNOTSUPP) or the kernel lacks the family.
-fn part<R, F>(nl: &mut Netlink, what: &str, req: &R, mut decode: F) -> Result<Option<Pairs>, NetlinkError>
+fn part<R, F>(
+    nl: &mut Netlink,
+    what: &str,
+    req: &R,
+    mut decode: F,
+) -> Result<Option<Pairs>, NetlinkError>
 where
     R: NetlinkRequest,
     F: for<'b> FnMut(R::ReplyType<'b>) -> Pairs,

@@ -6,12 +6,12 @@
 //! the per-second sampling (`links()` + `qdiscs()`) costs two syscall round trips and
 //! the decoding, with no socket setup or family lookup.
 //!
-//! Kernel-version notes (domain.md sections 3 and 6): the `netdev` family appeared in
-//! 6.5 (`dev-get`), `queue-get`/`napi-get` in 6.8, `qstats-get` in 6.10, the per-NAPI
-//! parameters (`defer-hard-irqs`, `gro-flush-timeout`) in 6.13, `irq-suspend-timeout`
-//! in 6.13, and the per-NAPI `threaded` attribute later still. A missing family or
-//! operation is reported as [`NetlinkError::Unsupported`]; a missing attribute is
-//! `None`.
+//! Kernel-version notes (domain.md sections 3 and 6), approximate: the `netdev` family
+//! appeared in 6.3 (`dev-get`, XDP features), `queue-get`/`napi-get` in 6.8,
+//! `qstats-get` in 6.9 (most drivers implement it from 6.10 on), the per-NAPI
+//! `defer-hard-irqs`, `gro-flush-timeout` and `irq-suspend-timeout` in 6.13, and the
+//! per-NAPI `threaded` attribute later still. A missing family or operation is
+//! reported as [`NetlinkError::Unsupported`]; a missing attribute is `None`.
 //!
 //! Sockets are opened lazily, on the first request: they belong to the network
 //! namespace of the thread that makes that first request, and stay there.
@@ -23,12 +23,12 @@ mod rtnl;
 
 use std::os::fd::OwnedFd;
 
-use netlink_bindings::traits::NetlinkRequest;
+use netlink_bindings::traits::{NetlinkRequest, Protocol};
 use netlink_bindings::{netdev as nd, rt_link, tc};
 use netlink_socket2::NetlinkSocket;
 
-pub use error::NetlinkError;
 use error::Failure;
+pub use error::NetlinkError;
 
 /// Counters and identity of one network device, from an `RTM_GETLINK` dump.
 ///
@@ -158,7 +158,7 @@ pub enum QueueType {
 }
 
 /// Per-queue driver statistics, from a netdev `qstats-get` dump with scope `queue`
-/// (Linux 6.10+, drivers with `netdev_stat_ops`).
+/// (Linux 6.9+, drivers with `netdev_stat_ops`).
 ///
 /// Counters are decoded from the raw attributes, so they do not wrap at 2^32. Per the
 /// kernel documentation they count since the queue was last reconfigured and need
@@ -230,7 +230,7 @@ impl Op {
             Op::Qdiscs => "rtnetlink RTM_GETQDISC dump",
             Op::Napis => "netdev napi-get dump (Linux 6.8+)",
             Op::Queues => "netdev queue-get dump (Linux 6.8+)",
-            Op::Qstats => "netdev qstats-get dump, scope queue (Linux 6.10+)",
+            Op::Qstats => "netdev qstats-get dump, scope queue (Linux 6.9+)",
         }
     }
 }
@@ -317,7 +317,12 @@ impl Netlink {
     pub fn napis(&mut self) -> Result<Vec<NapiEntry>, NetlinkError> {
         self.check_refused(Op::Napis)?;
         let mut out = Vec::with_capacity(self.last_len[Op::Napis as usize]);
-        let res = dump(&mut self.sock, &self.napi_get, &mut out, netdev::decode_napi);
+        let res = dump(
+            &mut self.sock,
+            &self.napi_get,
+            &mut out,
+            netdev::decode_napi,
+        );
         self.finish(Op::Napis, res, out)
     }
 
@@ -325,7 +330,12 @@ impl Netlink {
     pub fn queues(&mut self) -> Result<Vec<QueueEntry>, NetlinkError> {
         self.check_refused(Op::Queues)?;
         let mut out = Vec::with_capacity(self.last_len[Op::Queues as usize]);
-        let res = dump(&mut self.sock, &self.queue_get, &mut out, netdev::decode_queue);
+        let res = dump(
+            &mut self.sock,
+            &self.queue_get,
+            &mut out,
+            netdev::decode_queue,
+        );
         self.finish(Op::Queues, res, out)
     }
 
@@ -333,11 +343,16 @@ impl Netlink {
     ///
     /// Only devices whose driver implements queue stats appear (virtio_net, mlx5,
     /// bnxt, ...; not veth), so an empty result is normal. Unsupported when the
-    /// kernel lacks the operation (before 6.10).
+    /// kernel lacks the operation (before 6.9).
     pub fn qstats(&mut self) -> Result<Vec<QueueStats>, NetlinkError> {
         self.check_refused(Op::Qstats)?;
         let mut out = Vec::with_capacity(self.last_len[Op::Qstats as usize]);
-        let res = dump(&mut self.sock, &self.qstats_get, &mut out, netdev::decode_qstats);
+        let res = dump(
+            &mut self.sock,
+            &self.qstats_get,
+            &mut out,
+            netdev::decode_qstats,
+        );
         self.finish(Op::Qstats, res, out)
     }
 
@@ -358,7 +373,12 @@ impl Netlink {
         }
     }
 
-    fn finish<T>(&mut self, op: Op, res: Result<(), Failure>, out: Vec<T>) -> Result<Vec<T>, NetlinkError> {
+    fn finish<T>(
+        &mut self,
+        op: Op,
+        res: Result<(), Failure>,
+        out: Vec<T>,
+    ) -> Result<Vec<T>, NetlinkError> {
         match res {
             Ok(()) => {
                 self.last_len[op as usize] = out.len();
@@ -380,12 +400,23 @@ impl Netlink {
 ///
 /// The dump is always read to its end, even past a message that does not decode:
 /// the kernel refuses a new dump on a socket whose previous dump is unfinished.
-fn dump<R, T, F>(sock: &mut NetlinkSocket, req: &R, out: &mut Vec<T>, mut decode: F) -> Result<(), Failure>
+fn dump<R, T, F>(
+    sock: &mut NetlinkSocket,
+    req: &R,
+    out: &mut Vec<T>,
+    mut decode: F,
+) -> Result<(), Failure>
 where
     R: NetlinkRequest,
     F: for<'b> FnMut(R::ReplyType<'b>) -> Option<T>,
 {
-    let mut reply = sock.request(req).map_err(|e| Failure::request(&e))?;
+    let protonum = match req.protocol() {
+        Protocol::Raw { protonum, .. } => protonum,
+        Protocol::Generic(_) => libc::NETLINK_GENERIC as u16,
+    };
+    let mut reply = sock
+        .request(req)
+        .map_err(|e| Failure::request(&e).fix_socket_errno(protonum))?;
     let mut failure = None;
     // recv() yields None after NLMSG_DONE, and stops after the first error message.
     while let Some(msg) = reply.recv() {
@@ -397,5 +428,49 @@ where
     match failure {
         Some(f) => Err(f),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn netlink_can_move_to_a_sampling_thread() {
+        fn assert_send<T: Send>() {}
+        assert_send::<Netlink>();
+    }
+
+    #[test]
+    fn new_opens_nothing_and_refuses_nothing() {
+        let nl = Netlink::new();
+        assert!(nl.ioctl_sock.is_none());
+        assert!(nl.refused.iter().all(Option::is_none));
+        for op in [Op::Links, Op::Qdiscs, Op::Napis, Op::Queues, Op::Qstats] {
+            assert!(nl.check_refused(op).is_ok());
+        }
+    }
+
+    #[test]
+    fn refused_operation_is_answered_from_the_cache() {
+        let mut nl = Netlink::new();
+        let failure = error::Failure::request(&std::io::Error::from_raw_os_error(libc::ENOENT));
+        let res: Result<Vec<NapiEntry>, _> = nl.finish(Op::Napis, Err(failure), Vec::new());
+        assert!(matches!(
+            res,
+            Err(NetlinkError::Unsupported {
+                family: "netdev",
+                ..
+            })
+        ));
+        // No request is sent now: the socket was never opened, yet the answer is there.
+        match nl.napis() {
+            Err(NetlinkError::Unsupported { why, .. }) => {
+                assert!(why.contains("napi-get"), "{why}")
+            }
+            other => panic!("expected cached Unsupported, got {other:?}"),
+        }
+        // Other operations are unaffected.
+        assert!(nl.check_refused(Op::Queues).is_ok());
     }
 }

@@ -26,7 +26,11 @@ const QSTATS_A_TX_HW_DROPS: u16 = 24;
 /// The value of a netlink `uint` attribute: 4 or 8 bytes, native endian.
 pub(crate) fn parse_uint(payload: &[u8]) -> Option<u64> {
     match payload.len() {
-        4 => payload.try_into().ok().map(u32::from_ne_bytes).map(u64::from),
+        4 => payload
+            .try_into()
+            .ok()
+            .map(u32::from_ne_bytes)
+            .map(u64::from),
         8 => payload.try_into().ok().map(u64::from_ne_bytes),
         _ => None,
     }

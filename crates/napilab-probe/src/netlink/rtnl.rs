@@ -15,7 +15,9 @@ use super::{LinkStats, QdiscStats};
 pub(crate) const TC_H_ROOT: u32 = 0xffff_ffff;
 
 /// Decodes one link; `None` for a message without a valid index.
-pub(crate) fn decode_link((header, attrs): (Ifinfomsg, IterableLinkAttrs<'_>)) -> Option<LinkStats> {
+pub(crate) fn decode_link(
+    (header, attrs): (Ifinfomsg, IterableLinkAttrs<'_>),
+) -> Option<LinkStats> {
     let ifindex = u32::try_from(header.ifi_index).ok().filter(|&i| i != 0)?;
     let mut link = LinkStats {
         ifindex,
