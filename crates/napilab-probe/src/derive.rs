@@ -1,8 +1,11 @@
 //! Turns two consecutive samples into one [`Interval`] of rates and shares.
 //!
-//! Counter handling: the kernel's counters here are all 64-bit, so one that goes
-//! backwards was reset (device re-created, CPU re-onlined) and its metric is left out of
-//! that interval rather than reported as a huge wrap.
+//! Counter handling. /proc/interrupts, /proc/softirqs and /proc/net/softnet_stat print
+//! 32-bit kernel counters (`unsigned int`), which wrap (every ~71 minutes at 1 Mpps), so
+//! their deltas are taken modulo 2^32. The other counters (link and qdisc statistics,
+//! /proc/stat, thread times, netdev qstats) are 64-bit: one that goes backwards was reset
+//! (device re-created) and its metric is left out of that interval rather than reported
+//! as a huge wrap.
 
 use std::collections::BTreeSet;
 
@@ -27,6 +30,16 @@ pub struct DeriveContext<'a> {
 
 fn delta(prev: u64, cur: u64) -> Option<u64> {
     cur.checked_sub(prev)
+}
+
+/// Delta of a 32-bit kernel counter that may have wrapped once since `prev`.
+fn delta32(prev: u64, cur: u64) -> Option<u64> {
+    let max = u64::from(u32::MAX);
+    match cur.checked_sub(prev) {
+        Some(d) => Some(d),
+        None if prev <= max && cur <= max => Some(cur + (max + 1) - prev),
+        None => None,
+    }
 }
 
 fn ratio(num: Option<&Metric>, den: Option<&Metric>, how: &str) -> Option<Metric> {
@@ -94,12 +107,12 @@ fn irq_delta_on_cpu(
         let Some(now) = line.counts.get(ccol) else {
             continue;
         };
-        let before = p
-            .line(&line.id)
-            .and_then(|l| l.counts.get(pcol))
-            .copied()
-            .unwrap_or(0);
-        sum += now.saturating_sub(before);
+        // An IRQ registered since the previous sample has no baseline: its count since
+        // boot is not activity of this interval.
+        let Some(before) = p.line(&line.id).and_then(|l| l.counts.get(pcol)) else {
+            continue;
+        };
+        sum += delta32(*before, *now).unwrap_or(0);
     }
     Some(sum)
 }
@@ -107,7 +120,7 @@ fn irq_delta_on_cpu(
 fn softirq_delta(prev: &Sample, cur: &Sample, vector: &str, cpu: u32) -> Option<u64> {
     let now = cur.softirqs.as_ref()?.count(vector, cpu)?;
     let before = prev.softirqs.as_ref()?.count(vector, cpu)?;
-    delta(before, now)
+    delta32(before, now)
 }
 
 fn derive_cpus(
@@ -134,7 +147,7 @@ fn derive_cpus(
                         .find(|r| r.cpu == cpu)
                         .and_then(f)
                 };
-                delta(row(prev)?, row(cur)?)
+                delta32(row(prev)?, row(cur)?)
             };
             let hardirqs = rate(irq_delta_on_cpu(prev, cur, cpu, |_| true));
             let net_hardirqs = if net_irqs.is_empty() {
@@ -287,7 +300,7 @@ fn derive_irqs(
                 .zip(&line.counts)
                 .filter_map(|(cpu, now)| {
                     let col = p.column(*cpu)?;
-                    let d = now.checked_sub(*before.counts.get(col)?)?;
+                    let d = delta32(*before.counts.get(col)?, *now)?;
                     (d > 0)
                         .then(|| Metric::rate(d, seconds, Unit::PerSecond, Source::Proc))?
                         .map(|m| (*cpu, m))
@@ -434,5 +447,18 @@ fn derive_host(cpus: &[CpuInterval], devices: &[DeviceInterval]) -> HostInterval
     HostInterval {
         rx_bits,
         cpu_per_mbps,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrapping_32_bit_counters() {
+        assert_eq!(delta32(10, 15), Some(5));
+        assert_eq!(delta32(u64::from(u32::MAX) - 1, 3), Some(5));
+        assert_eq!(delta32(1 << 40, 3), None);
+        assert_eq!(delta(10, 3), None);
     }
 }

@@ -307,18 +307,26 @@ fn device_table(obs: &Observation) -> Table {
         "qdisc drop/s",
         "backlog",
     ]);
-    for d in &obs.topology.devices {
+    // Devices seen in any interval, in order of first appearance: a device created
+    // during the observation is not in the map taken at its start.
+    let mut names: Vec<&str> = Vec::new();
+    for d in obs.intervals.iter().flat_map(|i| &i.devices) {
+        if !names.contains(&d.name.as_str()) {
+            names.push(&d.name);
+        }
+    }
+    for name in names {
         let c = |pick: fn(&DeviceInterval) -> Option<&Metric>, fmt: fn(f64) -> String| {
-            cell(&obs.intervals, |i| i.device(&d.name).and_then(pick), fmt)
+            cell(&obs.intervals, |i| i.device(name).and_then(pick), fmt)
         };
         let mbit = |v: f64| format!("{:.2}", v / 1e6);
         let last_qdisc = obs
             .intervals
             .last()
-            .and_then(|i| i.device(&d.name))
+            .and_then(|i| i.device(name))
             .and_then(|x| x.qdisc.as_ref());
         t.add_row(vec![
-            d.name.clone(),
+            name.to_string(),
             c(|x| x.rx_packets.as_ref(), short),
             c(|x| x.tx_packets.as_ref(), short),
             c(|x| x.rx_bits.as_ref(), mbit),
