@@ -148,6 +148,9 @@ mod tests {
             "x",
         );
         assert_eq!(irq.accounting(), CpuAccounting::IrqTime);
-        assert_eq!(parse_kernel_config("", "x").accounting(), CpuAccounting::Unknown);
+        assert_eq!(
+            parse_kernel_config("", "x").accounting(),
+            CpuAccounting::Unknown
+        );
     }
 }

@@ -3,13 +3,13 @@
 //! File readers take a root directory (the host's `/`, or a fixture tree in tests) so
 //! that no parser hard-codes `/proc` (the node_exporter lesson in style.md).
 
-pub mod netlink;
-pub mod procfs;
 pub mod derive;
 pub mod kernel;
 pub mod map;
+pub mod netlink;
+pub mod observe;
+pub mod procfs;
+pub mod record;
 pub mod sample;
 pub mod sysctl;
 pub mod sysfs;
-pub mod observe;
-pub mod record;

@@ -36,13 +36,19 @@ pub fn gather(root: &Path, netlink: Option<&mut Netlink>, notices: &mut Notices)
     match netlink.links() {
         Ok(links) => inputs.links = links,
         Err(e) => {
-            notices.add("rtnetlink links", format!("{e}; devices are listed from /sys/class/net"));
+            notices.add(
+                "rtnetlink links",
+                format!("{e}; devices are listed from /sys/class/net"),
+            );
             inputs.links = links_from_sysfs(root);
         }
     }
     match netlink.qdiscs() {
         Ok(q) => inputs.qdiscs = q,
-        Err(e) => notices.add("rtnetlink qdiscs", format!("{e}; egress qdiscs are unknown")),
+        Err(e) => notices.add(
+            "rtnetlink qdiscs",
+            format!("{e}; egress qdiscs are unknown"),
+        ),
     }
     match netlink.napis() {
         Ok(n) => inputs.napis = n,
@@ -53,7 +59,10 @@ pub fn gather(root: &Path, netlink: Option<&mut Netlink>, notices: &mut Notices)
     }
     match netlink.queues() {
         Ok(q) => inputs.queues = q,
-        Err(e) => notices.add("netdev queue-get", format!("{e}; queue-to-NAPI links are unknown")),
+        Err(e) => notices.add(
+            "netdev queue-get",
+            format!("{e}; queue-to-NAPI links are unknown"),
+        ),
     }
     inputs
 }
@@ -66,9 +75,10 @@ fn links_from_sysfs(root: &Path) -> Vec<LinkStats> {
         .flatten()
         .filter_map(|e| {
             let name = e.file_name().to_str()?.to_string();
-            let ifindex = crate::kernel::read_trimmed(root, &format!("sys/class/net/{name}/ifindex"))?
-                .parse()
-                .ok()?;
+            let ifindex =
+                crate::kernel::read_trimmed(root, &format!("sys/class/net/{name}/ifindex"))?
+                    .parse()
+                    .ok()?;
             Some(LinkStats {
                 ifindex,
                 name,
@@ -169,7 +179,9 @@ fn match_irqs(root: &Path, inputs: &MapInputs, sys: &[(LinkStats, SysfsDevice)])
             sys.iter()
                 .find(|(l, s)| {
                     names(&line.name, &l.name)
-                        || s.bus_device.as_deref().is_some_and(|b| names(&line.name, b))
+                        || s.bus_device
+                            .as_deref()
+                            .is_some_and(|b| names(&line.name, b))
                 })
                 .map(|(l, _)| (l.name.clone(), IrqMatch::Name))
         };
@@ -190,7 +202,12 @@ fn match_irqs(root: &Path, inputs: &MapInputs, sys: &[(LinkStats, SysfsDevice)])
     irqs
 }
 
-fn poller_for(root: &Path, napi: &NapiEntry, device_irqs: &[&IrqInfo], rx_queues: &[u32]) -> Poller {
+fn poller_for(
+    root: &Path,
+    napi: &NapiEntry,
+    device_irqs: &[&IrqInfo],
+    rx_queues: &[u32],
+) -> Poller {
     if let Some(pid) = napi.pid.filter(|p| *p > 0) {
         return Poller::Thread(thread_info(root, pid));
     }
@@ -228,7 +245,11 @@ fn poller_for(root: &Path, napi: &NapiEntry, device_irqs: &[&IrqInfo], rx_queues
 
 /// Builds the map. `ethtool` is asked per device when given (it costs a few syscalls per
 /// device, so only `map` and the start of `observe` use it).
-pub fn build_map(root: &Path, inputs: &MapInputs, mut ethtool: Option<&mut Netlink>) -> TopologyMap {
+pub fn build_map(
+    root: &Path,
+    inputs: &MapInputs,
+    mut ethtool: Option<&mut Netlink>,
+) -> TopologyMap {
     let sys: Vec<(LinkStats, SysfsDevice)> = inputs
         .links
         .iter()
@@ -242,11 +263,14 @@ pub fn build_map(root: &Path, inputs: &MapInputs, mut ethtool: Option<&mut Netli
                 inputs
                     .queues
                     .iter()
-                    .filter(|q| q.ifindex == link.ifindex && q.kind == kind && q.napi_id == Some(napi_id))
+                    .filter(|q| {
+                        q.ifindex == link.ifindex && q.kind == kind && q.napi_id == Some(napi_id)
+                    })
                     .map(|q| q.id)
                     .collect()
             };
-            let device_irqs: Vec<&IrqInfo> = irqs.iter().filter(|i| i.device == link.name).collect();
+            let device_irqs: Vec<&IrqInfo> =
+                irqs.iter().filter(|i| i.device == link.name).collect();
             let napis = inputs
                 .napis
                 .iter()
@@ -319,9 +343,18 @@ mod tests {
 
     #[test]
     fn queue_names() {
-        assert_eq!(queue_from_irq_name("virtio2-input.0").as_deref(), Some("rx-0"));
-        assert_eq!(queue_from_irq_name("virtio2-output.3").as_deref(), Some("tx-3"));
-        assert_eq!(queue_from_irq_name("eth0-TxRx-7").as_deref(), Some("combined-7"));
+        assert_eq!(
+            queue_from_irq_name("virtio2-input.0").as_deref(),
+            Some("rx-0")
+        );
+        assert_eq!(
+            queue_from_irq_name("virtio2-output.3").as_deref(),
+            Some("tx-3")
+        );
+        assert_eq!(
+            queue_from_irq_name("eth0-TxRx-7").as_deref(),
+            Some("combined-7")
+        );
         assert_eq!(queue_from_irq_name("mlx5_comp0@pci").as_deref(), None);
         assert_eq!(queue_from_irq_name("virtio2-config"), None);
     }

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::netlink::{LinkStats, Netlink, QdiscStats, QueueStats};
 use crate::procfs::{
-    self, Interrupts, KernelThread, ProcError, ProcStat, SoftnetRow, Softirqs, TaskStat,
+    self, Interrupts, KernelThread, ProcError, ProcStat, Softirqs, SoftnetRow, TaskStat,
 };
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -155,7 +155,8 @@ impl Sampler {
         match procfs::read_text(&self.root, rel) {
             Ok(text) => Some(text),
             Err(e) => {
-                self.notices.add(format!("/{rel}"), format!("{e}; {what_is_lost}"));
+                self.notices
+                    .add(format!("/{rel}"), format!("{e}; {what_is_lost}"));
                 None
             }
         }
@@ -177,8 +178,7 @@ impl Sampler {
         let mut threads = Vec::with_capacity(self.threads.len());
         for thread in &self.threads {
             // A thread that exited since the last scan is simply absent from this sample.
-            if let Ok(text) = procfs::read_text(&self.root, &format!("proc/{}/stat", thread.pid))
-            {
+            if let Ok(text) = procfs::read_text(&self.root, &format!("proc/{}/stat", thread.pid)) {
                 threads.push((thread.pid, text));
             }
         }
