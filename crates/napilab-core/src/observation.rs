@@ -214,6 +214,8 @@ pub struct QueueInterval {
     pub napi_id: Option<u32>,
     pub packets: Option<Metric>,
     pub bits: Option<Metric>,
+    /// Drops the driver counts for this queue (`rx-hw-drops` / `tx-hw-drops`).
+    pub hw_drops: Option<Metric>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -17,7 +17,7 @@ use napilab_core::{
 
 use napilab_core::stats::sum;
 
-use crate::netlink::{QdiscStats, QueueType};
+use crate::netlink::{LinkStats, QdiscStats, QueueStats, QueueType};
 use crate::procfs::{CpuTimes, TaskStat};
 use crate::sample::Sample;
 
@@ -65,7 +65,7 @@ pub fn derive_interval(
 ) -> Interval {
     let seconds = cur.t_ns.saturating_sub(prev.t_ns) as f64 / 1e9;
     let cpus = derive_cpus(prev, cur, ctx, seconds);
-    let devices = derive_devices(prev, cur, seconds);
+    let devices = derive_devices(prev, cur, ctx.topology, seconds);
     let host = derive_host(&cpus, &devices);
     Interval {
         index,
@@ -340,56 +340,80 @@ fn qdisc_interval(prev: Option<&QdiscStats>, cur: &QdiscStats, seconds: f64) -> 
     }
 }
 
-fn derive_devices(prev: &Sample, cur: &Sample, seconds: f64) -> Vec<DeviceInterval> {
+/// Per-queue rates from netdev qstats, with the NAPI instance serving each queue.
+fn derive_queues(
+    prev: &Sample,
+    cur: &Sample,
+    link: &LinkStats,
+    topology: &TopologyMap,
+    seconds: f64,
+) -> Vec<QueueInterval> {
+    let device = topology.devices.iter().find(|d| d.ifindex == link.ifindex);
+    cur.qstats
+        .iter()
+        .flatten()
+        .filter(|q| q.ifindex == link.ifindex)
+        .map(|q| {
+            let before = prev
+                .qstats
+                .iter()
+                .flatten()
+                .find(|p| p.ifindex == q.ifindex && p.kind == q.kind && p.queue == q.queue);
+            let rate = |f: fn(&QueueStats) -> Option<u64>, unit: Unit, scale: u64| {
+                let d = delta(f(before?)?, f(q)?)?;
+                Metric::rate(d.saturating_mul(scale), seconds, unit, Source::Proc)
+            };
+            let (kind, napi_id) = match q.kind {
+                QueueType::Rx => (
+                    QueueKind::Rx,
+                    device.and_then(|d| d.rx_queues.iter().find(|r| r.index == q.queue)?.napi_id),
+                ),
+                QueueType::Tx => (
+                    QueueKind::Tx,
+                    device.and_then(|d| d.tx_queues.iter().find(|t| t.index == q.queue)?.napi_id),
+                ),
+            };
+            QueueInterval {
+                kind,
+                index: q.queue,
+                napi_id,
+                packets: rate(|s| s.packets, Unit::PacketsPerSecond, 1),
+                bits: rate(|s| s.bytes, Unit::BitsPerSecond, 8),
+                hw_drops: rate(|s| s.hw_drops, Unit::PacketsPerSecond, 1),
+            }
+        })
+        .collect()
+}
+
+fn root_qdisc<'a>(sample: &'a Sample, ifindex: u32) -> Option<&'a QdiscStats> {
+    sample
+        .qdiscs
+        .as_ref()?
+        .iter()
+        .find(|q| q.ifindex == ifindex && q.is_root)
+}
+
+fn derive_devices(
+    prev: &Sample,
+    cur: &Sample,
+    topology: &TopologyMap,
+    seconds: f64,
+) -> Vec<DeviceInterval> {
     let Some(links) = cur.links.as_ref() else {
         return Vec::new();
     };
     links
         .iter()
         .map(|link| {
-            let before = prev.links.as_ref().and_then(|l| {
-                l.iter()
-                    .find(|p| p.ifindex == link.ifindex && p.name == link.name)
-            });
-            let rate = |f: fn(&crate::netlink::LinkStats) -> u64, unit: Unit, scale: u64| {
-                before.and_then(|b| delta(f(b), f(link))).and_then(|d| {
-                    Metric::rate(d.saturating_mul(scale), seconds, unit, Source::Proc)
-                })
+            let before = prev
+                .links
+                .iter()
+                .flatten()
+                .find(|p| p.ifindex == link.ifindex && p.name == link.name);
+            let rate = |f: fn(&LinkStats) -> u64, unit: Unit, scale: u64| {
+                let d = delta(f(before?), f(link))?;
+                Metric::rate(d.saturating_mul(scale), seconds, unit, Source::Proc)
             };
-            let root_qdisc = |s: &Sample| -> Option<QdiscStats> {
-                s.qdiscs
-                    .as_ref()?
-                    .iter()
-                    .find(|q| q.ifindex == link.ifindex && q.is_root)
-                    .cloned()
-            };
-            let queues =
-                cur.qstats
-                    .iter()
-                    .flatten()
-                    .filter(|q| q.ifindex == link.ifindex)
-                    .map(|q| {
-                        let before = prev.qstats.iter().flatten().find(|p| {
-                            p.ifindex == q.ifindex && p.kind == q.kind && p.queue == q.queue
-                        });
-                        let rate = |f: fn(&crate::netlink::QueueStats) -> Option<u64>,
-                                    unit: Unit,
-                                    scale: u64| {
-                            let d = delta(f(before?)?, f(q)?)?;
-                            Metric::rate(d.saturating_mul(scale), seconds, unit, Source::Proc)
-                        };
-                        QueueInterval {
-                            kind: match q.kind {
-                                QueueType::Rx => QueueKind::Rx,
-                                QueueType::Tx => QueueKind::Tx,
-                            },
-                            index: q.queue,
-                            napi_id: None,
-                            packets: rate(|s| s.packets, Unit::PacketsPerSecond, 1),
-                            bits: rate(|s| s.bytes, Unit::BitsPerSecond, 8),
-                        }
-                    })
-                    .collect();
             DeviceInterval {
                 name: link.name.clone(),
                 ifindex: link.ifindex,
@@ -401,9 +425,9 @@ fn derive_devices(prev: &Sample, cur: &Sample, seconds: f64) -> Vec<DeviceInterv
                 tx_dropped: rate(|l| l.tx_dropped, Unit::PacketsPerSecond, 1),
                 rx_errors: rate(|l| l.rx_errors, Unit::PacketsPerSecond, 1),
                 tx_errors: rate(|l| l.tx_errors, Unit::PacketsPerSecond, 1),
-                qdisc: root_qdisc(cur)
-                    .map(|q| qdisc_interval(root_qdisc(prev).as_ref(), &q, seconds)),
-                queues,
+                qdisc: root_qdisc(cur, link.ifindex)
+                    .map(|q| qdisc_interval(root_qdisc(prev, link.ifindex), q, seconds)),
+                queues: derive_queues(prev, cur, link, topology, seconds),
             }
         })
         .collect()
