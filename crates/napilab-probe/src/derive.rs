@@ -385,7 +385,7 @@ fn derive_queues(
         .collect()
 }
 
-fn root_qdisc<'a>(sample: &'a Sample, ifindex: u32) -> Option<&'a QdiscStats> {
+fn root_qdisc(sample: &Sample, ifindex: u32) -> Option<&QdiscStats> {
     sample
         .qdiscs
         .as_ref()?
