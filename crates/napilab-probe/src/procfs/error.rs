@@ -57,12 +57,12 @@ impl ProcError {
     }
 }
 
-/// Displays at most 32 characters of a token, escaping control characters.
+/// Displays at most 64 characters of a token, escaping control characters.
 struct Excerpt<'a>(&'a str);
 
 impl std::fmt::Display for Excerpt<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        const MAX: usize = 32;
+        const MAX: usize = 64;
         let mut chars = self.0.chars();
         for c in chars.by_ref().take(MAX) {
             write!(f, "{}", c.escape_debug())?;
@@ -100,7 +100,7 @@ mod tests {
         let e = ProcError::unexpected("f", 1, "x", &long);
         assert_eq!(
             e.to_string(),
-            format!("f line 1: expected x, found '{}...'", "a".repeat(32))
+            format!("f line 1: expected x, found '{}...'", "a".repeat(64))
         );
         let e = ProcError::unexpected("f", 1, "x", "a\u{1b}b");
         assert_eq!(e.to_string(), "f line 1: expected x, found 'a\\u{1b}b'");

@@ -49,8 +49,9 @@ pub struct InterruptLine {
     /// this holds the single system-wide value instead.
     pub counts: Vec<u64>,
     /// The line has one value for the whole system (`ERR:` and `MIS:` on x86, `Err:` on
-    /// arm), not one per CPU. Only named lines can be total-only: a numbered line with a
-    /// single value is a truncated line.
+    /// arm), not one per CPU: a named line with one value and no description. A
+    /// numbered line with one value is a truncated line instead. (A named line cut right
+    /// after its first count looks the same as a total and is read as one.)
     pub total_only: bool,
     /// Interrupt chip of a numbered line (`IO-APIC`, `PCI-MSIX-0000:00:02.0`, `GICv3`).
     pub chip: Option<String>,
