@@ -474,3 +474,18 @@ mod tests {
         assert!(nl.check_refused(Op::Queues).is_ok());
     }
 }
+
+/// Building blocks for decoder tests: hand-made netlink attributes.
+#[cfg(test)]
+pub(crate) mod test_attrs {
+    /// Appends one netlink attribute (header, payload, padding to 4 bytes) to `buf`.
+    pub fn push_attr(buf: &mut Vec<u8>, kind: u16, payload: &[u8]) {
+        let len = u16::try_from(4 + payload.len()).expect("attribute fits");
+        buf.extend_from_slice(&len.to_ne_bytes());
+        buf.extend_from_slice(&kind.to_ne_bytes());
+        buf.extend_from_slice(payload);
+        while buf.len() % 4 != 0 {
+            buf.push(0);
+        }
+    }
+}

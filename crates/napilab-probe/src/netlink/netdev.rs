@@ -147,17 +147,8 @@ pub(crate) fn decode_qstats(attrs: IterableQstats<'_>) -> Option<QueueStats> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netlink::test_attrs::push_attr;
     use netlink_bindings::netdev::{OpNapiGetDump, OpQstatsGetDump, OpQueueGetDump};
-
-    fn push_attr(buf: &mut Vec<u8>, kind: u16, payload: &[u8]) {
-        let len = u16::try_from(4 + payload.len()).expect("attribute fits");
-        buf.extend_from_slice(&len.to_ne_bytes());
-        buf.extend_from_slice(&kind.to_ne_bytes());
-        buf.extend_from_slice(payload);
-        while buf.len() % 4 != 0 {
-            buf.push(0);
-        }
-    }
 
     /// A genetlink message: the 4-byte genlmsghdr, then attributes.
     fn genl() -> Vec<u8> {

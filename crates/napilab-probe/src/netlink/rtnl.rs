@@ -141,19 +141,9 @@ pub(crate) fn decode_qdisc((header, attrs): (Tcmsg, IterableAttrs<'_>)) -> Optio
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netlink::test_attrs::push_attr;
     use netlink_bindings::rt_link::{OpGetlinkDump, RtnlLinkStats64};
     use netlink_bindings::tc::OpGetqdiscDump;
-
-    /// Appends one netlink attribute (header, payload, padding) to `buf`.
-    fn push_attr(buf: &mut Vec<u8>, kind: u16, payload: &[u8]) {
-        let len = u16::try_from(4 + payload.len()).expect("attribute fits");
-        buf.extend_from_slice(&len.to_ne_bytes());
-        buf.extend_from_slice(&kind.to_ne_bytes());
-        buf.extend_from_slice(payload);
-        while buf.len() % 4 != 0 {
-            buf.push(0);
-        }
-    }
 
     #[test]
     fn operstate_names_match_if_h() {
