@@ -58,13 +58,20 @@ lint: deps
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
+TEST_LOG := target/napilab-test.log
+
 unit: deps
-	$(CARGO) test --workspace
+	@mkdir -p target
+	$(CARGO) test --workspace 2>&1 | tee $(TEST_LOG)
 
 fuzz: deps-fuzz deps-apt
-	bash fuzz/run-all.sh $(FUZZ_SECONDS)
+	@mkdir -p target
+	bash fuzz/run-all.sh $(FUZZ_SECONDS) 2>&1 | tee target/napilab-fuzz.log
 
+# One closing line for CI: tests of every cargo test binary plus one per fuzz target.
 test: deps lint unit fuzz
+	@awk '/^test result:/ {p += $$4; f += $$6} / ok +[0-9]+ runs/ {p++} / CRASH / {f++} \
+		END {printf "summary: %d passed, %d failed\n", p, f}' $(TEST_LOG) target/napilab-fuzz.log
 
 # Sampling cost per 1-second sample, side by side with sar (see README).
 bench-sampling: build
