@@ -16,7 +16,7 @@ APT_PACKAGES := build-essential pkg-config ca-certificates iproute2 ethtool iput
 RESULTS ?= results
 FUZZ_SECONDS ?= 10
 
-.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-sampling clean
+.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-sampling bench-ingress clean
 
 all: build
 
@@ -76,6 +76,10 @@ test: deps lint unit fuzz
 # Sampling cost per 1-second sample, side by side with sar (see README).
 bench-sampling: build
 	bash bench/sampling-cost.sh
+
+# RT latency with and without the ingress-priority profile (see README).
+bench-ingress: deps
+	bash bench/ingress-priority.sh
 
 clean:
 	$(CARGO) clean

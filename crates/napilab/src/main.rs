@@ -3,6 +3,7 @@
 mod map_cmd;
 mod observe_cmd;
 mod render;
+mod tune_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,6 +28,8 @@ enum Command {
     /// Sample this host's packet-path counters, derive per-CPU, per-device and per-IRQ
     /// rates, and name misreadings and bottlenecks.
     Observe(ObserveArgs),
+    /// Plan, apply (with a journal) and revert packet-path settings from profiles.
+    Tune(tune_cmd::TuneArgs),
 }
 
 #[derive(clap::Args)]
@@ -77,6 +80,7 @@ fn main() -> ExitCode {
             root: args.root,
             show_map: !args.no_map,
         }),
+        Command::Tune(args) => tune_cmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
