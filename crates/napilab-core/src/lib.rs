@@ -5,6 +5,7 @@
 //! number is a [`Metric`] that carries its [`Source`]; a derived number also says how it
 //! was derived. Nothing in this crate touches the operating system.
 
+pub mod experiment;
 pub mod explain;
 pub mod finding;
 pub mod metric;
@@ -13,6 +14,10 @@ pub mod stats;
 pub mod topology;
 pub mod units;
 
+pub use experiment::{
+    ClassResult, ConfigurationResult, EngineStats, LatencySummary, MaxThroughput, PointResult,
+    PointRole, RunKind, RunRecord, RUN_SCHEMA,
+};
 pub use finding::{Evidence, Finding, RuleId, Severity, Subject};
 pub use metric::{Metric, Source};
 pub use observation::{

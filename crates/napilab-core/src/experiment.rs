@@ -1,0 +1,160 @@
+//! Results of an experiment: a scenario expanded into configurations x offered loads x
+//! repeats, each point with its traffic results and the DUT's Observation. The lab
+//! produces a [`RunRecord`] from the real kernel and the twin from its model, so the
+//! store and the report render both the same way (design.md section 2).
+
+use serde::{Deserialize, Serialize};
+
+use crate::finding::Finding;
+use crate::observation::{HostFacts, Notice, Observation};
+
+pub const RUN_SCHEMA: &str = "napilab.run/1";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunKind {
+    /// Measured on the real kernel in network namespaces.
+    Lab,
+    /// Computed by the twin.
+    Model,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub schema: String,
+    /// `YYYYMMDD-HHMMSS-<4 hex>`; also the suffix of the lab's namespace names.
+    pub run_id: String,
+    pub kind: RunKind,
+    pub scenario_name: String,
+    /// The scenario file's text as it was run, so the run can be repeated.
+    pub scenario_toml: String,
+    pub started_unix_ms: u64,
+    pub finished_unix_ms: u64,
+    pub host: HostFacts,
+    pub napilab_version: String,
+    /// True when the run was interrupted (Ctrl-C) and holds only the finished points.
+    pub interrupted: bool,
+    pub configurations: Vec<ConfigurationResult>,
+    pub notices: Vec<Notice>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ConfigurationResult {
+    /// Unique within the run, e.g. `two-core/threaded`.
+    pub name: String,
+    /// The settings that define this configuration, as (setting, value) pairs, e.g.
+    /// `("napi_context", "threaded")`, `("dut_cpus", "0,1")`.
+    pub settings: Vec<(String, String)>,
+    pub points: Vec<PointResult>,
+    /// The maximum-throughput search's answer, if the scenario asked for one.
+    pub max_throughput: Option<MaxThroughput>,
+    /// Findings of the explain rules over this configuration's points.
+    pub findings: Vec<Finding>,
+}
+
+/// Why a point exists: a step of the load sweep or a probe of the bisection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PointRole {
+    Sweep,
+    Search,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PointResult {
+    pub role: PointRole,
+    /// Requested offered load, packets per second (all classes).
+    pub requested_pps: f64,
+    /// Load the generator actually offered (packets sent / duration); a point whose
+    /// offered load fell short of the request says so here, never silently.
+    pub offered_pps: f64,
+    pub repeat: u32,
+    pub duration_s: f64,
+    pub classes: Vec<ClassResult>,
+    pub generator: EngineStats,
+    pub sink: EngineStats,
+    /// The DUT's Observation over the measurement window (warm-up excluded).
+    pub observation: Option<Observation>,
+}
+
+impl PointResult {
+    /// Loss over all classes, 0 to 1.
+    pub fn loss_ratio(&self) -> f64 {
+        let sent: u64 = self.classes.iter().map(|c| c.sent).sum();
+        let received: u64 = self.classes.iter().map(|c| c.received).sum();
+        if sent == 0 {
+            0.0
+        } else {
+            sent.saturating_sub(received) as f64 / sent as f64
+        }
+    }
+
+    /// Delivered packets per second over all classes.
+    pub fn delivered_pps(&self) -> f64 {
+        if self.duration_s <= 0.0 {
+            return 0.0;
+        }
+        self.classes.iter().map(|c| c.received).sum::<u64>() as f64 / self.duration_s
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClassResult {
+    /// Traffic class name from the scenario, e.g. `rt`, `be`.
+    pub name: String,
+    pub packet_bytes: u32,
+    pub sent: u64,
+    pub received: u64,
+    /// Packets that arrived with a sequence number below one already seen.
+    pub reordered: u64,
+    /// Where the kernel counted the lost packets, e.g. `("dut-in rx_dropped", 1234)`,
+    /// `("softnet dropped cpu0", 5)`, `("qdisc drops dut-out", 7)`.
+    pub loss_counters: Vec<(String, u64)>,
+    /// One-way latency (one clock), present for the paced back end.
+    pub latency: Option<LatencySummary>,
+}
+
+/// A latency distribution with microsecond resolution.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencySummary {
+    pub samples: u64,
+    pub mean_us: f64,
+    pub p50_us: f64,
+    pub p90_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub max_us: f64,
+    /// (upper bound of the bucket in us, count), increasing bounds, empty buckets left
+    /// out.
+    pub histogram: Vec<(f64, u64)>,
+}
+
+/// How hard a traffic engine (generator or sink) worked, so a report can show it was not
+/// the bottleneck.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EngineStats {
+    /// `xdp-live-frames`, `paced-udp`, `socket-sink`, `model`, ...
+    pub backend: String,
+    /// CPUs the engine ran on.
+    pub cpus: Vec<u32>,
+    /// CPU the engine used, as a fraction of its CPUs' capacity (0 to 1).
+    pub cpu_busy: Option<f64>,
+    /// True when the engine could not keep up (fell behind its schedule, or its own
+    /// receive path dropped packets); the point's numbers then describe the engine.
+    pub saturated: bool,
+    /// What it reported about itself, e.g. `("late_departures", 12)`.
+    pub counters: Vec<(String, u64)>,
+}
+
+/// The highest offered load with loss at most `loss_threshold`, found by bisection in
+/// the manner of RFC 2544.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MaxThroughput {
+    pub pps: f64,
+    pub loss_threshold: f64,
+    /// Indexes into the configuration's `points` that the search measured.
+    pub probes: Vec<usize>,
+    /// Why the search stopped: `converged`, `upper_bound_passed` (the generator's
+    /// maximum passed: the DUT was not the limit), `interrupted`.
+    pub stopped: String,
+}
