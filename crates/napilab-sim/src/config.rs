@@ -1,0 +1,760 @@
+//! `SimConfig`: what one twin run simulates. It mirrors the sections a napilab scenario
+//! file will hold (design.md section 2: topology, host settings, traffic, measurement) so
+//! it can map onto the shared scenario schema once that exists. Unknown fields are
+//! rejected, and every error names the file and the field.
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::Nanos;
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("{file}: field `{field}`: {message}")]
+pub struct ConfigError {
+    pub file: String,
+    pub field: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub fn new(file: &str, field: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError {
+            file: file.to_string(),
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SimConfig {
+    #[serde(default)]
+    pub name: String,
+    pub host: HostConfig,
+    #[serde(default)]
+    pub settings: NetSettings,
+    pub ingress: IngressConfig,
+    #[serde(default)]
+    pub egress: EgressConfig,
+    pub traffic: TrafficConfig,
+    pub measurement: MeasurementConfig,
+    /// Applications receiving locally delivered classes (`traffic.classes[].app`).
+    #[serde(default)]
+    pub apps: Vec<AppConfig>,
+}
+
+/// An application thread reading one socket: woken when data arrives, it handles up to
+/// 16 packets per step (recv system call, then its own work) and can answer each
+/// request with a reply sent through the egress device.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AppConfig {
+    pub name: String,
+    pub cpu: u32,
+    /// SCHED_FIFO priority 1-99; absent: SCHED_NORMAL.
+    #[serde(default)]
+    pub fifo_priority: Option<u32>,
+    /// Kernel cycles per packet in the application's context (recv system call, copy).
+    #[serde(default)]
+    pub kernel_cycles_per_packet: f64,
+    /// The application's own cycles per packet (user time).
+    pub user_cycles_per_packet: f64,
+    /// Answer every request with a reply of this many bytes; absent: no reply.
+    #[serde(default)]
+    pub reply_bytes: Option<u32>,
+    /// Socket receive queue limit in packets; beyond it packets are dropped.
+    #[serde(default = "default_socket_limit")]
+    pub socket_limit: u32,
+    /// Busy polling (SO_BUSY_POLL / epoll busy_poll_usecs, without prefer-busy-poll):
+    /// when its socket is empty the application polls the NAPI instance itself.
+    #[serde(default)]
+    pub busy_poll: Option<BusyPoll>,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BusyPoll {
+    /// How long to poll before blocking (busy_poll_usecs / SO_BUSY_POLL).
+    pub usecs: u32,
+    /// Packets per busy poll (busy_poll_budget, SO_BUSY_POLL_BUDGET; kernel default 8).
+    #[serde(default = "default_busy_budget")]
+    pub budget: u32,
+    /// RX queue whose NAPI instance the socket's NAPI id names.
+    #[serde(default)]
+    pub queue: u32,
+    /// prefer_busy_poll (SO_PREFER_BUSY_POLL / epoll): when a busy loop ends, re-arm
+    /// the instance's deferral (defer-hard-irqs, gro-flush-timeout) instead of
+    /// unmasking its IRQ; with the queue's `irq_suspend_timeout_ns`, every epoll return
+    /// with events also pushes the timer out to that timeout (IRQ suspension, 6.13+).
+    #[serde(default)]
+    pub prefer: bool,
+}
+
+fn default_busy_budget() -> u32 {
+    8
+}
+
+fn default_socket_limit() -> u32 {
+    1000
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HostConfig {
+    pub cpus: u32,
+    /// CONFIG_HZ: tick-sampling granularity, jiffies for `MAX_SOFTIRQ_TIME` and the
+    /// `netdev_budget_usecs` default (domain.md section 3).
+    #[serde(default = "default_hz")]
+    pub hz: u32,
+    /// Kernel version `major.minor`; selects the 4.9-6.4 rule that skips inline softirq
+    /// processing while ksoftirqd is runnable (domain.md section 3).
+    #[serde(default = "default_kernel")]
+    pub kernel: String,
+    #[serde(default)]
+    pub tick: TickMode,
+}
+
+fn default_hz() -> u32 {
+    250
+}
+fn default_kernel() -> String {
+    "6.8".to_string()
+}
+
+/// How the timer tick behaves when a CPU idles; decides what /proc/stat shows.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum TickMode {
+    /// CONFIG_NO_HZ_IDLE (distribution default): the tick stops while the CPU sits in
+    /// the idle loop, and an IRQ that wakes the CPU does not restart it, so an IRQ plus
+    /// inline softirq served from idle is never sampled; /proc/stat idle is the measured
+    /// idle sleep time.
+    #[default]
+    NohzIdle,
+    /// A periodic tick every 1/HZ whatever the CPU does; idle is counted in ticks too.
+    Periodic,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NetSettings {
+    /// `net.core.netdev_budget`: packets per `net_rx_action` run (checked after each poll).
+    #[serde(default = "default_netdev_budget")]
+    pub netdev_budget: u32,
+    /// `net.core.netdev_budget_usecs`; default two jiffies of `host.hz`.
+    #[serde(default)]
+    pub netdev_budget_usecs: Option<u32>,
+    /// NAPI weight (`dev_weight` for the backlog, the driver's weight otherwise).
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+    /// `net.core.netdev_max_backlog`: packets per CPU backlog (RPS) before drops.
+    #[serde(default = "default_max_backlog")]
+    pub max_backlog: u32,
+}
+
+fn default_max_backlog() -> u32 {
+    1000
+}
+
+fn default_netdev_budget() -> u32 {
+    300
+}
+fn default_weight() -> u32 {
+    64
+}
+
+impl Default for NetSettings {
+    fn default() -> Self {
+        NetSettings {
+            netdev_budget: default_netdev_budget(),
+            netdev_budget_usecs: None,
+            weight: default_weight(),
+            max_backlog: default_max_backlog(),
+        }
+    }
+}
+
+/// The receiving device: its RX queues, each with its own IRQ and NAPI instance.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct IngressConfig {
+    #[serde(default = "default_ingress_name")]
+    pub name: String,
+    /// RX descriptors per ring unless a ring says otherwise (ethtool -G rx).
+    #[serde(default = "default_ring")]
+    pub rx_ring_size: u32,
+    /// Hardware coalescing (ethtool -C rx-usecs / rx-frames): the IRQ fires `rx_usecs`
+    /// after the first pending packet, or at the `rx_frames`-th one if earlier. 0 = off.
+    #[serde(default)]
+    pub rx_usecs: u32,
+    #[serde(default)]
+    pub rx_frames: u32,
+    pub queues: Vec<RxQueueConfig>,
+}
+
+fn default_ingress_name() -> String {
+    "eth0".to_string()
+}
+fn default_ring() -> u32 {
+    512
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RxQueueConfig {
+    /// CPU that takes this queue's IRQ (smp_affinity) and therefore polls its NAPI.
+    pub cpu: u32,
+    #[serde(default)]
+    pub napi: NapiContext,
+    /// Scheduling of the NAPI kthread when `napi = "threaded"`.
+    #[serde(default)]
+    pub thread: ThreadPolicy,
+    /// Per-NAPI `defer-hard-irqs` (D) and `gro-flush-timeout` (T, ns).
+    #[serde(default)]
+    pub defer_hard_irqs: u32,
+    #[serde(default)]
+    pub gro_flush_timeout_ns: u64,
+    /// Per-NAPI `irq-suspend-timeout` (ns, 6.13+): used with a prefer-busy-poll
+    /// application (`apps[].busy_poll.prefer`).
+    #[serde(default)]
+    pub irq_suspend_timeout_ns: u64,
+    /// RPS: CPUs this queue's packets are steered to (`rps_cpus`); empty: off. Steered
+    /// packets are queued on the target CPU's backlog and processed there by its
+    /// backlog NAPI (weight `settings.weight`), woken by an IPI.
+    #[serde(default)]
+    pub rps_cpus: Vec<u32>,
+    /// RX rings served by this queue's NAPI poll, in service order. Empty: one ring
+    /// named "rx" of `rx_ring_size` with the whole weight.
+    #[serde(default)]
+    pub rings: Vec<RingConfig>,
+}
+
+/// One RX ring. Several rings under one NAPI model the per-class rings of the ingress
+/// QoS study (domain.md 5.2), each served up to its own `budget` per poll.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RingConfig {
+    pub name: String,
+    #[serde(default)]
+    pub size: Option<u32>,
+    /// Packets this ring may hand over per poll; default: the NAPI weight.
+    #[serde(default)]
+    pub budget: Option<u32>,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum NapiContext {
+    /// Polled by `net_rx_action` in NET_RX_SOFTIRQ on the IRQ's CPU.
+    #[default]
+    Softirq,
+    /// Polled by its own `napi/<dev>-<id>` kthread (no netdev_budget or time limit).
+    Threaded,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ThreadPolicy {
+    /// SCHED_FIFO priority 1-99; absent: SCHED_NORMAL.
+    #[serde(default)]
+    pub fifo_priority: Option<u32>,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum QdiscKind {
+    /// `noqueue`: a full TX ring drops the packet.
+    None,
+    /// A FIFO (pfifo/pfifo_fast) that is bypassed while empty (TCQ_F_CAN_BYPASS).
+    #[default]
+    Fifo,
+}
+
+/// The transmitting device. CPU k transmits on TX queue k (XPS); its completions are
+/// reclaimed in NET_RX_SOFTIRQ on CPU k, by a TX-completion vector of its own or by
+/// the RX poll of a combined vector (`completion`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct EgressConfig {
+    #[serde(default = "default_egress_name")]
+    pub name: String,
+    #[serde(default)]
+    pub qdisc: QdiscKind,
+    /// Packets (txqueuelen).
+    #[serde(default = "default_qdisc_limit")]
+    pub qdisc_limit: u32,
+    #[serde(default = "default_ring")]
+    pub tx_ring_size: u32,
+    #[serde(default = "default_link")]
+    pub link_mbps: f64,
+    /// TX completion coalescing (ethtool -C tx-usecs / tx-frames). 0 = off.
+    #[serde(default)]
+    pub tx_usecs: u32,
+    #[serde(default)]
+    pub tx_frames: u32,
+    /// Descriptors reclaimed per poll before the poll reports it is not done.
+    #[serde(default = "default_tx_work_limit")]
+    pub tx_work_limit: u32,
+    /// Who reclaims TX completions.
+    #[serde(default)]
+    pub completion: TxCompletion,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum TxCompletion {
+    /// The egress device's own vector per TX queue: a TX-completion IRQ schedules a
+    /// NAPI instance that only reclaims (a router with separate ports).
+    #[default]
+    TxIrq,
+    /// A combined TxRx vector: the RX queue served on the transmitting CPU reclaims
+    /// TX completions inside its RX poll, and its one IRQ fires for RX arrivals and TX
+    /// completions alike (one-armed router, ixgbe/mlx5 combined channels). A CPU
+    /// without an RX queue keeps a TX-completion vector.
+    RxNapi,
+}
+
+fn default_egress_name() -> String {
+    "eth1".to_string()
+}
+fn default_qdisc_limit() -> u32 {
+    1000
+}
+fn default_link() -> f64 {
+    10_000.0
+}
+fn default_tx_work_limit() -> u32 {
+    256
+}
+
+impl Default for EgressConfig {
+    fn default() -> Self {
+        EgressConfig {
+            name: default_egress_name(),
+            qdisc: QdiscKind::default(),
+            qdisc_limit: default_qdisc_limit(),
+            tx_ring_size: default_ring(),
+            link_mbps: default_link(),
+            tx_usecs: 0,
+            tx_frames: 0,
+            tx_work_limit: default_tx_work_limit(),
+            completion: TxCompletion::default(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TrafficConfig {
+    /// Offered load of all classes together, packets per second.
+    pub rate_pps: f64,
+    #[serde(default)]
+    pub pattern: Pattern,
+    pub classes: Vec<ClassConfig>,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Pattern {
+    /// Exponential inter-arrival times; a class's share of a Poisson stream is again
+    /// Poisson, so each ring gets an independent stream.
+    #[default]
+    Poisson,
+    /// Constant bit rate: each class's stream (per ring) is evenly spaced.
+    Constant,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClassConfig {
+    pub name: String,
+    /// Fraction of `rate_pps`; shares are normalised to sum to one.
+    pub share: f64,
+    /// Frame size in bytes, Ethernet header to FCS; the wire adds 20 bytes of preamble
+    /// and inter-frame gap.
+    #[serde(default = "default_size")]
+    pub size_bytes: u32,
+    /// RX queue index; absent: spread evenly over all queues (RSS).
+    #[serde(default)]
+    pub queue: Option<u32>,
+    /// Ring name within the queue; absent: the queue's first ring.
+    #[serde(default)]
+    pub ring: Option<String>,
+    /// Deliver locally to this application instead of forwarding.
+    #[serde(default)]
+    pub app: Option<String>,
+    /// Closed-loop clients instead of an open-loop rate (the class's share is then
+    /// ignored): each client sends a request, waits for the application's reply, and
+    /// sends the next one `rtt_us` plus an exponential think time later.
+    #[serde(default)]
+    pub closed_loop: Option<ClosedLoop>,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClosedLoop {
+    pub clients: u32,
+    /// Mean think time between a reply and the next request (exponential); 0: none.
+    #[serde(default)]
+    pub think_us: f64,
+    /// Network round trip outside the server (client stack, wires, switches).
+    #[serde(default)]
+    pub rtt_us: f64,
+}
+
+fn default_size() -> u32 {
+    128
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MeasurementConfig {
+    /// Measured time after warm-up, milliseconds.
+    pub duration_ms: f64,
+    #[serde(default)]
+    pub warmup_ms: f64,
+    /// Length of one Observation interval; default: the whole duration.
+    #[serde(default)]
+    pub interval_ms: Option<f64>,
+}
+
+impl SimConfig {
+    /// Parse and validate a TOML document; `file` names it in errors.
+    pub fn from_toml_str(text: &str, file: &str) -> Result<Self, ConfigError> {
+        let cfg: SimConfig = toml::from_str(text).map_err(|e| {
+            // toml's message carries the key path and line; keep it whole.
+            ConfigError::new(file, "(parse)", e.to_string().trim().to_string())
+        })?;
+        cfg.validate(file)?;
+        Ok(cfg)
+    }
+
+    pub fn from_file(path: &std::path::Path) -> Result<Self, ConfigError> {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::new(&name, "(file)", e.to_string()))?;
+        Self::from_toml_str(&text, &name)
+    }
+
+    /// Checks that serde cannot express. Also used by [`crate::run`] on configs built
+    /// in code.
+    pub fn validate(&self, file: &str) -> Result<(), ConfigError> {
+        let err = |field: &str, msg: &str| Err(ConfigError::new(file, field, msg));
+        if self.host.cpus == 0 || self.host.cpus > 1024 {
+            return err("host.cpus", "must be 1..=1024");
+        }
+        if !(10..=10_000).contains(&self.host.hz) {
+            return err("host.hz", "must be 10..=10000");
+        }
+        if parse_kernel(&self.host.kernel).is_none() {
+            return err("host.kernel", "expected `major.minor`, e.g. \"6.8\"");
+        }
+        if self.settings.netdev_budget == 0 {
+            return err("settings.netdev_budget", "must be positive");
+        }
+        if self.settings.weight == 0 || self.settings.weight > 1024 {
+            return err("settings.weight", "must be 1..=1024");
+        }
+        if self.settings.max_backlog == 0 {
+            return err("settings.max_backlog", "must be positive");
+        }
+        if self.settings.netdev_budget_usecs == Some(0) {
+            return err("settings.netdev_budget_usecs", "must be positive");
+        }
+        if self.ingress.queues.is_empty() {
+            return err("ingress.queues", "at least one RX queue is needed");
+        }
+        if self.ingress.rx_ring_size == 0 {
+            return err("ingress.rx_ring_size", "must be positive");
+        }
+        for (i, q) in self.ingress.queues.iter().enumerate() {
+            if q.cpu >= self.host.cpus {
+                return err(
+                    &format!("ingress.queues[{i}].cpu"),
+                    "names a CPU the host does not have",
+                );
+            }
+            if q.rps_cpus.iter().any(|&c| c >= self.host.cpus) {
+                return err(
+                    &format!("ingress.queues[{i}].rps_cpus"),
+                    "names a CPU the host does not have",
+                );
+            }
+            if let Some(p) = q.thread.fifo_priority {
+                if !(1..=99).contains(&p) {
+                    return err(
+                        &format!("ingress.queues[{i}].thread.fifo_priority"),
+                        "must be 1..=99",
+                    );
+                }
+            }
+            if q.defer_hard_irqs > 0 && q.gro_flush_timeout_ns == 0 {
+                // The kernel accepts it but it does nothing; say so rather than
+                // silently simulate a no-op.
+                return err(
+                    &format!("ingress.queues[{i}].defer_hard_irqs"),
+                    "has no effect without gro_flush_timeout_ns > 0",
+                );
+            }
+            let mut names = std::collections::HashSet::new();
+            for (j, r) in q.rings.iter().enumerate() {
+                if !names.insert(r.name.as_str()) {
+                    return err(
+                        &format!("ingress.queues[{i}].rings[{j}].name"),
+                        "duplicate ring name",
+                    );
+                }
+                if r.size == Some(0) {
+                    return err(
+                        &format!("ingress.queues[{i}].rings[{j}].size"),
+                        "must be positive",
+                    );
+                }
+                if r.budget == Some(0) {
+                    return err(
+                        &format!("ingress.queues[{i}].rings[{j}].budget"),
+                        "must be positive",
+                    );
+                }
+            }
+        }
+        let e = &self.egress;
+        if e.tx_ring_size == 0 {
+            return err("egress.tx_ring_size", "must be positive");
+        }
+        if !(e.link_mbps > 0.0 && e.link_mbps.is_finite()) {
+            return err("egress.link_mbps", "must be positive");
+        }
+        if e.tx_work_limit == 0 {
+            return err("egress.tx_work_limit", "must be positive");
+        }
+        let t = &self.traffic;
+        if !(t.rate_pps >= 0.0 && t.rate_pps.is_finite()) {
+            return err("traffic.rate_pps", "must be a finite number >= 0");
+        }
+        if t.classes.is_empty() {
+            return err("traffic.classes", "at least one class is needed");
+        }
+        let mut total = 0.0;
+        let mut open = false;
+        for (i, c) in t.classes.iter().enumerate() {
+            if !(c.share >= 0.0 && c.share.is_finite()) {
+                return err(&format!("traffic.classes[{i}].share"), "must be >= 0");
+            }
+            if let Some(cl) = c.closed_loop {
+                if cl.clients == 0 || cl.clients > 1_000_000 {
+                    return err(
+                        &format!("traffic.classes[{i}].closed_loop.clients"),
+                        "must be 1..=1000000",
+                    );
+                }
+                let ok = |v: f64| v >= 0.0 && v.is_finite();
+                if !ok(cl.think_us) {
+                    return err(
+                        &format!("traffic.classes[{i}].closed_loop.think_us"),
+                        "must be >= 0",
+                    );
+                }
+                if !ok(cl.rtt_us) {
+                    return err(
+                        &format!("traffic.classes[{i}].closed_loop.rtt_us"),
+                        "must be >= 0",
+                    );
+                }
+                let replies = c
+                    .app
+                    .as_ref()
+                    .and_then(|a| self.apps.iter().find(|x| &x.name == a))
+                    .is_some_and(|a| a.reply_bytes.is_some());
+                if !replies {
+                    return err(
+                        &format!("traffic.classes[{i}].closed_loop"),
+                        "needs `app` naming an application with `reply_bytes`",
+                    );
+                }
+            } else {
+                open = true;
+                total += c.share;
+            }
+            if !(60..=65_535).contains(&c.size_bytes) {
+                return err(
+                    &format!("traffic.classes[{i}].size_bytes"),
+                    "must be 60..=65535",
+                );
+            }
+            if let Some(q) = c.queue {
+                let Some(qc) = self.ingress.queues.get(q as usize) else {
+                    return err(
+                        &format!("traffic.classes[{i}].queue"),
+                        "names an RX queue that does not exist",
+                    );
+                };
+                if let Some(r) = &c.ring {
+                    if !qc.rings.iter().any(|x| &x.name == r) {
+                        return err(
+                            &format!("traffic.classes[{i}].ring"),
+                            "names a ring the queue does not have",
+                        );
+                    }
+                }
+            } else if c.ring.is_some() {
+                return err(
+                    &format!("traffic.classes[{i}].ring"),
+                    "a ring needs a `queue` too",
+                );
+            }
+        }
+        if open && total <= 0.0 {
+            return err("traffic.classes", "open-loop shares must not all be zero");
+        }
+        for (i, a) in self.apps.iter().enumerate() {
+            if a.cpu >= self.host.cpus {
+                return err(
+                    &format!("apps[{i}].cpu"),
+                    "names a CPU the host does not have",
+                );
+            }
+            if let Some(p) = a.fifo_priority {
+                if !(1..=99).contains(&p) {
+                    return err(&format!("apps[{i}].fifo_priority"), "must be 1..=99");
+                }
+            }
+            let finite = |v: f64| v >= 0.0 && v.is_finite();
+            if !finite(a.kernel_cycles_per_packet) {
+                return err(
+                    &format!("apps[{i}].kernel_cycles_per_packet"),
+                    "must be >= 0",
+                );
+            }
+            if !finite(a.user_cycles_per_packet) {
+                return err(&format!("apps[{i}].user_cycles_per_packet"), "must be >= 0");
+            }
+            if a.socket_limit == 0 {
+                return err(&format!("apps[{i}].socket_limit"), "must be positive");
+            }
+            if let Some(b) = a.reply_bytes {
+                if !(60..=65_535).contains(&b) {
+                    return err(&format!("apps[{i}].reply_bytes"), "must be 60..=65535");
+                }
+            }
+            if let Some(bp) = a.busy_poll {
+                if bp.usecs == 0 && !bp.prefer {
+                    return err(
+                        &format!("apps[{i}].busy_poll.usecs"),
+                        "must be positive unless `prefer` is set",
+                    );
+                }
+                if !(1..=1024).contains(&bp.budget) {
+                    return err(&format!("apps[{i}].busy_poll.budget"), "must be 1..=1024");
+                }
+                if bp.queue as usize >= self.ingress.queues.len() {
+                    return err(
+                        &format!("apps[{i}].busy_poll.queue"),
+                        "names an RX queue that does not exist",
+                    );
+                }
+            }
+            if self.apps[..i].iter().any(|x| x.name == a.name) {
+                return err(&format!("apps[{i}].name"), "duplicate application name");
+            }
+        }
+        for (i, c) in t.classes.iter().enumerate() {
+            if let Some(a) = &c.app {
+                if !self.apps.iter().any(|x| &x.name == a) {
+                    return err(
+                        &format!("traffic.classes[{i}].app"),
+                        "names an application not listed under [[apps]]",
+                    );
+                }
+            }
+        }
+        let m = &self.measurement;
+        if !(m.duration_ms > 0.0 && m.duration_ms.is_finite()) {
+            return err("measurement.duration_ms", "must be positive");
+        }
+        if !(m.warmup_ms >= 0.0 && m.warmup_ms.is_finite()) {
+            return err("measurement.warmup_ms", "must be >= 0");
+        }
+        if let Some(iv) = m.interval_ms {
+            if !(iv > 0.0 && iv.is_finite()) {
+                return err("measurement.interval_ms", "must be positive");
+            }
+        }
+        Ok(())
+    }
+
+    pub fn tick_ns(&self) -> Nanos {
+        1_000_000_000 / self.host.hz as u64
+    }
+
+    /// Whether inline softirq processing is skipped while ksoftirqd is runnable: the
+    /// rule of kernels 4.9 to 6.4 (domain.md section 3).
+    pub fn skip_inline_while_ksoftirqd(&self) -> bool {
+        match parse_kernel(&self.host.kernel) {
+            Some(v) => ((4, 9)..(6, 5)).contains(&v),
+            None => false,
+        }
+    }
+}
+
+pub fn parse_kernel(s: &str) -> Option<(u32, u32)> {
+    let mut it = s.trim().split('.');
+    let major = it.next()?.parse().ok()?;
+    let minor = it
+        .next()?
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()?;
+    Some((major, minor))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: &str = r#"
+        [host]
+        cpus = 1
+        [ingress]
+        queues = [{ cpu = 0 }]
+        [traffic]
+        rate_pps = 1000
+        classes = [{ name = "be", share = 1.0 }]
+        [measurement]
+        duration_ms = 10
+    "#;
+
+    #[test]
+    fn minimal_config_parses_with_defaults() {
+        let c = SimConfig::from_toml_str(MIN, "min.toml").expect("parses");
+        assert_eq!(c.settings.netdev_budget, 300);
+        assert_eq!(c.host.hz, 250);
+        assert_eq!(c.egress.qdisc, QdiscKind::Fifo);
+        assert!(!c.skip_inline_while_ksoftirqd());
+    }
+
+    #[test]
+    fn errors_name_file_and_field() {
+        let bad = MIN.replace("cpu = 0", "cpu = 3");
+        let e = SimConfig::from_toml_str(&bad, "x.toml").expect_err("must be rejected");
+        assert_eq!(e.file, "x.toml");
+        assert_eq!(e.field, "ingress.queues[0].cpu");
+        let unknown = MIN.replace("cpus = 1", "cpus = 1\nfoo = 2");
+        let e = SimConfig::from_toml_str(&unknown, "y.toml").expect_err("must be rejected");
+        assert!(
+            e.to_string().contains("y.toml") && e.to_string().contains("foo"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn kernel_rule() {
+        assert_eq!(parse_kernel("5.15.0-91-generic"), Some((5, 15)));
+        let mut c = SimConfig::from_toml_str(MIN, "m").expect("parses");
+        c.host.kernel = "5.15".into();
+        assert!(c.skip_inline_while_ksoftirqd());
+        c.host.kernel = "4.4".into();
+        assert!(!c.skip_inline_while_ksoftirqd());
+    }
+}

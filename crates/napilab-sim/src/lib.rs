@@ -1,0 +1,49 @@
+//! napilab's twin: a deterministic discrete-event model of the Linux receive, forward
+//! and transmit path (NAPI, softirq, IRQs, kernel threads), producing the same
+//! `Observation` as a live host or a lab run (design.md section 2).
+//!
+//! Entry point: [`run`]. The model is described in docs/sim.md; kernel semantics follow
+//! /work/shared/docs/domain.md section 3.
+
+pub mod accounting;
+pub mod config;
+pub mod cpu;
+pub mod event;
+pub mod latency;
+pub mod napi;
+pub mod nic;
+pub mod output;
+pub mod point;
+pub mod profile;
+pub mod rng;
+mod sim;
+pub mod softirq;
+pub mod traffic;
+
+pub use config::{ConfigError, SimConfig};
+pub use output::{ClassReport, CpuReport, ModelInterval, ModelReport, SimResult};
+pub use point::max_throughput;
+pub use profile::Profile;
+
+/// Simulate `config` on `profile` with `seed`. Pure: no wall clock, no global state;
+/// the same inputs give the same result.
+///
+/// The config must be valid ([`SimConfig::validate`]); configs parsed with
+/// [`SimConfig::from_toml_str`] are. An invalid one is a programming error and panics
+/// with the validation message.
+pub fn run(config: &SimConfig, profile: &Profile, seed: u64) -> SimResult {
+    match try_run(config, profile, seed) {
+        Ok(r) => r,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// [`run`] for configs and profiles built in code: validation errors are returned
+/// (naming the field) instead of panicking.
+pub fn try_run(config: &SimConfig, profile: &Profile, seed: u64) -> Result<SimResult, ConfigError> {
+    config.validate("(config passed to napilab_sim::run)")?;
+    profile.validate("(profile passed to napilab_sim::run)")?;
+    let mut sim = sim::Sim::new(config, profile, seed);
+    sim.run();
+    Ok(output::build(&sim))
+}

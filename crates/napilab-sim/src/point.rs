@@ -1,0 +1,111 @@
+//! The twin's run as one point of core's experiment results (`PointResult`), so the
+//! store and the report render lab and twin points the same way, and the RFC 2544
+//! style maximum-throughput search the lab also performs.
+
+use napilab_core::{
+    ClassResult, EngineStats, LatencySummary as CoreLatency, MaxThroughput, PointResult, PointRole,
+};
+
+use crate::{run, Profile, SimConfig, SimResult};
+
+impl SimResult {
+    /// This run as a measured point. `requested_pps` is the load the caller asked for
+    /// (the config's `traffic.rate_pps` for open-loop traffic).
+    pub fn to_point(&self, role: PointRole, requested_pps: f64, repeat: u32) -> PointResult {
+        let m = &self.model;
+        let classes = m
+            .classes
+            .iter()
+            .map(|c| ClassResult {
+                name: c.name.clone(),
+                packet_bytes: c.size_bytes,
+                sent: c.offered,
+                received: c.forwarded,
+                reordered: 0,
+                loss_counters: vec![
+                    ("model rx drops".to_string(), c.rx_dropped),
+                    ("model tx drops".to_string(), c.tx_dropped),
+                ],
+                latency: (c.latency.packets > 0).then(|| CoreLatency {
+                    samples: c.latency.packets,
+                    mean_us: c.latency.mean_us,
+                    p50_us: c.latency.p50_us,
+                    p90_us: c.latency.p90_us,
+                    p99_us: c.latency.p99_us,
+                    p999_us: c.latency.p999_us,
+                    max_us: c.latency.max_us,
+                    histogram: c.latency.histogram.clone(),
+                }),
+            })
+            .collect();
+        let engine = |what: &str| EngineStats {
+            backend: "model".to_string(),
+            counters: vec![(what.to_string(), m.events)],
+            ..EngineStats::default()
+        };
+        PointResult {
+            role,
+            requested_pps,
+            offered_pps: m.totals.offered_pps,
+            repeat,
+            duration_s: m.duration_s,
+            classes,
+            generator: engine("events"),
+            sink: EngineStats {
+                backend: "model".to_string(),
+                counters: m.loss_counters.clone(),
+                ..EngineStats::default()
+            },
+            observation: Some(self.observation.clone()),
+        }
+    }
+}
+
+/// The highest offered load (open-loop `traffic.rate_pps`) whose loss is at most
+/// `loss_threshold`, by bisection between `low_pps` (assumed to pass) and
+/// `high_pps`, stopping when the bracket is narrower than `resolution` (relative).
+/// Returns the answer and every probed point, in probe order.
+pub fn max_throughput(
+    config: &SimConfig,
+    profile: &Profile,
+    seed: u64,
+    loss_threshold: f64,
+    low_pps: f64,
+    high_pps: f64,
+    resolution: f64,
+) -> (MaxThroughput, Vec<PointResult>) {
+    let mut cfg = config.clone();
+    let mut points = Vec::new();
+    let probe = |cfg: &mut SimConfig, pps: f64, points: &mut Vec<PointResult>| {
+        cfg.traffic.rate_pps = pps;
+        let p = run(cfg, profile, seed).to_point(PointRole::Search, pps, 0);
+        let ok = p.loss_ratio() <= loss_threshold;
+        points.push(p);
+        ok
+    };
+    let (mut lo, mut hi) = (low_pps, high_pps);
+    let stopped = if probe(&mut cfg, hi, &mut points) {
+        lo = hi;
+        "upper_bound_passed"
+    } else {
+        while (hi - lo) > resolution * hi {
+            let mid = 0.5 * (lo + hi);
+            if probe(&mut cfg, mid, &mut points) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        "converged"
+    };
+    let probes = (0..points.len()).collect();
+    (
+        MaxThroughput {
+            pps: lo,
+            loss_threshold,
+            probes,
+            stopped: stopped.to_string(),
+        },
+        points,
+    )
+}

@@ -1,0 +1,28 @@
+//! Shared helpers of the validation tests.
+#![allow(dead_code)]
+
+use napilab_sim::{Profile, SimConfig, SimResult};
+
+pub const ROUTER_SQ: &str = include_str!("../../scenarios/router-sq.toml");
+
+pub fn router_profile() -> Profile {
+    Profile::builtin("router-e3-1230-ixgbe").expect("shipped profile parses")
+}
+
+pub fn router_config(rate_pps: f64, duration_ms: f64) -> SimConfig {
+    let mut c = SimConfig::from_toml_str(ROUTER_SQ, "scenarios/router-sq.toml")
+        .expect("shipped scenario parses");
+    c.traffic.rate_pps = rate_pps;
+    c.measurement.duration_ms = duration_ms;
+    c.measurement.warmup_ms = 10.0;
+    c
+}
+
+pub fn run_router(rate_pps: f64, duration_ms: f64) -> SimResult {
+    napilab_sim::run(&router_config(rate_pps, duration_ms), &router_profile(), 1)
+}
+
+/// Relative difference.
+pub fn rel(a: f64, b: f64) -> f64 {
+    (a - b).abs() / b.abs()
+}

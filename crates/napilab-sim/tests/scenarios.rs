@@ -1,0 +1,47 @@
+//! Every shipped scenario parses with every shipped profile and runs briefly.
+
+use napilab_sim::profile::BUILTIN;
+use napilab_sim::{Profile, SimConfig};
+
+const SCENARIOS: &[(&str, &str)] = &[
+    (
+        "router-sq.toml",
+        include_str!("../scenarios/router-sq.toml"),
+    ),
+    (
+        "ap-e2w-single-core.toml",
+        include_str!("../scenarios/ap-e2w-single-core.toml"),
+    ),
+    (
+        "server-irq-suspend.toml",
+        include_str!("../scenarios/server-irq-suspend.toml"),
+    ),
+];
+
+#[test]
+fn shipped_scenarios_run() {
+    for (name, text) in SCENARIOS {
+        let mut cfg = SimConfig::from_toml_str(text, name).expect("shipped scenario parses");
+        cfg.measurement.duration_ms = 5.0;
+        cfg.measurement.interval_ms = None;
+        for (pname, _) in BUILTIN {
+            let p = Profile::builtin(pname).expect("profile");
+            let r = napilab_sim::run(&cfg, &p, 1);
+            let t = &r.model.totals;
+            assert!(t.offered_pps > 0.0, "{name} on {pname}");
+            assert!(t.forwarded_pps > 0.0, "{name} on {pname}");
+        }
+    }
+}
+
+#[test]
+fn irq_suspend_scenario_keeps_irqs_off_under_load() {
+    let (name, text) = SCENARIOS[2];
+    let mut cfg = SimConfig::from_toml_str(text, name).expect("parses");
+    cfg.measurement.duration_ms = 40.0;
+    let p = Profile::builtin("router-e3-1230-ixgbe").expect("profile");
+    let r = napilab_sim::run(&cfg, &p, 1);
+    let c = &r.model.totals.cpus[0];
+    assert!(c.rx_irqs_per_s < 1_000.0, "{}", c.rx_irqs_per_s);
+    assert!(r.observation.intervals.len() == 1);
+}
