@@ -3,6 +3,7 @@
 mod map_cmd;
 mod observe_cmd;
 mod render;
+mod sim_cmd;
 mod tune_cmd;
 
 use std::path::PathBuf;
@@ -30,6 +31,9 @@ enum Command {
     Observe(ObserveArgs),
     /// Plan, apply (with a journal) and revert packet-path settings from profiles.
     Tune(tune_cmd::TuneArgs),
+    /// Predict with the twin, a deterministic model of the packet path, what this host
+    /// cannot run: other hardware, other settings.
+    Sim(sim_cmd::SimArgs),
 }
 
 #[derive(clap::Args)]
@@ -81,6 +85,7 @@ fn main() -> ExitCode {
             show_map: !args.no_map,
         }),
         Command::Tune(args) => tune_cmd::run(args),
+        Command::Sim(args) => sim_cmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

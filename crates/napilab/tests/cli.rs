@@ -114,3 +114,63 @@ fn forwarding_recording_replays_with_findings() {
         "{text}"
     );
 }
+
+/// The twin through the CLI: a sweep and a maximum-throughput search on the software
+/// router of domain.md 5.2 (published maximum about 1.75 Mpps).
+#[test]
+fn sim_run_gives_a_deterministic_model_run_record() {
+    let run_twin = |extra: &[&str]| -> Value {
+        let mut args = vec![
+            "sim",
+            "run",
+            config_path_str(),
+            "--profile",
+            "router-e3-1230-ixgbe",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let out = napilab(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("json")
+    };
+    let run = run_twin(&["--loads", "0.5M,1.5M", "--max-search"]);
+    assert_eq!(run["schema"], "napilab.run/1");
+    assert_eq!(run["kind"], "model");
+    let config = &run["configurations"][0];
+    assert_eq!(config["points"][0]["requested_pps"], 500_000.0);
+    assert_eq!(
+        config["points"][0]["observation"]["origin"]["kind"],
+        "model"
+    );
+    let max = config["max_throughput"]["pps"].as_f64().expect("max pps");
+    assert!((1.6e6..1.9e6).contains(&max), "twin maximum {max}");
+    // Deterministic for a seed: the same points twice.
+    let once = run_twin(&["--loads", "0.5M"]);
+    let again = run_twin(&["--loads", "0.5M"]);
+    assert_eq!(
+        once["configurations"][0]["points"],
+        again["configurations"][0]["points"]
+    );
+}
+
+fn config_path_str() -> &'static str {
+    concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../napilab-sim/scenarios/router-sq.toml"
+    )
+}
+
+#[test]
+fn sim_run_refuses_an_unknown_profile_by_name() {
+    let out = napilab(&["sim", "run", config_path_str(), "--profile", "nosuch"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("nosuch") && err.contains("router-e3-1230-ixgbe"),
+        "{err}"
+    );
+}
