@@ -16,7 +16,7 @@ APT_PACKAGES := build-essential pkg-config ca-certificates iproute2 ethtool iput
 RESULTS ?= results
 FUZZ_SECONDS ?= 10
 
-.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-sampling bench-ingress clean
+.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-sampling bench-ingress bench-sim clean
 
 all: build
 
@@ -80,6 +80,13 @@ bench-sampling: build
 # RT latency with and without the ingress-priority profile (see README).
 bench-ingress: deps
 	bash bench/ingress-priority.sh
+
+# The twin's speed: event loop, 1 s of a 2 Mpps router, and the ratio to a SimPy model
+# of the same router run side by side (SimPy from PyPI in a venv: Debian's is 2.x).
+bench-sim: deps
+	@for p in python3 python3-venv; do dpkg -s $$p >/dev/null 2>&1 || { export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq $$p >/dev/null; }; done
+	@[ -x target/simpy-venv/bin/python ] || { python3 -m venv target/simpy-venv && target/simpy-venv/bin/pip install -q simpy; }
+	NAPILAB_PYTHON=target/simpy-venv/bin/python $(CARGO) run --release -p napilab-sim --example sim-bench
 
 clean:
 	$(CARGO) clean
