@@ -3,6 +3,7 @@
 mod map_cmd;
 mod observe_cmd;
 mod render;
+mod report_cmd;
 mod sim_cmd;
 mod tune_cmd;
 
@@ -34,6 +35,9 @@ enum Command {
     /// Predict with the twin, a deterministic model of the packet path, what this host
     /// cannot run: other hardware, other settings.
     Sim(sim_cmd::SimArgs),
+    /// Render a run (from the results store or a run.json file) as an HTML report with
+    /// plots, a CSV of its points and its JSON; `--list` lists the stored runs.
+    Report(report_cmd::ReportArgs),
 }
 
 #[derive(clap::Args)]
@@ -86,6 +90,7 @@ fn main() -> ExitCode {
         }),
         Command::Tune(args) => tune_cmd::run(args),
         Command::Sim(args) => sim_cmd::run(args),
+        Command::Report(args) => report_cmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,61 @@
+//! napilab's results store and reports (design.md section 3, part "report").
+//!
+//! A [`RunRecord`] from the lab or the twin goes into a SQLite [`Store`] (one row per
+//! run with the full record as JSON, plus configurations, points and a long-format
+//! metrics table in which every number keeps its source, design.md principle 1) and is
+//! rendered as a self-contained HTML report with SVG plots, a CSV of the points and the
+//! run's JSON. The layout of all of these is documented in docs/report.md.
+
+mod csv;
+mod html;
+mod metrics;
+mod plot;
+mod series;
+mod store;
+pub mod synthetic;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use napilab_core::RunRecord;
+use serde::Serialize;
+
+pub use crate::csv::points_csv;
+pub use crate::html::{report_html, utc};
+pub use crate::metrics::{point_metrics, MetricRow};
+pub use crate::store::{RunSummary, Store, STORE_VERSION};
+
+/// Where [`write_outputs`] put a run's files.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Outputs {
+    pub run_id: String,
+    pub html: PathBuf,
+    pub csv: PathBuf,
+    pub json: PathBuf,
+    pub db: PathBuf,
+}
+
+/// Writes `dir/report.html`, `dir/points.csv` and `dir/run.json`, and stores the run in
+/// the database at `db` (replacing an earlier copy of the same run id).
+pub fn write_outputs(run: &RunRecord, dir: &Path, db: &Path) -> Result<Outputs> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create the output directory {}", dir.display()))?;
+    let outputs = Outputs {
+        run_id: run.run_id.clone(),
+        html: dir.join("report.html"),
+        csv: dir.join("points.csv"),
+        json: dir.join("run.json"),
+        db: db.to_path_buf(),
+    };
+    let json = serde_json::to_string_pretty(run).context("cannot serialise the run record")?;
+    write(&outputs.json, &json)?;
+    write(&outputs.csv, &points_csv(run))?;
+    write(&outputs.html, &report_html(run)?)?;
+    let mut store = Store::open(db)?;
+    store.insert_run(run)?;
+    Ok(outputs)
+}
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+}
