@@ -49,6 +49,12 @@ struct RunArgs {
     /// Print the RunRecord as JSON.
     #[arg(long)]
     json: bool,
+    /// Results store; the report goes to results/<run id>/ beside it.
+    #[arg(long, value_name = "PATH", default_value = "results/napilab.db")]
+    db: PathBuf,
+    /// Do not write the report and do not store the run.
+    #[arg(long)]
+    no_report: bool,
 }
 
 fn parse_rate(s: &str) -> Result<f64, String> {
@@ -215,6 +221,22 @@ fn run_twin(args: &RunArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&record)?);
     } else {
         print!("{}", summary(&record, &results));
+    }
+    if !args.no_report {
+        // The same outputs as a lab run: report.html, points.csv, run.json, the store.
+        let dir = args
+            .db
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join(&record.run_id);
+        let outputs = napilab_report::write_outputs(&record, &dir, &args.db)?;
+        eprintln!(
+            "report: {} (points: {}, record: {}, stored in {})",
+            outputs.html.display(),
+            outputs.csv.display(),
+            outputs.json.display(),
+            outputs.db.display()
+        );
     }
     Ok(())
 }

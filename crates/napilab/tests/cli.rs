@@ -166,11 +166,51 @@ fn config_path_str() -> &'static str {
 
 #[test]
 fn sim_run_refuses_an_unknown_profile_by_name() {
-    let out = napilab(&["sim", "run", config_path_str(), "--profile", "nosuch"]);
+    let out = napilab(&[
+        "sim",
+        "run",
+        config_path_str(),
+        "--profile",
+        "nosuch",
+        "--no-report",
+    ]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("nosuch") && err.contains("router-e3-1230-ixgbe"),
         "{err}"
+    );
+}
+
+#[test]
+fn sim_run_writes_the_same_report_as_the_lab() {
+    let dir = std::env::temp_dir().join(format!("napilab-sim-report-{}", std::process::id()));
+    let db = dir.join("napilab.db");
+    let out = napilab(&[
+        "sim",
+        "run",
+        config_path_str(),
+        "--profile",
+        "router-e3-1230-ixgbe",
+        "--loads",
+        "1M",
+        "--db",
+        db.to_str().expect("path"),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let html = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("report.html"))
+        .find(|p| p.exists());
+    let html = html.and_then(|p| std::fs::read_to_string(p).ok());
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("report.html"), "{err}");
+    let html = html.expect("report.html written");
+    assert!(
+        html.contains("<svg") && html.contains("twin"),
+        "report lacks plots or twin labels"
     );
 }
