@@ -144,7 +144,7 @@ fn run_twin(args: &RunArgs) -> Result<()> {
         .zip(&loads)
         .map(|(r, pps)| r.to_point(PointRole::Sweep, *pps, 0))
         .collect();
-    let host = results
+    let mut host = results
         .first()
         .map(|r| r.observation.host.clone())
         .unwrap_or_else(|| HostFacts {
@@ -156,6 +156,10 @@ fn run_twin(args: &RunArgs) -> Result<()> {
             accounting: CpuAccounting::TickSampled,
             user_hz: 100,
         });
+    if host.cpus.is_empty() {
+        // The twin's Observation names CPUs per interval only; the run lists them all.
+        host.cpus = (0..config.host.cpus).collect();
+    }
     let max = if args.max_search {
         let high = loads
             .iter()
