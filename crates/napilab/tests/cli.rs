@@ -127,6 +127,7 @@ fn sim_run_gives_a_deterministic_model_run_record() {
             "--profile",
             "router-e3-1230-ixgbe",
             "--json",
+            "--no-report",
         ];
         args.extend_from_slice(extra);
         let out = napilab(&args);
