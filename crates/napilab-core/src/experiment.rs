@@ -179,7 +179,7 @@ pub fn run_id(unix_ms: u64, salt: u32) -> String {
         day_secs / 3600,
         day_secs % 3600 / 60,
         day_secs % 60,
-        (salt ^ (unix_ms as u32 % 1000)) & 0xffff
+        (salt ^ (unix_ms % 1000) as u32) & 0xffff
     )
 }
 
