@@ -23,6 +23,10 @@ pub enum RuleId {
     KsoftirqdActive,
     /// One CPU near saturation with packet work while others have headroom.
     HotCpu,
+    /// 3, measured: tracepoint-measured softirq/IRQ time beside /proc/stat's shares.
+    AccountingTruth,
+    /// 4: full-budget polls that the device's received packets do not justify.
+    DriverContract,
 }
 
 impl RuleId {
@@ -35,6 +39,8 @@ impl RuleId {
             RuleId::TimeSqueeze => "time_squeeze",
             RuleId::KsoftirqdActive => "ksoftirqd_active",
             RuleId::HotCpu => "hot_cpu",
+            RuleId::AccountingTruth => "accounting_truth",
+            RuleId::DriverContract => "driver_contract",
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod metric;
 pub mod observation;
 pub mod stats;
 pub mod topology;
+pub mod trace;
 pub mod units;
 
 pub use experiment::{

@@ -110,6 +110,9 @@ pub struct Interval {
     pub irqs: Vec<IrqInterval>,
     pub threads: Vec<ThreadInterval>,
     pub host: HostInterval,
+    /// Measured by the tracing tier (`observe --trace`, source `trace`); absent without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<crate::trace::TraceInterval>,
 }
 
 impl Interval {

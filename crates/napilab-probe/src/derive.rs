@@ -76,6 +76,7 @@ pub fn derive_interval(
         cpus,
         devices,
         host,
+        trace: None,
     }
 }
 

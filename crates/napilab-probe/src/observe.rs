@@ -131,6 +131,18 @@ impl Analysis {
         self.intervals.last()
     }
 
+    /// Attaches what the tracing tier measured over the interval `push` last closed.
+    pub fn attach_trace(&mut self, trace: napilab_core::trace::TraceInterval) {
+        if let Some(last) = self.intervals.last_mut() {
+            last.trace = Some(trace);
+        }
+    }
+
+    /// Adds one notice (said once, however often it is added).
+    pub fn add_notice(&mut self, what: impl Into<String>, why: impl Into<String>) {
+        self.notices.add(what.into(), why.into());
+    }
+
     pub fn merge_notices(&mut self, other: &Notices) {
         for n in &other.0 {
             self.notices.add(n.what.clone(), n.why.clone());

@@ -631,6 +631,7 @@ fn observation_interval(sim: &Sim, mi: &ModelInterval, k: &Counts, secs: f64) ->
         devices: vec![ingress, egress],
         irqs,
         threads,
+        trace: None,
         host: HostInterval {
             rx_bits: Some(m(rate(k.rx_bytes) * 8.0, Unit::BitsPerSecond)),
             cpu_per_mbps: (rx_mbps > 0.0).then(|| {

@@ -73,6 +73,17 @@ struct ObserveArgs {
     /// Do not print the map before the observation (tables only).
     #[arg(long)]
     no_map: bool,
+    /// Also measure NAPI polls, softirq and hard-IRQ time with BPF tracepoints (source
+    /// `trace`, needs root); falls back to /proc only, saying what is missing.
+    #[arg(long, conflicts_with_all = ["replay", "root"])]
+    trace: bool,
+    /// With --trace: sample kernel stacks at 1 kHz (cpu-clock) and split CPU time by
+    /// packet-path stage (source `sample`).
+    #[arg(long, requires = "trace")]
+    stages: bool,
+    /// With --stages: write a flame graph (SVG) of the sampled stacks, rooted by stage.
+    #[arg(long, value_name = "FILE", requires = "stages")]
+    flamegraph: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -87,6 +98,9 @@ fn main() -> ExitCode {
             replay: args.replay,
             root: args.root,
             show_map: !args.no_map,
+            trace: args.trace,
+            stages: args.stages,
+            flamegraph: args.flamegraph,
         }),
         Command::Tune(args) => tune_cmd::run(args),
         Command::Sim(args) => sim_cmd::run(args),

@@ -21,6 +21,11 @@ pub struct Options {
     pub replay: Option<PathBuf>,
     pub root: Option<PathBuf>,
     pub show_map: bool,
+    /// Load the always-on BPF tier (docs/trace.md).
+    pub trace: bool,
+    /// Sample kernel stacks and split CPU time by stage (needs `trace`).
+    pub stages: bool,
+    pub flamegraph: Option<PathBuf>,
 }
 
 /// How often the process list is rescanned for new ksoftirqd/napi threads.
@@ -78,7 +83,9 @@ fn observe_live(options: &Options) -> Result<Observation> {
         None => None,
     };
     let mut sampler = Sampler::new(root, use_netlink);
+    let mut tracer = Tracer::start(options.trace, options.stages, &header);
     let mut analysis = Analysis::new(header);
+    tracer.report_start(&mut analysis);
     let steps = (options.duration.as_nanos() / options.interval.as_nanos()).max(1) as u64;
     let progress = progress_bar(steps, options.interval);
     let start = Instant::now();
@@ -100,12 +107,27 @@ fn observe_live(options: &Options) -> Result<Observation> {
         if let Some(w) = writer.as_mut() {
             w.append(&raw).context("cannot write the recording")?;
         }
-        analysis.push(&raw);
+        let traced = tracer.sample();
+        let closed = analysis
+            .push(&raw)
+            .map(|i| i.host.rx_bits.as_ref().map(|m| m.value / 1e6));
+        if let (Some(rx_mbps), Some(mut trace)) = (closed, traced) {
+            tracer.add_stages(&mut trace, rx_mbps);
+            analysis.attach_trace(trace);
+        }
         if step > 0 {
             progress.inc(1);
         }
     }
     progress.finish_and_clear();
+    if let Some(path) = &options.flamegraph {
+        match tracer.flamegraph(path) {
+            Ok(()) => eprintln!("napilab: flame graph written to {}", path.display()),
+            Err(e) => analysis.add_notice("flame graph", e),
+        }
+    }
+    // Detach and unload the BPF programs before reporting (also after Ctrl-C).
+    drop(tracer);
     analysis.merge_notices(&sampler.notices);
     if let Some(path) = &options.record {
         eprintln!(
@@ -146,4 +168,128 @@ fn progress_bar(steps: u64, interval: Duration) -> indicatif::ProgressBar {
     bar.set_style(style);
     bar.set_message(humantime::format_duration(interval).to_string());
     bar
+}
+
+/// The BPF tracing tier during a live observation (`--trace`). When it cannot start,
+/// the observation goes on with /proc only and a notice says what is missing.
+struct Tracer {
+    live: Option<(napilab_trace::AlwaysOn, napilab_trace::Snapshot, Instant)>,
+    cpus: Vec<u32>,
+    notices: Vec<(String, String)>,
+    /// The stage sampler, its previous reading, and the reading and length of the
+    /// interval `sample` last closed.
+    stages: Option<StageState>,
+}
+
+struct StageState {
+    sampler: napilab_trace::stages::StageSampler,
+    previous: napilab_trace::stages::StageSamples,
+    pending: Option<(napilab_trace::stages::StageSamples, f64)>,
+}
+
+/// Stage sampling frequency (cpu-clock samples per second and CPU).
+const STAGE_HZ: u64 = 1000;
+
+impl Tracer {
+    fn start(
+        enabled: bool,
+        stages: bool,
+        header: &napilab_probe::record::RecordingHeader,
+    ) -> Tracer {
+        let mut tracer = Tracer {
+            live: None,
+            cpus: header.online_cpus.clone(),
+            notices: Vec::new(),
+            stages: None,
+        };
+        if !enabled {
+            return tracer;
+        }
+        let options = napilab_trace::TraceOptions {
+            netdev_budget: header.settings.netdev_budget,
+            netdev_budget_usecs: header.settings.netdev_budget_usecs,
+            ..napilab_trace::TraceOptions::default()
+        };
+        match napilab_trace::AlwaysOn::start(&options) {
+            Ok(always_on) => {
+                tracer.notices.extend(always_on.notices.iter().cloned());
+                let first = always_on.snapshot(&tracer.cpus);
+                tracer.live = Some((always_on, first, Instant::now()));
+                if stages {
+                    match napilab_trace::stages::StageSampler::start(&tracer.cpus, STAGE_HZ) {
+                        Ok(sampler) => {
+                            let previous = sampler.read();
+                            tracer.stages = Some(StageState {
+                                sampler,
+                                previous,
+                                pending: None,
+                            });
+                        }
+                        Err(e) => tracer.notices.push((
+                            "stage profile (--stages)".into(),
+                            format!("{e}; per-stage shares are absent"),
+                        )),
+                    }
+                }
+            }
+            Err(e) => tracer.notices.push((
+                "BPF tracing tier (--trace)".into(),
+                format!("{e}; observing with /proc only, so measured softirq/IRQ time and per-NAPI contexts are absent"),
+            )),
+        }
+        tracer
+    }
+
+    fn report_start(&self, analysis: &mut Analysis) {
+        for (what, why) in &self.notices {
+            analysis.add_notice(what.clone(), why.clone());
+        }
+    }
+
+    /// The trace interval since the previous call (the first call covers the time since
+    /// the programs were attached, and is discarded with the first /proc sample).
+    fn sample(&mut self) -> Option<napilab_core::trace::TraceInterval> {
+        let (always_on, previous, at) = self.live.as_mut()?;
+        let now = Instant::now();
+        let current = always_on.snapshot(&self.cpus);
+        let interval = napilab_trace::trace_interval(
+            previous,
+            &current,
+            now.duration_since(*at).as_secs_f64(),
+        );
+        let seconds = now.duration_since(*at).as_secs_f64();
+        *previous = current;
+        *at = now;
+        if let Some(stages) = self.stages.as_mut() {
+            // A reading whose interval was discarded (the first) starts the next one.
+            if let Some((unused, _)) = stages.pending.take() {
+                stages.previous = unused;
+            }
+            stages.pending = Some((stages.sampler.read(), seconds));
+        }
+        Some(interval)
+    }
+
+    /// Adds the stage shares of the interval `sample` last closed.
+    fn add_stages(&mut self, trace: &mut napilab_core::trace::TraceInterval, rx_mbps: Option<f64>) {
+        let Some(stages) = self.stages.as_mut() else {
+            return;
+        };
+        let Some((current, seconds)) = stages.pending.take() else {
+            return;
+        };
+        let (shares, costs) =
+            napilab_trace::stages::stage_shares(&stages.previous, &current, seconds, rx_mbps);
+        trace.stages = shares;
+        trace.stage_costs = costs;
+        stages.previous = current;
+    }
+
+    fn flamegraph(&self, path: &Path) -> std::result::Result<(), String> {
+        let stages = self
+            .stages
+            .as_ref()
+            .ok_or("the stage sampler is not running")?;
+        napilab_trace::stages::write_flamegraph(&stages.sampler.read(), path)
+    }
 }

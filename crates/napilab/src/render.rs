@@ -431,8 +431,211 @@ pub fn observation(obs: &Observation, show_map: bool) -> String {
         if !threads.is_empty() {
             let _ = writeln!(out, "Packet threads (CPU share): {}", threads.join(", "));
         }
+        out.push_str(&trace_tables(obs));
     }
     out.push_str(&findings(&obs.findings));
     out.push_str(&notices(&obs.notices));
     out
+}
+
+/// The tracing tier's tables (`observe --trace`): measured against reported CPU time,
+/// NAPI polls by execution context, and NET_RX softirq runs. Empty without trace data.
+fn trace_tables(obs: &Observation) -> String {
+    use napilab_core::trace::ExecContext;
+    use std::collections::BTreeMap;
+
+    let traced: Vec<&Interval> = obs.intervals.iter().filter(|i| i.trace.is_some()).collect();
+    if traced.is_empty() {
+        return String::new();
+    }
+    let seconds: f64 = traced.iter().map(|i| i.duration_s).sum();
+    let mut out = String::new();
+    let mut cpu_t = table(&[
+        "cpu",
+        "softirq% trace",
+        "sirq% tick",
+        "hardirq% trace",
+        "irq% tick",
+        "net softirq% trace",
+        "in ksoftirqd%",
+        "sys% tick",
+        "idle% tick",
+        "napi-thread polls/s",
+        "busy polls/s",
+    ]);
+    let owned: Vec<Interval> = traced.iter().map(|i| (*i).clone()).collect();
+    for cpu in napilab_core::stats::cpus(obs) {
+        let tr = |pick: fn(&napilab_core::trace::CpuTraceTime) -> &Metric,
+                  fmt: fn(f64) -> String| {
+            cell(
+                &owned,
+                |i| i.trace.as_ref().and_then(|t| t.cpu(cpu)).map(pick),
+                fmt,
+            )
+        };
+        let tick = |pick: fn(&napilab_core::CpuTimeShares) -> &Metric| {
+            cell(
+                &owned,
+                |i| i.cpu(cpu).and_then(|c| c.time.as_ref()).map(pick),
+                pct,
+            )
+        };
+        cpu_t.add_row(vec![
+            cpu.to_string(),
+            tr(|c| &c.softirq, pct),
+            tick(|s| &s.softirq),
+            tr(|c| &c.hardirq, pct),
+            tick(|s| &s.irq),
+            tr(|c| &c.net_softirq, pct),
+            tr(|c| &c.softirq_ksoftirqd, pct),
+            tick(|s| &s.system),
+            tick(|s| &s.idle),
+            tr(|c| &c.napi_thread_polls, short),
+            tr(|c| &c.busy_poll_polls, short),
+        ]);
+    }
+    let _ = writeln!(
+        out,
+        "\nMeasured (trace: tracepoints) vs reported (tick: /proc/stat) CPU time, over {} traced interval(s)\n{cpu_t}",
+        traced.len()
+    );
+
+    type NapiRow = (u64, u64, u64, Option<String>);
+    let mut napi: BTreeMap<(u32, String, u32, ExecContext), NapiRow> = BTreeMap::new();
+    let mut runs: BTreeMap<(u32, ExecContext), (u64, u64, u64, u64)> = BTreeMap::new();
+    for i in &traced {
+        let Some(t) = &i.trace else { continue };
+        for n in &t.napi {
+            let e = napi
+                .entry((n.napi_id, n.device.clone(), n.cpu, n.context))
+                .or_default();
+            e.0 += n.polls;
+            e.1 += n.packets;
+            e.2 += n.full_budget_polls;
+            if n.application.is_some() {
+                e.3.clone_from(&n.application);
+            }
+        }
+        for r in &t.net_rx_runs {
+            let e = runs.entry((r.cpu, r.context)).or_default();
+            e.0 += r.runs;
+            e.1 += r.packets;
+            e.2 += r.budget_limited;
+            e.3 += r.time_limited;
+        }
+    }
+    if !napi.is_empty() {
+        let mut t = table(&[
+            "napi",
+            "device",
+            "cpu",
+            "context",
+            "polls/s",
+            "pkt/s",
+            "pkt/poll",
+            "full budget%",
+        ]);
+        for ((id, dev, cpu, ctx), (polls, pkts, full, app)) in &napi {
+            let context = match app {
+                Some(app) => format!("{} ({app})", ctx.as_str()),
+                None => ctx.as_str().to_string(),
+            };
+            t.add_row(vec![
+                match (*id, dev.is_empty()) {
+                    (0, true) => "backlog".into(),
+                    (0, false) => "(no id)".into(),
+                    _ => id.to_string(),
+                },
+                if dev.is_empty() {
+                    "-".into()
+                } else {
+                    dev.clone()
+                },
+                cpu.to_string(),
+                context,
+                short(*polls as f64 / seconds),
+                short(*pkts as f64 / seconds),
+                format!("{:.1}", *pkts as f64 / (*polls).max(1) as f64),
+                pct(*full as f64 / (*polls).max(1) as f64),
+            ]);
+        }
+        let _ = writeln!(out, "\nNAPI polls by execution context (trace)\n{t}");
+    }
+    if !runs.is_empty() {
+        let mut t = table(&[
+            "cpu",
+            "context",
+            "NET_RX runs/s",
+            "pkt/run",
+            "budget-limited/s",
+            "time-limited/s",
+        ]);
+        for ((cpu, ctx), (n, pkts, budget, time)) in &runs {
+            t.add_row(vec![
+                cpu.to_string(),
+                ctx.as_str().to_string(),
+                short(*n as f64 / seconds),
+                format!("{:.1}", *pkts as f64 / (*n).max(1) as f64),
+                short(*budget as f64 / seconds),
+                short(*time as f64 / seconds),
+            ]);
+        }
+        let _ = writeln!(out, "\nNET_RX softirq runs (trace)\n{t}");
+    }
+    out.push_str(&stage_table(&traced, seconds));
+    out
+}
+
+/// Stage profile (`--stages`): mean CPU share per stage and CPU, and cost per Mbit/s.
+fn stage_table(traced: &[&Interval], seconds: f64) -> String {
+    use std::collections::BTreeMap;
+    let mut share: BTreeMap<(String, u32), f64> = BTreeMap::new();
+    let mut per_mbps: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    let mut cpus: Vec<u32> = Vec::new();
+    for i in traced {
+        let Some(t) = &i.trace else { continue };
+        for s in &t.stages {
+            *share.entry((s.stage.clone(), s.cpu)).or_default() += s.share.value * i.duration_s;
+            cpus.push(s.cpu);
+        }
+        for c in &t.stage_costs {
+            if let Some(m) = &c.per_mbps {
+                let e = per_mbps.entry(c.stage.clone()).or_default();
+                e.0 += m.value * i.duration_s;
+                e.1 += i.duration_s;
+            }
+        }
+    }
+    if share.is_empty() || seconds <= 0.0 {
+        return String::new();
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    let mut header: Vec<String> = vec!["stage".into()];
+    header.extend(cpus.iter().map(|c| format!("cpu{c}%")));
+    header.push("CPUs".into());
+    header.push("CPU per Mbit/s".into());
+    let header_refs: Vec<&str> = header.iter().map(String::as_str).collect();
+    let mut t = table(&header_refs);
+    for stage in napilab_trace::stages::STAGES {
+        let row: Vec<f64> = cpus
+            .iter()
+            .map(|c| share.get(&(stage.to_string(), *c)).copied().unwrap_or(0.0) / seconds)
+            .collect();
+        let total: f64 = row.iter().sum();
+        if total <= 0.0 {
+            continue;
+        }
+        let mut cells = vec![stage.to_string()];
+        cells.extend(row.iter().map(|v| pct(*v)));
+        cells.push(format!("{total:.3}"));
+        cells.push(
+            per_mbps
+                .get(stage)
+                .filter(|(_, w)| *w > 0.0)
+                .map_or_else(|| "-".into(), |(v, w)| format!("{:.5}", v / w)),
+        );
+        t.add_row(cells);
+    }
+    format!("\nStage profile (sample: cpu-clock stacks mapped to stages by caller)\n{t}\n")
 }

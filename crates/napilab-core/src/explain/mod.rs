@@ -4,6 +4,8 @@
 //! where they exist (weighted by interval length), so a finding speaks for the whole
 //! observation rather than repeating per interval.
 
+mod accounting_truth;
+mod driver_contract;
 mod egress_qdisc;
 mod hot_cpu;
 mod ksoftirqd;
@@ -25,6 +27,8 @@ pub fn explain(observation: &Observation) -> Vec<Finding> {
     findings.extend(time_squeeze::check(observation));
     findings.extend(ksoftirqd::check(observation));
     findings.extend(hot_cpu::check(observation));
+    findings.extend(accounting_truth::check(observation));
+    findings.extend(driver_contract::check(observation));
     findings.sort_by(|a, b| {
         b.severity
             .cmp(&a.severity)

@@ -1,0 +1,181 @@
+//! What the tracing tier (`observe --trace`, source `trace`) adds to an interval:
+//! per-NAPI polls split by execution context, softirq and hard-IRQ time measured by
+//! tracepoints, and per-CPU measured time to set beside /proc/stat's tick-sampled
+//! shares (misreading 3). Everything here fires per poll, per softirq or per IRQ, never
+//! per packet (design.md principle 2). Counts are exact event counts over the interval;
+//! rates and shares are [`Metric`]s with source `trace`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::metric::Metric;
+
+/// Where a NAPI poll or a softirq run executed (docs/trace.md, "contexts").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecContext {
+    /// Softirq run on the way out of a hard IRQ (`irq_exit`).
+    Hardirq,
+    /// Softirq run inline when a task re-enabled bottom halves (`local_bh_enable`).
+    BhEnable,
+    /// Softirq deferred to the per-CPU `ksoftirqd/N` thread.
+    Ksoftirqd,
+    /// A threaded-NAPI kthread `napi/<dev>-<id>` (no softirq at all).
+    NapiThread,
+    /// An application polling from its own syscall (busy polling).
+    BusyPoll,
+}
+
+impl ExecContext {
+    pub const ALL: [ExecContext; 5] = [
+        ExecContext::Hardirq,
+        ExecContext::BhEnable,
+        ExecContext::Ksoftirqd,
+        ExecContext::NapiThread,
+        ExecContext::BusyPoll,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExecContext::Hardirq => "softirq after hardirq",
+            ExecContext::BhEnable => "softirq at bh-enable",
+            ExecContext::Ksoftirqd => "ksoftirqd",
+            ExecContext::NapiThread => "napi kthread",
+            ExecContext::BusyPoll => "busy poll",
+        }
+    }
+}
+
+/// Names of the softirq vectors, indexed by vector number (`softirq_to_name`).
+pub const SOFTIRQ_NAMES: [&str; 10] = [
+    "HI", "TIMER", "NET_TX", "NET_RX", "BLOCK", "IRQ_POLL", "TASKLET", "SCHED", "HRTIMER", "RCU",
+];
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TraceInterval {
+    /// One row per NAPI instance, CPU and context that polled in the interval.
+    pub napi: Vec<NapiPollTrace>,
+    /// One row per CPU, softirq vector and context that ran in the interval.
+    pub softirqs: Vec<SoftirqTrace>,
+    /// `net_rx_action` runs: one row per CPU and context.
+    pub net_rx_runs: Vec<NetRxRunTrace>,
+    /// Device hard-IRQ handlers (`irq_handler_entry/exit`): one row per IRQ and CPU.
+    pub irqs: Vec<IrqTrace>,
+    /// Measured time per CPU, to compare with /proc/stat.
+    pub cpus: Vec<CpuTraceTime>,
+    /// Stage profile (`observe --trace --stages`, source `sample`): per stage and CPU.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageShare>,
+    /// Stage profile summed over CPUs, with the cost per received Mbit/s.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stage_costs: Vec<StageCost>,
+}
+
+/// Time one CPU spent in one packet-path stage (domain.md 5.1), from kernel stacks
+/// sampled with the `cpu-clock` event and mapped to stages by their callers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StageShare {
+    pub stage: String,
+    pub cpu: u32,
+    pub samples: u64,
+    /// samples / (sampling frequency x interval): a fraction of this CPU.
+    pub share: Metric,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StageCost {
+    pub stage: String,
+    /// Sum of the stage's shares over CPUs (CPUs).
+    pub cpus: Metric,
+    /// `cpus` per received Mbit/s of the host (absent without traffic).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_mbps: Option<Metric>,
+}
+
+impl TraceInterval {
+    pub fn cpu(&self, cpu: u32) -> Option<&CpuTraceTime> {
+        self.cpus.iter().find(|c| c.cpu == cpu)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NapiPollTrace {
+    pub napi_id: u32,
+    /// Device name and ifindex as the kernel had them (ifindex is per network namespace).
+    pub device: String,
+    pub ifindex: u32,
+    pub cpu: u32,
+    pub context: ExecContext,
+    /// For busy polling: the command name of the last application that polled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub application: Option<String>,
+    pub polls: u64,
+    pub packets: u64,
+    /// Polls whose work reached the budget (the instance stays scheduled).
+    pub full_budget_polls: u64,
+    /// `work_histogram[w]` = polls that returned `w` (0..=64; 64 also counts larger).
+    pub work_histogram: Vec<u64>,
+    pub polls_per_s: Metric,
+    pub packets_per_s: Metric,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SoftirqTrace {
+    pub cpu: u32,
+    pub vector: u32,
+    pub name: String,
+    pub context: ExecContext,
+    pub count: u64,
+    pub total_ns: u64,
+    /// Share of the interval this CPU spent in this vector and context.
+    pub share: Metric,
+    /// `log2_ns[i]` = runs lasting [2^i, 2^(i+1)) ns (slot 0 also holds 0-1 ns).
+    pub log2_ns: Vec<u64>,
+    /// Runs whose raise (`softirq_raise` on this CPU) was seen, and the summed time from
+    /// that first raise to the start of the run: mean latency = sum / raised_runs.
+    pub raised_runs: u64,
+    pub raise_to_entry_ns: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NetRxRunTrace {
+    pub cpu: u32,
+    pub context: ExecContext,
+    pub runs: u64,
+    /// Packets handled: the sum of napi_poll work inside NET_RX softirq runs.
+    pub packets: u64,
+    /// Runs that handled at least `netdev_budget` packets (squeezed by the budget).
+    pub budget_limited: u64,
+    /// Runs under the packet budget that lasted at least `netdev_budget_usecs`
+    /// (squeezed by time).
+    pub time_limited: u64,
+    /// `log2_packets[i]` = runs that handled [2^i, 2^(i+1)) packets (slot 0: 0-1).
+    pub log2_packets: Vec<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IrqTrace {
+    pub irq: u32,
+    pub cpu: u32,
+    pub count: u64,
+    pub total_ns: u64,
+    pub share: Metric,
+}
+
+/// One CPU's measured time over the interval, as fractions of the interval.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CpuTraceTime {
+    pub cpu: u32,
+    /// All softirq vectors, all contexts (including ksoftirqd).
+    pub softirq: Metric,
+    /// NET_RX and NET_TX softirqs only.
+    pub net_softirq: Metric,
+    /// The part of `softirq` that ran inside ksoftirqd (charged to softirq by ticks).
+    pub softirq_ksoftirqd: Metric,
+    /// Device IRQ handlers (`irq_handler_entry/exit`); local timer and IPI vectors do
+    /// not pass through these tracepoints and are not included.
+    pub hardirq: Metric,
+    /// NAPI polls run by threaded-NAPI kthreads and busy polling on this CPU, per second:
+    /// this work is charged to "system" time, not softirq.
+    pub napi_thread_polls: Metric,
+    pub busy_poll_polls: Metric,
+}

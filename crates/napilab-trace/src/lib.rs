@@ -1,0 +1,15 @@
+//! napilab's tracing tier (design.md section 3, "trace").
+//!
+//! [`always_on`] loads the always-on BPF programs (`bpf/napi_trace.bpf.c`): they fire
+//! per NAPI poll, per softirq run and per device IRQ, never per packet, and aggregate
+//! into per-CPU maps. [`snapshot`] turns two readings of those maps into a
+//! [`TraceInterval`](napilab_core::trace::TraceInterval); it is pure and tested without
+//! root. [`stages`] samples kernel stacks (cpu-clock) and maps them to packet-path
+//! stages by their callers.
+
+pub mod always_on;
+pub mod snapshot;
+pub mod stages;
+
+pub use always_on::{AlwaysOn, StartError, TraceOptions};
+pub use snapshot::{trace_interval, Snapshot};

@@ -1,0 +1,93 @@
+//! End-to-end test of `napilab observe --trace` (root): a flood through a veth NAPI
+//! instance run by a NAPI kthread, observed with the BPF tier. The Observation must
+//! carry trace data for the instance and name the accounting truth (the kthread's
+//! packet work is "system" time for /proc/stat). Prints `SKIPPED <name>: <reason>` when
+//! not root or when BPF is unavailable.
+
+#[path = "../../napilab-trace/tests/netns.rs"]
+mod netns;
+
+use std::net::UdpSocket;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use netns::VethPair;
+use serde_json::Value;
+
+fn flood(ns: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("netns");
+        // SAFETY: setns on a valid namespace fd affects only this thread.
+        assert_eq!(
+            unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) },
+            0
+        );
+        let sock = UdpSocket::bind("10.77.0.1:0").expect("bind");
+        while !stop.load(Ordering::Relaxed) {
+            for _ in 0..64 {
+                let _ = sock.send_to(&[0u8; 64], ("10.77.0.2", 9));
+            }
+        }
+    })
+}
+
+#[test]
+fn observe_trace_reports_contexts_and_accounting_truth() {
+    let name = "observe_trace_reports_contexts_and_accounting_truth";
+    let pair = match VethPair::create("cli", true) {
+        Ok(p) => p,
+        Err(e) => {
+            println!("SKIPPED {name}: {e}");
+            return;
+        }
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = flood(pair.a.clone(), stop.clone());
+    std::thread::sleep(Duration::from_millis(300));
+    let out = pair
+        .command(&pair.b, env!("CARGO_BIN_EXE_napilab"))
+        .args(["observe", "--trace", "--for", "3s", "--json"])
+        .output()
+        .expect("run napilab");
+    stop.store(true, Ordering::Relaxed);
+    let _ = sender.join();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let obs: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let traced: Vec<&Value> = obs["intervals"]
+        .as_array()
+        .expect("intervals")
+        .iter()
+        .filter(|i| !i["trace"].is_null())
+        .collect();
+    if traced.is_empty() {
+        let why = obs["notices"].to_string();
+        println!("SKIPPED {name}: no trace data (BPF unavailable?): {why}");
+        return;
+    }
+    let kthread_polls: u64 = traced
+        .iter()
+        .flat_map(|i| i["trace"]["napi"].as_array().cloned().unwrap_or_default())
+        .filter(|n| n["device"] == "vb" && n["context"] == "napi_thread")
+        .map(|n| n["polls"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(
+        kthread_polls > 0,
+        "no napi_thread polls of vb in {traced:#?}"
+    );
+    let rules: Vec<&str> = obs["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter_map(|f| f["rule"].as_str())
+        .collect();
+    assert!(
+        rules.contains(&"accounting_truth"),
+        "no accounting_truth finding: {rules:?}"
+    );
+}
