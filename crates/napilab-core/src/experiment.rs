@@ -162,23 +162,15 @@ pub struct MaxThroughput {
 /// A run id `YYYYMMDD-HHMMSS-<4 hex>` (UTC) from the start time and a salt (e.g. the
 /// process id), short enough to fit in namespace and interface names.
 pub fn run_id(unix_ms: u64, salt: u32) -> String {
-    let secs = unix_ms / 1000;
-    let (days, day_secs) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let t = crate::time::UtcTime::from_unix_ms(unix_ms);
     format!(
-        "{year:04}{month:02}{day:02}-{:02}{:02}{:02}-{:04x}",
-        day_secs / 3600,
-        day_secs % 3600 / 60,
-        day_secs % 60,
+        "{:04}{:02}{:02}-{:02}{:02}{:02}-{:04x}",
+        t.year,
+        t.month,
+        t.day,
+        t.hour,
+        t.minute,
+        t.second,
         (salt ^ (unix_ms % 1000) as u32) & 0xffff
     )
 }

@@ -11,6 +11,7 @@ pub mod finding;
 pub mod metric;
 pub mod observation;
 pub mod stats;
+pub mod time;
 pub mod topology;
 pub mod trace;
 pub mod units;
