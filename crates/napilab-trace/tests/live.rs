@@ -2,17 +2,15 @@
 //! (`napilab-trace-<pid>-<tag>-a/-b`). Each prints `SKIPPED <name>: <reason>` and
 //! returns when not root or when BPF is unavailable.
 
-mod netns;
-
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use napilab_core::trace::{ExecContext, TraceInterval};
+use napilab_testkit::VethPair;
 use napilab_trace::always_on::own_programs_loaded;
 use napilab_trace::{trace_interval, AlwaysOn, TraceOptions};
-use netns::VethPair;
 
 /// The tests share the kernel's tracepoints and CPU time: run them one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -29,7 +27,7 @@ fn setup_with(
     threaded: bool,
     options: &TraceOptions,
 ) -> Option<(VethPair, AlwaysOn)> {
-    let pair = match VethPair::create(tag, threaded) {
+    let pair = match VethPair::create("napilab-trace", tag, threaded) {
         Ok(p) => p,
         Err(e) => {
             println!("SKIPPED {name}: {e}");
@@ -422,7 +420,7 @@ fn measured_softirq_time_agrees_with_perf_kwork() {
 fn stage_sampler_maps_flood_stacks_to_packet_stages() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let name = "stage_sampler_maps_flood_stacks_to_packet_stages";
-    let pair = match VethPair::create("stages", false) {
+    let pair = match VethPair::create("napilab-trace", "stages", false) {
         Ok(p) => p,
         Err(e) => {
             println!("SKIPPED {name}: {e}");

@@ -3,13 +3,11 @@
 //! `napilab map --json`, run in vb's namespace, must account for them and agree with
 //! independent kernel sources.
 
-mod netns;
-
 use std::process::{Command, Stdio};
 use std::thread::sleep;
 use std::time::Duration;
 
-use netns::VethPair;
+use napilab_testkit::VethPair;
 use serde_json::Value;
 
 const PACKETS: u64 = 20_000;
@@ -60,7 +58,7 @@ fn rules(obs: &Value) -> Vec<(String, String)> {
 
 #[test]
 fn observe_counts_packets_and_maps_the_napi_thread() {
-    let pair = match VethPair::create("obs", true) {
+    let pair = match VethPair::create("napilab-test", "obs", true) {
         Ok(p) => p,
         Err(why) => {
             eprintln!("SKIPPED observe_counts_packets_and_maps_the_napi_thread: {why}");
@@ -166,7 +164,7 @@ fn observe_counts_packets_and_maps_the_napi_thread() {
 
 #[test]
 fn observe_replays_its_own_recording() {
-    let pair = match VethPair::create("rec", false) {
+    let pair = match VethPair::create("napilab-test", "rec", false) {
         Ok(p) => p,
         Err(why) => {
             eprintln!("SKIPPED observe_replays_its_own_recording: {why}");

@@ -5,15 +5,13 @@
 //! not root or when BPF is unavailable.
 
 #[path = "../../napilab-trace/tests/netns.rs"]
-mod netns;
-
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use netns::VethPair;
+use napilab_testkit::VethPair;
 use serde_json::Value;
 
 fn flood(ns: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
@@ -36,7 +34,7 @@ fn flood(ns: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
 #[test]
 fn observe_trace_reports_contexts_and_accounting_truth() {
     let name = "observe_trace_reports_contexts_and_accounting_truth";
-    let pair = match VethPair::create("cli", true) {
+    let pair = match VethPair::create("napilab-test", "cli", true) {
         Ok(p) => p,
         Err(e) => {
             println!("SKIPPED {name}: {e}");

@@ -1,10 +1,8 @@
-//! Shared fixture for the root integration tests: two private network namespaces,
-//! `napilab-trace-<pid>-<tag>-a` and `-b`, joined by a veth pair `va` (in a, 10.77.0.1)
+//! Fixtures for the root integration tests: two private network namespaces,
+//! `<prefix>-<pid>-<tag>-a` and `-b`, joined by a veth pair `va` (in a, 10.77.0.1)
 //! <-> `vb` (in b, 10.77.0.2). The ends must live in different namespaces: with both
 //! addresses in one namespace the kernel routes the traffic over loopback. Traffic never
 //! leaves the pair, and both namespaces are deleted on drop, also when a test panics.
-
-#![allow(dead_code)]
 
 use std::process::{Command, Output};
 
@@ -37,14 +35,16 @@ fn sh_in(ns: &str, script: &str) -> Result<String, String> {
 
 impl VethPair {
     /// Creates both namespaces and the pair, with static neighbours and IPv6 off so that
-    /// only the test's own packets cross it. GRO on `vb` gives it a NAPI instance
-    /// (domain.md section 6; the sender `va` has TSO/GSO off so frames use it); `threaded` switches that instance to a NAPI kthread.
-    /// `Err` carries why it could not (the caller prints it and skips).
-    pub fn create(tag: &str, threaded: bool) -> Result<VethPair, String> {
+    /// only the test's own packets cross it. GRO on `vb` gives it a NAPI instance and
+    /// TSO/GSO off on `va` makes every frame use it (domain.md section 6); `threaded`
+    /// switches that instance to a NAPI kthread. `prefix` names the namespaces after the
+    /// suite (e.g. `napilab-test`). `Err` carries why it could not (the caller prints it
+    /// and skips).
+    pub fn create(prefix: &str, tag: &str, threaded: bool) -> Result<VethPair, String> {
         if !is_root() {
             return Err("needs root to create network namespaces".into());
         }
-        let base = format!("napilab-trace-{}-{tag}", std::process::id());
+        let base = format!("{prefix}-{}-{tag}", std::process::id());
         let pair = VethPair {
             a: format!("{base}-a"),
             b: format!("{base}-b"),
