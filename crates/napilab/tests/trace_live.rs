@@ -4,7 +4,6 @@
 //! packet work is "system" time for /proc/stat). Prints `SKIPPED <name>: <reason>` when
 //! not root or when BPF is unavailable.
 
-#[path = "../../napilab-trace/tests/netns.rs"]
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
