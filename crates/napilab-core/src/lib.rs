@@ -10,6 +10,7 @@ pub mod explain;
 pub mod finding;
 pub mod metric;
 pub mod observation;
+pub mod scenario;
 pub mod stats;
 pub mod time;
 pub mod topology;

@@ -1,5 +1,6 @@
 //! The `napilab` binary: argument parsing and wiring only (design.md section 3).
 
+mod lab_cmd;
 mod map_cmd;
 mod observe_cmd;
 mod render;
@@ -32,6 +33,9 @@ enum Command {
     Observe(ObserveArgs),
     /// Plan, apply (with a journal) and revert packet-path settings from profiles.
     Tune(tune_cmd::TuneArgs),
+    /// Run experiment scenarios on the real kernel in network namespaces (gen -> DUT ->
+    /// sink), and clean up after interrupted runs.
+    Lab(lab_cmd::LabArgs),
     /// Predict with the twin, a deterministic model of the packet path, what this host
     /// cannot run: other hardware, other settings.
     Sim(sim_cmd::SimArgs),
@@ -103,6 +107,7 @@ fn main() -> ExitCode {
             flamegraph: args.flamegraph,
         }),
         Command::Tune(args) => tune_cmd::run(args),
+        Command::Lab(args) => lab_cmd::run(args),
         Command::Sim(args) => sim_cmd::run(args),
         Command::Report(args) => report_cmd::run(args),
     };

@@ -1,0 +1,24 @@
+//! napilab's lab: a scenario run on the real kernel, in network namespaces it creates
+//! and removes (design.md principle 5).
+//!
+//! - [`netns`]: run ids, namespace names, running `ip`/`tc`/`ethtool`, entering a
+//!   namespace from a thread.
+//! - [`topology`]: the gen -> DUT -> sink veth topology and the DUT's settings.
+//! - [`traffic`]: the paced UDP generator and the sink (loss, reordering, one-way
+//!   latency).
+//! - [`histogram`]: the sink's microsecond latency histogram.
+//! - [`counters`]: where the kernel counted lost packets.
+//! - [`search`]: the maximum-throughput bisection (RFC 2544).
+//! - [`runner`]: configurations x loads x repeats, the search, the RunRecord.
+//! - [`clean`]: removing what an interrupted or killed run left behind.
+
+pub mod clean;
+pub mod counters;
+pub mod histogram;
+pub mod netns;
+pub mod runner;
+pub mod search;
+pub mod topology;
+pub mod traffic;
+
+pub use runner::{run, RunOptions};

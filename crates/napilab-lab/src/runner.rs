@@ -1,0 +1,719 @@
+//! The runner: a scenario's configurations x offered loads x repeats (warm-up, then the
+//! measurement window), then a maximum-throughput search per configuration; per point
+//! the traffic results and the DUT's Observation. Ctrl-C (the `stop` flag) ends the run
+//! cleanly: the point in progress is dropped, finished points are kept, everything
+//! created is removed and `RunRecord.interrupted` is set.
+
+use std::io::{IsTerminal, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use napilab_core::scenario::{self, Backend, Configuration, Scenario};
+use napilab_core::{
+    ClassResult, ConfigurationResult, EngineStats, Finding, MaxThroughput, Notice, Observation,
+    PointResult, PointRole, RunKind, RunRecord, RUN_SCHEMA,
+};
+
+use crate::counters;
+use crate::netns::{self, new_run_id, pid_file, RUN_DIR};
+use crate::search::{bisect, Probe};
+use crate::topology::{Lab, SINK_ADDR};
+use crate::traffic::{start_generator, ClassSpec, GenResult, GenSpec, Sink};
+
+/// Profile-name prefix of the journals the lab writes (`lab clean` reverts them).
+pub const JOURNAL_PREFIX: &str = "lab-";
+
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    pub scenario_text: String,
+    /// Names the scenario in errors and in the record.
+    pub scenario_file: String,
+    /// Results root: the record goes to `<out_dir>/<run_id>/run.json`.
+    pub out_dir: PathBuf,
+    /// A `napilab` binary to run `observe --json` in the DUT namespace for each point;
+    /// None: points carry no Observation (a notice says so).
+    pub observer: Option<PathBuf>,
+    /// Journal directory for the global sysctls (napilab-tune).
+    pub journal_dir: PathBuf,
+    /// Set by SIGINT/SIGTERM handlers: stop cleanly.
+    pub stop: Arc<AtomicBool>,
+    /// Draw a progress bar on stderr (when it is a terminal).
+    pub progress: bool,
+    /// Use this run id instead of a new one (tests).
+    pub run_id: Option<String>,
+}
+
+pub struct RunOutcome {
+    pub record: RunRecord,
+    pub path: PathBuf,
+}
+
+/// Checks root, iproute2, ethtool and network-namespace support; says what is missing.
+pub fn preflight() -> Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("napilab lab needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) to create network namespaces, veth links and to pin kernel threads: run it with sudo");
+    }
+    if !Path::new("/proc/self/ns/net").exists() {
+        bail!("this kernel has no network namespaces (/proc/self/ns/net is missing): the lab needs CONFIG_NET_NS and CONFIG_VETH");
+    }
+    for (prog, pkg) in [
+        ("ip", "iproute2"),
+        ("tc", "iproute2"),
+        ("ethtool", "ethtool"),
+    ] {
+        if Command::new(prog)
+            .arg("-V")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_err()
+        {
+            bail!("`{prog}` is not installed: install {pkg} (apt-get install {pkg})");
+        }
+    }
+    Ok(())
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(0))
+        .unwrap_or(0)
+}
+
+/// Removes the pid file on drop.
+struct PidFile(PathBuf);
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Reverts the journal of the configuration's sysctl changes on drop.
+struct SysctlGuard {
+    journal: Option<PathBuf>,
+}
+
+impl SysctlGuard {
+    fn apply(run_id: &str, cfg: &Configuration, dir: &Path) -> Result<(SysctlGuard, Vec<String>)> {
+        let s = &cfg.settings;
+        let mut items = String::new();
+        let mut what = Vec::new();
+        for (attr, v) in [
+            ("netdev_budget", s.netdev_budget),
+            ("netdev_budget_usecs", s.netdev_budget_usecs),
+        ] {
+            if let Some(v) = v {
+                items.push_str(&format!(
+                    "[[set]]\nsetting = \"sysctl.{attr}\"\nvalue = {v}\nwhy = \"lab run {run_id}, configuration {}\"\n",
+                    cfg.name.replace('"', "'")
+                ));
+                what.push(format!("net.core.{attr} = {v}"));
+            }
+        }
+        if items.is_empty() {
+            return Ok((SysctlGuard { journal: None }, what));
+        }
+        let name = format!("{JOURNAL_PREFIX}{run_id}");
+        let text = format!(
+            "name = \"{name}\"\nsummary = \"napilab lab run {run_id}: global sysctls of one configuration\"\nstudy = \"napilab lab\"\n{items}"
+        );
+        let profile = napilab_tune::profile::parse(&text, &name)
+            .map_err(|e| anyhow::anyhow!("internal profile for the sysctls: {e}"))?;
+        let mut ctx = napilab_tune::host_ctx();
+        let plan = napilab_tune::plan::plan(
+            &mut ctx,
+            &profile,
+            &format!("napilab lab {run_id}"),
+            &napilab_tune::profile::Params::default(),
+        )
+        .context("planning net.core sysctls (run napilab in the initial network namespace)")?;
+        let report = napilab_tune::apply(&mut ctx, plan, dir)
+            .with_context(|| format!("applying {}", what.join(", ")))?;
+        Ok((
+            SysctlGuard {
+                journal: report.journal,
+            },
+            what,
+        ))
+    }
+
+    fn revert(&mut self) -> Result<()> {
+        if let Some(j) = self.journal.take() {
+            let mut ctx = napilab_tune::host_ctx();
+            napilab_tune::revert(&mut ctx, &j)
+                .with_context(|| format!("reverting {} (run `napilab lab clean`)", j.display()))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for SysctlGuard {
+    fn drop(&mut self) {
+        if let Err(e) = self.revert() {
+            eprintln!("napilab: {e:#}");
+        }
+    }
+}
+
+/// Kills the observer process on drop.
+struct Observer(Option<Child>);
+
+impl Observer {
+    fn start(exe: &Path, ns: &str, duration: Duration) -> Option<Observer> {
+        let secs = duration.as_secs_f64();
+        let interval = if secs >= 2.0 { 1.0 } else { secs };
+        Command::new("ip")
+            .args(["netns", "exec", ns])
+            .arg(exe)
+            .args([
+                "observe",
+                "--json",
+                "--no-map",
+                "--for",
+                &format!("{}ms", (secs * 1000.0).round()),
+                "--interval",
+                &format!("{}ms", (interval * 1000.0).round()),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()
+            .map(|c| Observer(Some(c)))
+    }
+
+    /// Waits (bounded) for the Observation.
+    fn finish(mut self, timeout: Duration, stop: &AtomicBool) -> Result<Observation, String> {
+        let Some(mut child) = self.0.take() else {
+            return Err("observer not started".into());
+        };
+        let deadline = Instant::now() + timeout;
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) => break,
+                Ok(None) if Instant::now() < deadline && !stop.load(Ordering::Relaxed) => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err("the observer did not finish in time".into());
+                }
+            }
+        }
+        let mut out = String::new();
+        if let Some(mut o) = child.stdout.take() {
+            let _ = o.read_to_string(&mut out);
+        }
+        serde_json::from_str(&out).map_err(|e| format!("observer output: {e}"))
+    }
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+struct Ctx<'a> {
+    scenario: &'a Scenario,
+    opts: &'a RunOptions,
+    notices: Vec<Notice>,
+    next_point: u32,
+    bar: indicatif::ProgressBar,
+    observer_offset_noted: bool,
+}
+
+fn notice(notices: &mut Vec<Notice>, what: impl Into<String>, why: impl Into<String>) {
+    let what = what.into();
+    if !notices.iter().any(|n| n.what == what) {
+        notices.push(Notice {
+            what,
+            why: why.into(),
+        });
+    }
+}
+
+/// Runs a scenario end to end and writes `<out_dir>/<run_id>/run.json`.
+pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
+    preflight()?;
+    let host = napilab_probe::observe::describe_host(Path::new("/"), false).host;
+    let ncpus = host.cpus.iter().copied().max().map_or(1, |m| m + 1);
+    let scenario = scenario::parse(&opts.scenario_text, &opts.scenario_file, Some(ncpus))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let run_id = opts.run_id.clone().unwrap_or_else(new_run_id);
+    std::fs::create_dir_all(RUN_DIR).with_context(|| format!("creating {RUN_DIR}"))?;
+    std::fs::write(pid_file(&run_id), std::process::id().to_string())
+        .with_context(|| format!("writing {}", pid_file(&run_id).display()))?;
+    let _pid = PidFile(pid_file(&run_id));
+    let started = now_ms();
+    let configs = scenario.configurations();
+    let loads = scenario.loads();
+    let m = &scenario.measurement;
+    let per_config = loads.len() as u64 * u64::from(m.repeats)
+        + if m.search {
+            u64::from(m.search_iterations)
+        } else {
+            0
+        };
+    let bar = if opts.progress && std::io::stderr().is_terminal() {
+        let b = indicatif::ProgressBar::new(per_config * configs.len() as u64);
+        let style = indicatif::ProgressStyle::with_template(
+            "lab {bar:30} {pos}/{len} points, eta {eta} {msg} (Ctrl-C stops, keeps finished points)",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+        b.set_style(style);
+        b
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let mut ctx = Ctx {
+        scenario: &scenario,
+        opts,
+        notices: Vec::new(),
+        next_point: 1,
+        bar,
+        observer_offset_noted: false,
+    };
+    if scenario.traffic.backend == Backend::LineRate {
+        notice(
+            &mut ctx.notices,
+            "line-rate back end",
+            "not available in this version of napilab (XDP live frames are not built in): the paced UDP back end was used",
+        );
+    }
+    if opts.observer.is_none() {
+        notice(
+            &mut ctx.notices,
+            "DUT observation",
+            "no napilab binary was given to observe the DUT namespace: points carry no Observation",
+        );
+    }
+    let mut results = Vec::new();
+    let mut interrupted = false;
+    let mut error = None;
+    for cfg in &configs {
+        if opts.stop.load(Ordering::Relaxed) {
+            interrupted = true;
+            break;
+        }
+        ctx.bar.set_message(cfg.name.clone());
+        match run_configuration(&mut ctx, &run_id, cfg, per_config) {
+            Ok((r, stopped)) => {
+                results.push(r);
+                if stopped {
+                    interrupted = true;
+                    break;
+                }
+            }
+            Err(e) => {
+                error = Some(e.context(format!("configuration {}", cfg.name)));
+                break;
+            }
+        }
+    }
+    ctx.bar.finish_and_clear();
+    let record = RunRecord {
+        schema: RUN_SCHEMA.into(),
+        run_id: run_id.clone(),
+        kind: RunKind::Lab,
+        scenario_name: scenario.name.clone(),
+        scenario_toml: opts.scenario_text.clone(),
+        started_unix_ms: started,
+        finished_unix_ms: now_ms(),
+        host,
+        napilab_version: env!("CARGO_PKG_VERSION").into(),
+        interrupted: interrupted || error.is_some(),
+        configurations: results,
+        notices: ctx.notices,
+    };
+    let dir = opts.out_dir.join(&run_id);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join("run.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&record)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    if let Some(e) = error {
+        return Err(e.context(format!(
+            "the run stopped; its finished points are in {}",
+            path.display()
+        )));
+    }
+    Ok(RunOutcome { record, path })
+}
+
+/// One configuration: topology, sysctls, sink, sweep, search, teardown. Returns the
+/// result and whether the run was stopped.
+fn run_configuration(
+    ctx: &mut Ctx<'_>,
+    run_id: &str,
+    cfg: &Configuration,
+    per_config: u64,
+) -> Result<(ConfigurationResult, bool)> {
+    let s = ctx.scenario;
+    let m = &s.measurement;
+    let pos0 = ctx.bar.position();
+    let (mut sysctls, sysctl_notes) = SysctlGuard::apply(run_id, cfg, &ctx.opts.journal_dir)?;
+    let mut lab = Lab::build(run_id, &s.topology, &cfg.settings)
+        .context("building the namespaces and veth links")?;
+    for w in &lab.warnings {
+        notice(
+            &mut ctx.notices,
+            format!("configuration {}", cfg.name),
+            w.clone(),
+        );
+    }
+    let ports: Vec<u16> = s.traffic.classes.iter().map(|c| c.port).collect();
+    let sink =
+        Sink::start(&lab.sink_ns, &ports, &cfg.settings.sink_cpus).context("starting the sink")?;
+    let mut settings = vec![
+        (
+            "topology".to_string(),
+            match s.topology.kind {
+                scenario::TopologyKind::Router => "router".to_string(),
+                scenario::TopologyKind::Ap => format!("ap {:?}", s.topology.direction),
+            },
+        ),
+        ("dut_in".into(), lab.dut_in.clone()),
+        ("dut_out".into(), lab.dut_out.clone()),
+    ];
+    settings.extend(cfg.settings.pairs());
+    for n in sysctl_notes {
+        settings.push(("sysctl".into(), n));
+    }
+    let mut result = ConfigurationResult {
+        name: cfg.name.clone(),
+        settings,
+        points: Vec::new(),
+        max_throughput: None,
+        findings: Vec::new(),
+    };
+    let mut stopped = false;
+    let mut known: Vec<(f64, bool)> = Vec::new();
+    'sweep: for &load in &s.loads() {
+        for repeat in 0..m.repeats {
+            ctx.bar
+                .set_message(format!("{} @ {:.0} pps", cfg.name, load));
+            match measure_point(ctx, &lab, &sink, cfg, load, PointRole::Sweep, repeat)? {
+                Some(p) => {
+                    known.push((load, passes(&p, m.loss_threshold)));
+                    result.points.push(p);
+                    ctx.bar.inc(1);
+                }
+                None => {
+                    stopped = true;
+                    break 'sweep;
+                }
+            }
+        }
+    }
+    if m.search && !stopped {
+        let first_probe = result.points.len();
+        let mut probes = Vec::new();
+        let mut points = Vec::new();
+        let mut failure = None;
+        let outcome = bisect(
+            m.search_max_pps,
+            &known,
+            m.search_iterations,
+            m.search_resolution,
+            |load| {
+                ctx.bar
+                    .set_message(format!("{} search @ {:.0} pps", cfg.name, load));
+                match measure_point(ctx, &lab, &sink, cfg, load, PointRole::Search, 0) {
+                    Ok(Some(p)) => {
+                        let ok = passes(&p, m.loss_threshold);
+                        probes.push(first_probe + points.len());
+                        points.push(p);
+                        ctx.bar.inc(1);
+                        if ok {
+                            Probe::Pass
+                        } else {
+                            Probe::Fail
+                        }
+                    }
+                    Ok(None) => Probe::Interrupted,
+                    Err(e) => {
+                        failure = Some(e);
+                        Probe::Interrupted
+                    }
+                }
+            },
+        );
+        result.points.extend(points);
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        if outcome.stopped == "interrupted" {
+            stopped = true;
+        }
+        result.max_throughput = Some(MaxThroughput {
+            pps: outcome.pps,
+            loss_threshold: m.loss_threshold,
+            probes,
+            stopped: search_stopped(
+                outcome.stopped,
+                outcome.pps,
+                &result.points,
+                m.loss_threshold,
+            ),
+        });
+    }
+    ctx.bar.set_position(pos0 + per_config);
+    result.findings = findings_of(&result.points);
+    drop(sink);
+    lab.teardown()
+        .context("deleting the namespaces (run `napilab lab clean`)")?;
+    sysctls.revert()?;
+    Ok((result, stopped))
+}
+
+/// Why the search stopped, refined: `converged_generator_limited` when every load above
+/// the answer failed only because the generator could not offer it (no excess loss):
+/// then the answer is the testbed's sending limit, not a DUT loss limit.
+fn search_stopped(stopped: &str, answer: f64, points: &[PointResult], threshold: f64) -> String {
+    let above: Vec<&PointResult> = points
+        .iter()
+        .filter(|p| p.requested_pps > answer && !passes(p, threshold))
+        .collect();
+    if stopped == "converged"
+        && !above.is_empty()
+        && above.iter().all(|p| p.loss_ratio() <= threshold)
+    {
+        "converged_generator_limited".into()
+    } else {
+        stopped.to_string()
+    }
+}
+
+/// A load passes when loss is within the threshold and the generator offered it
+/// (at least 99% of the request).
+pub fn passes(p: &PointResult, threshold: f64) -> bool {
+    p.loss_ratio() <= threshold && p.offered_pps >= 0.99 * p.requested_pps
+}
+
+fn findings_of(points: &[PointResult]) -> Vec<Finding> {
+    let mut out: Vec<Finding> = Vec::new();
+    for p in points {
+        for f in p.observation.iter().flat_map(|o| o.findings.iter()) {
+            if !out.iter().any(|g| g.rule == f.rule) {
+                out.push(f.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Measures one point; None when the run was stopped during it.
+fn measure_point(
+    ctx: &mut Ctx<'_>,
+    lab: &Lab,
+    sink: &Sink,
+    cfg: &Configuration,
+    load: f64,
+    role: PointRole,
+    repeat: u32,
+) -> Result<Option<PointResult>> {
+    let s = ctx.scenario;
+    let m = &s.measurement;
+    let stop = ctx.opts.stop.clone();
+    if stop.load(Ordering::Relaxed) {
+        return Ok(None);
+    }
+    let point = ctx.next_point;
+    ctx.next_point += 1;
+    let warmup = Duration::from_secs_f64(m.warmup_s);
+    let duration = Duration::from_secs_f64(m.duration_s);
+    // One generator thread per ingress queue, on generator_cpus[queue] (XPS steers
+    // its packets to that queue), with the classes of that queue.
+    let queues = s.topology.ingress_queues.max(1);
+    let gcpus = &cfg.settings.generator_cpus;
+    let mut specs = Vec::new();
+    for q in 0..queues {
+        let classes: Vec<ClassSpec> = s
+            .traffic
+            .classes
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.queue == q)
+            .map(|(i, c)| ClassSpec {
+                id: i as u16,
+                port: c.port,
+                size: c.size,
+                share: c.share,
+                pattern: c.pattern,
+            })
+            .collect();
+        let share: f64 = classes.iter().map(|c| c.share).sum();
+        if classes.is_empty() || share <= 0.0 {
+            continue;
+        }
+        specs.push(GenSpec {
+            ns: lab.gen_ns.clone(),
+            dst: SINK_ADDR,
+            classes: classes
+                .into_iter()
+                .map(|mut c| {
+                    c.share /= share;
+                    c
+                })
+                .collect(),
+            rate_pps: load * share,
+            warmup,
+            duration,
+            point,
+            cpus: vec![gcpus[q as usize % gcpus.len()]],
+            seed: s
+                .traffic
+                .seed
+                .wrapping_add(u64::from(point))
+                .wrapping_add(u64::from(q) << 32),
+        });
+    }
+    let used_cpus: Vec<u32> = specs.iter().flat_map(|g| g.cpus.clone()).collect();
+    let class_ids: Vec<Vec<u16>> = specs
+        .iter()
+        .map(|g| g.classes.iter().map(|c| c.id).collect())
+        .collect();
+    sink.begin(point);
+    let before = counters::snapshot(lab);
+    let gens: Vec<_> = specs
+        .into_iter()
+        .map(|spec| start_generator(spec, stop.clone()))
+        .collect();
+    // The observer covers the measurement window (warm-up excluded).
+    let t_measure = Instant::now() + warmup + Duration::from_millis(5);
+    while Instant::now() < t_measure && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(10).min(t_measure - Instant::now()));
+    }
+    let measure_wall_ms = now_ms();
+    let observer = match &ctx.opts.observer {
+        Some(exe) if !stop.load(Ordering::Relaxed) => {
+            let o = Observer::start(exe, &lab.dut_ns, duration);
+            if o.is_none() {
+                notice(
+                    &mut ctx.notices,
+                    "DUT observation",
+                    format!("could not start `{} observe` in the DUT namespace: points carry no Observation", exe.display()),
+                );
+            }
+            o
+        }
+        _ => None,
+    };
+    let mut parts = Vec::new();
+    for h in gens {
+        parts.push(
+            h.join()
+                .map_err(|_| anyhow::anyhow!("the generator thread panicked"))?
+                .context("generator")?,
+        );
+    }
+    let g = GenResult::merge(&parts, &class_ids, s.traffic.classes.len());
+    if g.interrupted || stop.load(Ordering::Relaxed) {
+        return Ok(None);
+    }
+    std::thread::sleep(Duration::from_millis(m.drain_ms));
+    let sk = sink.collect()?;
+    let after = counters::snapshot(lab);
+    let observation = match observer {
+        Some(o) => match o.finish(duration + Duration::from_secs(10), &stop) {
+            Ok(obs) => {
+                if !ctx.observer_offset_noted {
+                    ctx.observer_offset_noted = true;
+                    let off = obs.origin.started_unix_ms.saturating_sub(measure_wall_ms);
+                    notice(
+                        &mut ctx.notices,
+                        "DUT observation window",
+                        format!("each point's Observation comes from `napilab observe` run in the DUT namespace for the measurement's duration; it starts when that process has read the host (first point: {off} ms after the measurement window opened), so its window is shifted by about that much"),
+                    );
+                }
+                Some(obs)
+            }
+            Err(e) => {
+                notice(
+                    &mut ctx.notices,
+                    "DUT observation",
+                    format!("a point has no Observation: {e}"),
+                );
+                None
+            }
+        },
+        None => None,
+    };
+    if stop.load(Ordering::Relaxed) {
+        return Ok(None);
+    }
+    let shared = counters::deltas(&before, &after);
+    let n = s.traffic.classes.len();
+    let classes: Vec<ClassResult> = s
+        .traffic
+        .classes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let sc = &sk.classes[i];
+            let mut loss_counters = Vec::new();
+            if sc.socket_drops > 0 {
+                loss_counters.push((
+                    format!("sink socket drops port {} (SO_MEMINFO)", c.port),
+                    sc.socket_drops,
+                ));
+            }
+            for (k, v) in &shared {
+                let k = if n > 1 {
+                    format!("{k} (all classes)")
+                } else {
+                    k.clone()
+                };
+                loss_counters.push((k, *v));
+            }
+            ClassResult {
+                name: c.name.clone(),
+                packet_bytes: c.size,
+                sent: g.sent[i],
+                received: sc.received,
+                reordered: sc.reordered,
+                loss_counters,
+                latency: Some(sc.latency.summary()),
+            }
+        })
+        .collect();
+    let window = if g.window_s > 0.0 {
+        g.window_s
+    } else {
+        m.duration_s
+    };
+    let sent: u64 = g.sent.iter().sum();
+    let generator: EngineStats = g.engine_stats(&used_cpus);
+    let sink_stats = sk.engine_stats(&cfg.settings.sink_cpus);
+    Ok(Some(PointResult {
+        role,
+        requested_pps: load,
+        offered_pps: sent as f64 / window,
+        repeat,
+        duration_s: window,
+        classes,
+        generator,
+        sink: sink_stats,
+        observation,
+    }))
+}
+
+/// Deletes namespaces even when the caller forgets (kept for `clean`).
+pub fn namespaces_of(run_id: &str) -> Vec<String> {
+    netns::list_namespaces()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|n| netns::run_id_of_ns(n) == Some(run_id))
+        .collect()
+}

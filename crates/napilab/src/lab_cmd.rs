@@ -1,0 +1,328 @@
+//! `napilab lab run|clean`: scenarios on the real kernel, in network namespaces
+//! (docs/lab.md).
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
+use napilab_core::scenario::{DEFAULT_SCENARIO, DEFAULT_SCENARIO_NAME};
+use napilab_core::{PointRole, RunRecord};
+use napilab_lab::{clean, RunOptions};
+
+#[derive(clap::Args)]
+pub struct LabArgs {
+    #[command(subcommand)]
+    command: LabCommand,
+}
+
+#[derive(clap::Subcommand)]
+enum LabCommand {
+    /// Run a scenario (default: the built-in scenarios/default.toml): configurations x
+    /// offered loads x repeats, then a maximum-throughput search per configuration.
+    /// Needs root; everything it creates is removed at the end, also on Ctrl-C.
+    Run(RunArgs),
+    /// Remove what interrupted or killed lab runs left behind: namespaces
+    /// napilab-<run>-*, their processes, and sysctl changes of their journals.
+    Clean(CleanArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Scenario file (TOML, see scenarios/ and docs/lab.md); default: built in.
+    scenario: Option<PathBuf>,
+    /// Print the RunRecord as JSON instead of the summary table.
+    #[arg(long)]
+    json: bool,
+    /// Results directory: the record goes to DIR/<run_id>/run.json.
+    #[arg(long, value_name = "DIR", default_value = "results")]
+    out: PathBuf,
+    /// Journal directory for the global sysctls (default $NAPILAB_JOURNAL_DIR, else
+    /// /var/lib/napilab/journal).
+    #[arg(long, value_name = "DIR")]
+    journal_dir: Option<PathBuf>,
+    /// Do not observe the DUT namespace per point (no Observation in the record).
+    #[arg(long)]
+    no_observe: bool,
+}
+
+#[derive(clap::Args)]
+struct CleanArgs {
+    /// Print what was removed as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Journal directory (default $NAPILAB_JOURNAL_DIR, else /var/lib/napilab/journal).
+    #[arg(long, value_name = "DIR")]
+    journal_dir: Option<PathBuf>,
+}
+
+pub fn run(args: LabArgs) -> Result<()> {
+    match args.command {
+        LabCommand::Run(a) => run_scenario(a),
+        LabCommand::Clean(a) => {
+            napilab_lab::runner::preflight()?;
+            let dir = napilab_tune::journal::journal_dir(a.journal_dir.as_deref());
+            let r = clean::clean(&dir);
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                for n in &r.namespaces_removed {
+                    println!("removed namespace {n}");
+                }
+                for j in &r.journals_reverted {
+                    println!("reverted journal {j}");
+                }
+                for n in &r.left_running {
+                    println!("left alone (its run is still in progress): {n}");
+                }
+                if r.namespaces_removed.is_empty() && r.journals_reverted.is_empty() {
+                    println!("nothing to clean");
+                }
+            }
+            if !r.errors.is_empty() {
+                anyhow::bail!("lab clean incomplete: {}", r.errors.join("; "));
+            }
+            Ok(())
+        }
+    }
+}
+
+fn run_scenario(a: RunArgs) -> Result<()> {
+    let (text, file) = match &a.scenario {
+        Some(p) => (
+            std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read scenario {}", p.display()))?,
+            p.display().to_string(),
+        ),
+        None => (
+            DEFAULT_SCENARIO.to_string(),
+            DEFAULT_SCENARIO_NAME.to_string(),
+        ),
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())
+            .context("cannot install the Ctrl-C handler")?;
+    }
+    let observer = if a.no_observe {
+        None
+    } else {
+        std::env::current_exe().ok()
+    };
+    let opts = RunOptions {
+        scenario_text: text,
+        scenario_file: file,
+        out_dir: a.out.clone(),
+        observer,
+        journal_dir: napilab_tune::journal::journal_dir(a.journal_dir.as_deref()),
+        stop,
+        progress: !a.json,
+        run_id: None,
+    };
+    let started = std::time::Instant::now();
+    let outcome = napilab_lab::run(&opts)?;
+    // The report and the store, beside the record: results/<run_id>/report.html,
+    // points.csv, run.json and results/napilab.db.
+    let dir = outcome.path.parent().unwrap_or(&a.out).to_path_buf();
+    let outputs = napilab_report::write_outputs(&outcome.record, &dir, &a.out.join("napilab.db"))?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&outcome.record)?);
+    } else {
+        print!("{}", summary(&outcome.record));
+        println!(
+            "wall time {:.0} s\nreport: {}\npoints: {}\nrecord: {}\nstored in {} (napilab report {} re-renders it)",
+            started.elapsed().as_secs_f64(),
+            outputs.html.display(),
+            outputs.csv.display(),
+            outputs.json.display(),
+            outputs.db.display(),
+            outcome.record.run_id
+        );
+    }
+    if outcome.record.interrupted {
+        eprintln!("napilab: interrupted: the record holds the finished points");
+    }
+    Ok(())
+}
+
+/// (class, delivered pps, loss ratio, latency, loss counters) of one summary row.
+type Row<'a> = (
+    String,
+    f64,
+    f64,
+    Option<&'a napilab_core::LatencySummary>,
+    Vec<String>,
+);
+
+fn kpps(x: f64) -> String {
+    format!("{:.1}", x / 1000.0)
+}
+
+/// The summary table: one row per point, then the searches' answers.
+pub fn summary(r: &RunRecord) -> String {
+    let mut out = format!(
+        "run {} ({}), scenario {}{}\n",
+        r.run_id,
+        "lab",
+        r.scenario_name,
+        if r.interrupted { ", INTERRUPTED" } else { "" }
+    );
+    let mut t = Table::new();
+    t.load_style(UTF8_BORDERS_ONLY);
+    t.set_header(vec![
+        "configuration",
+        "role",
+        "class",
+        "req kpps",
+        "offered kpps",
+        "delivered kpps",
+        "loss %",
+        "p50 us",
+        "p99 us",
+        "p99.9 us",
+        "gen cpu %",
+        "gen late",
+        "sink cpu %",
+        "loss counted at",
+    ]);
+    for c in &r.configurations {
+        for p in &c.points {
+            let late = p
+                .generator
+                .counters
+                .iter()
+                .find(|(k, _)| k == "late_departures")
+                .map_or(0, |(_, v)| *v);
+            let role = match p.role {
+                PointRole::Sweep => "sweep",
+                PointRole::Search => "search",
+            };
+            // One row per class when there are several, after a row for the point.
+            let mut rows: Vec<Row<'_>> = Vec::new();
+            let counted = |classes: &[&napilab_core::ClassResult]| {
+                let mut v: Vec<String> = Vec::new();
+                for cl in classes {
+                    for (k, n) in &cl.loss_counters {
+                        let s = format!("{k}={n}");
+                        if !v.contains(&s) {
+                            v.push(s);
+                        }
+                    }
+                }
+                v
+            };
+            let all: Vec<&napilab_core::ClassResult> = p.classes.iter().collect();
+            let single = p.classes.len() == 1;
+            rows.push((
+                if single {
+                    p.classes[0].name.clone()
+                } else {
+                    "all".into()
+                },
+                p.delivered_pps(),
+                p.loss_ratio(),
+                if single {
+                    p.classes[0].latency.as_ref()
+                } else {
+                    None
+                },
+                counted(&all),
+            ));
+            if !single {
+                for cl in &p.classes {
+                    let loss = if cl.sent == 0 {
+                        0.0
+                    } else {
+                        cl.sent.saturating_sub(cl.received) as f64 / cl.sent as f64
+                    };
+                    let delivered = if p.duration_s > 0.0 {
+                        cl.received as f64 / p.duration_s
+                    } else {
+                        0.0
+                    };
+                    rows.push((
+                        cl.name.clone(),
+                        delivered,
+                        loss,
+                        cl.latency.as_ref(),
+                        Vec::new(),
+                    ));
+                }
+            }
+            for (i, (class, delivered, loss, lat, counted)) in rows.into_iter().enumerate() {
+                let lat_cell = |f: fn(&napilab_core::LatencySummary) -> f64| {
+                    lat.map_or_else(|| "-".to_string(), |l| format!("{:.0}", f(l)))
+                };
+                let first = i == 0;
+                t.add_row(vec![
+                    if first { c.name.clone() } else { String::new() },
+                    if first { role.into() } else { String::new() },
+                    class,
+                    if first {
+                        kpps(p.requested_pps)
+                    } else {
+                        String::new()
+                    },
+                    if first {
+                        kpps(p.offered_pps)
+                    } else {
+                        String::new()
+                    },
+                    kpps(delivered),
+                    format!("{:.3}", loss * 100.0),
+                    lat_cell(|l| l.p50_us),
+                    lat_cell(|l| l.p99_us),
+                    lat_cell(|l| l.p999_us),
+                    if first {
+                        format!("{:.0}", p.generator.cpu_busy.unwrap_or(0.0) * 100.0)
+                    } else {
+                        String::new()
+                    },
+                    if first {
+                        late.to_string()
+                    } else {
+                        String::new()
+                    },
+                    if first {
+                        format!("{:.0}", p.sink.cpu_busy.unwrap_or(0.0) * 100.0)
+                    } else {
+                        String::new()
+                    },
+                    counted.join(", "),
+                ]);
+            }
+        }
+    }
+    out.push_str(&format!("{t}\n"));
+    let mut m = Table::new();
+    m.load_style(UTF8_BORDERS_ONLY);
+    m.set_header(vec![
+        "configuration",
+        "max forwarding kpps",
+        "loss threshold",
+        "probes",
+        "stopped",
+    ]);
+    let mut any = false;
+    for c in &r.configurations {
+        if let Some(x) = &c.max_throughput {
+            any = true;
+            m.add_row(vec![
+                c.name.clone(),
+                kpps(x.pps),
+                format!("{}", x.loss_threshold),
+                x.probes.len().to_string(),
+                x.stopped.clone(),
+            ]);
+        }
+    }
+    if any {
+        out.push_str("maximum throughput (RFC 2544 bisection; a load passes when loss <= threshold and the generator offered >= 99% of it)\n");
+        out.push_str(&format!("{m}\n"));
+    }
+    for n in &r.notices {
+        out.push_str(&format!("note: {}: {}\n", n.what, n.why));
+    }
+    out
+}
