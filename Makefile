@@ -20,7 +20,7 @@ APT_OPTIONAL := linux-perf
 RESULTS ?= results
 FUZZ_SECONDS ?= 10
 
-.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-sampling bench-ingress bench-sim bench-trace clean
+.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-sampling bench-ingress bench-sim bench-trace bench-lab clean
 
 all: build
 
@@ -52,13 +52,19 @@ deps-fuzz: deps-rust
 build: deps
 	$(CARGO) build --release --workspace
 
-# The main job. Until the lab exists it observes this host for a few seconds.
+# The main job: the built-in lab scenario (scenarios/default.toml: a veth router in
+# network namespaces, one-CPU vs two-CPU DUT placement x softirq vs threaded NAPI, a load
+# sweep and a maximum-throughput search; about 4-5 minutes), then an observation of
+# this host. Needs root for the namespaces.
 run: build
 	@mkdir -p $(RESULTS)
-	./target/release/napilab observe --for 5s --interval 1s --record $(RESULTS)/observe.recording.jsonl | tee $(RESULTS)/observe.txt
+	./target/release/napilab lab run --out $(RESULTS) | tee $(RESULTS)/lab.txt
+	./target/release/napilab observe --for 5s --interval 1s --record $(RESULTS)/observe.recording.jsonl > $(RESULTS)/observe.txt
 	./target/release/napilab observe --replay $(RESULTS)/observe.recording.jsonl --json > $(RESULTS)/observe.json
 	@echo
-	@echo "results: $(RESULTS)/observe.txt (report), $(RESULTS)/observe.json (Observation, docs/observation.md), $(RESULTS)/observe.recording.jsonl (raw samples: napilab observe --replay FILE)"
+	@echo "results:"
+	@echo "  lab run: the report, points.csv and run.json under $(RESULTS)/<run id>/ (paths above), all runs in $(RESULTS)/napilab.db"
+	@echo "  this host: $(RESULTS)/observe.txt (report), $(RESULTS)/observe.json (Observation), $(RESULTS)/observe.recording.jsonl (napilab observe --replay FILE)"
 
 lint: deps
 	$(CARGO) fmt --all --check
@@ -98,6 +104,12 @@ bench-sim: deps
 # alternating A/B rounds in one run (root).
 bench-trace: deps
 	$(CARGO) run --release -p napilab-trace --example overhead -- 6 3
+
+# The lab's own limits: paced generator accuracy and the spread of repeated maxima
+# (scenarios/bench-*.toml; see docs/lab.md). Root.
+bench-lab: build
+	./target/release/napilab lab run scenarios/bench-paced.toml --no-observe --out $(RESULTS)
+	./target/release/napilab lab run scenarios/bench-repeat.toml --no-observe --out $(RESULTS)
 
 clean:
 	$(CARGO) clean
