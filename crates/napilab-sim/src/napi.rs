@@ -42,6 +42,27 @@ pub enum Completion {
 }
 
 impl Napi {
+    /// An idle instance polled on `cpu`, serving nothing yet: callers set its rings,
+    /// TX queue, IRQ line, backlog, deferral settings and thread.
+    pub fn idle(id: u32, name: String, cpu: usize) -> Napi {
+        Napi {
+            id,
+            name,
+            cpu,
+            rings: Vec::new(),
+            txq: None,
+            line: None,
+            backlog: None,
+            scheduled: false,
+            missed: false,
+            defer_hard_irqs: 0,
+            gro_flush_timeout: 0,
+            defer_count: 0,
+            timer_gen: 0,
+            thread: None,
+        }
+    }
+
     /// `napi_schedule`: returns true if the instance was idle and must now be queued
     /// (poll list or thread wake-up); false if it was already scheduled (MISSED set).
     pub fn schedule(&mut self) -> bool {
@@ -86,20 +107,9 @@ mod tests {
 
     fn napi(d: u32, t: Nanos) -> Napi {
         Napi {
-            id: 1,
-            name: "n".into(),
-            cpu: 0,
-            rings: vec![],
-            txq: None,
-            line: None,
-            backlog: None,
-            scheduled: false,
-            missed: false,
             defer_hard_irqs: d,
             gro_flush_timeout: t,
-            defer_count: 0,
-            timer_gen: 0,
-            thread: None,
+            ..Napi::idle(1, "n".into(), 0)
         }
     }
 

@@ -370,20 +370,16 @@ impl<'a> Sim<'a> {
                 threads.len() - 1
             });
             napis.push(Napi {
-                id: 8192 + napi_id as u32,
-                name: format!("{}-rx-{qi}", cfg.ingress.name),
-                cpu: qc.cpu as usize,
                 rings: ring_ids,
-                txq: None,
                 line: Some(line),
-                backlog: None,
-                scheduled: false,
-                missed: false,
                 defer_hard_irqs: qc.defer_hard_irqs,
                 gro_flush_timeout: qc.gro_flush_timeout_ns,
-                defer_count: 0,
-                timer_gen: 0,
                 thread,
+                ..Napi::idle(
+                    8192 + napi_id as u32,
+                    format!("{}-rx-{qi}", cfg.ingress.name),
+                    qc.cpu as usize,
+                )
             });
         }
         // Egress: TX queue k is used by CPU k (XPS) and reclaimed by its own NAPI in
@@ -424,20 +420,13 @@ impl<'a> Sim<'a> {
                 frames: cfg.egress.tx_frames,
             });
             napis.push(Napi {
-                id: 8192 + napi_id as u32,
-                name: format!("{}-tx-{c}", cfg.egress.name),
-                cpu: c,
-                rings: vec![],
                 txq: Some(c),
                 line: Some(line),
-                backlog: None,
-                scheduled: false,
-                missed: false,
-                defer_hard_irqs: 0,
-                gro_flush_timeout: 0,
-                defer_count: 0,
-                timer_gen: 0,
-                thread: None,
+                ..Napi::idle(
+                    8192 + napi_id as u32,
+                    format!("{}-tx-{c}", cfg.egress.name),
+                    c,
+                )
             });
         }
         // RPS: one backlog instance per CPU when any queue steers.
@@ -452,20 +441,8 @@ impl<'a> Sim<'a> {
             for (c, slot) in backlog_napi.iter_mut().enumerate() {
                 *slot = Some(napis.len());
                 napis.push(Napi {
-                    id: 8192 + napis.len() as u32,
-                    name: format!("backlog-{c}"),
-                    cpu: c,
-                    rings: vec![],
-                    txq: None,
-                    line: None,
                     backlog: Some(c),
-                    scheduled: false,
-                    missed: false,
-                    defer_hard_irqs: 0,
-                    gro_flush_timeout: 0,
-                    defer_count: 0,
-                    timer_gen: 0,
-                    thread: None,
+                    ..Napi::idle(8192 + napis.len() as u32, format!("backlog-{c}"), c)
                 });
             }
         }
