@@ -195,6 +195,26 @@ fn napi_packets(t: &TraceInterval, napi_id: u32) -> u64 {
         .sum()
 }
 
+/// Receives `n` datagrams on vb (busy-polling with epoll when `busy_poll`) while va sends
+/// them in bursts of `burst` every `gap_us`, measured by the tracer: the trace, how many
+/// arrived, and the receiving socket's NAPI id.
+fn measured_flood(
+    trace: &AlwaysOn,
+    pair: &VethPair,
+    n: usize,
+    busy_poll: bool,
+    burst: usize,
+    gap_us: u64,
+) -> (TraceInterval, usize, u32) {
+    let mut result = (0, 0);
+    let t = measure(trace, || {
+        let rx = spawn_receiver(pair, n, busy_poll);
+        send(pair, n, burst, Duration::from_micros(gap_us));
+        result = rx.join().expect("receiver");
+    });
+    (t, result.0, result.1)
+}
+
 fn assert_unloaded(trace: AlwaysOn) {
     drop(trace);
     assert!(
@@ -211,13 +231,7 @@ fn napi_poll_packets_equal_packets_received() {
         return;
     };
     const N: usize = 5_000;
-    let mut result = (0, 0);
-    let t = measure(&trace, || {
-        let rx = spawn_receiver(&pair, N, false);
-        send(&pair, N, 50, Duration::from_micros(200));
-        result = rx.join().expect("receiver");
-    });
-    let (received, napi_id) = result;
+    let (t, received, napi_id) = measured_flood(&trace, &pair, N, false, 50, 200);
     // The sender paces its bursts, but a busy machine can still overflow veth's ring
     // (those frames never reach a poll); what was polled must equal what arrived.
     assert!(
@@ -239,13 +253,7 @@ fn threaded_napi_polls_are_attributed_to_the_kthread() {
         return;
     };
     const N: usize = 5_000;
-    let mut result = (0, 0);
-    let t = measure(&trace, || {
-        let rx = spawn_receiver(&pair, N, false);
-        send(&pair, N, 50, Duration::from_micros(200));
-        result = rx.join().expect("receiver");
-    });
-    let (received, napi_id) = result;
+    let (t, received, napi_id) = measured_flood(&trace, &pair, N, false, 50, 200);
     let all: u64 = t
         .napi
         .iter()
@@ -289,13 +297,7 @@ fn epoll_busy_poll_is_attributed_to_the_application() {
         return;
     }
     const N: usize = 20_000;
-    let mut result = (0, 0);
-    let t = measure(&trace, || {
-        let rx = spawn_receiver(&pair, N, true);
-        send(&pair, N, 20, Duration::from_micros(100));
-        result = rx.join().expect("receiver");
-    });
-    let (_, napi_id) = result;
+    let (t, _, napi_id) = measured_flood(&trace, &pair, N, true, 20, 100);
     let busy: Vec<_> = t
         .napi
         .iter()
@@ -477,13 +479,7 @@ fn raw_tracepoint_fallback_counts_the_same_packets() {
     };
     assert_eq!(trace.attach_kind, "raw_tp");
     const N: usize = 3_000;
-    let mut result = (0, 0);
-    let t = measure(&trace, || {
-        let rx = spawn_receiver(&pair, N, false);
-        send(&pair, N, 50, Duration::from_micros(200));
-        result = rx.join().expect("receiver");
-    });
-    let (received, napi_id) = result;
+    let (t, received, napi_id) = measured_flood(&trace, &pair, N, false, 50, 200);
     assert!(
         received >= N * 9 / 10,
         "only {received} of {N} datagrams arrived"
