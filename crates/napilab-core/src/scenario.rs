@@ -475,6 +475,37 @@ pub struct Measurement {
     /// Wait after the last departure for packets in flight, ms.
     #[serde(default = "d_drain")]
     pub drain_ms: u64,
+    /// What the DUT's Observation of every point adds to the /proc counters.
+    #[serde(default)]
+    pub trace: TraceTier,
+}
+
+/// How much tracing a lab point records on the DUT (docs/trace.md): each tier adds to
+/// the one before it, and costs more (the costs are published in docs/trace.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TraceTier {
+    /// /proc, /sys and netlink counters only.
+    #[default]
+    Off,
+    /// The always-on BPF tier: polls, softirqs and IRQs by execution context.
+    Always,
+    /// Always-on plus the perf stage profile (1 kHz cpu-clock sampling).
+    Stages,
+    /// Always-on plus the per-packet tier (stage-to-stage latency, drops by reason).
+    Packets,
+}
+
+impl TraceTier {
+    /// The `napilab observe` flags that record this tier.
+    pub fn observe_flags(self) -> &'static [&'static str] {
+        match self {
+            TraceTier::Off => &[],
+            TraceTier::Always => &["--trace"],
+            TraceTier::Stages => &["--trace", "--stages"],
+            TraceTier::Packets => &["--trace", "--trace-packets"],
+        }
+    }
 }
 
 fn d_duration() -> f64 {
@@ -514,6 +545,7 @@ impl Default for Measurement {
             search_iterations: d_search_iterations(),
             search_resolution: d_search_resolution(),
             drain_ms: d_drain(),
+            trace: TraceTier::Off,
         }
     }
 }
@@ -1210,6 +1242,22 @@ port = 9000
         assert_eq!(c[0].settings.napi, NapiContext::Softirq);
         assert!(c[0].settings.gro);
         assert_eq!(s.measurement.loss_threshold, 0.001);
+    }
+
+    #[test]
+    fn trace_tier_defaults_off_and_parses_each_tier() {
+        let s = parse(MINI, "mini.toml", None).expect("mini");
+        assert_eq!(s.measurement.trace, TraceTier::Off);
+        assert!(s.measurement.trace.observe_flags().is_empty());
+        let with = |tier: &str| format!("{MINI}\n[measurement]\ntrace = \"{tier}\"\n");
+        let stages = parse(&with("stages"), "t.toml", None).expect("stages");
+        assert_eq!(
+            stages.measurement.trace.observe_flags(),
+            ["--trace", "--stages"]
+        );
+        let e = parse(&with("everything"), "t.toml", None).expect_err("unknown tier");
+        assert_eq!(e.0[0].field, "measurement.trace", "{e}");
+        assert!(e.to_string().contains("packets"), "{e}");
     }
 
     #[test]

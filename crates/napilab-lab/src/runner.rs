@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use napilab_core::scenario::{self, Backend, Configuration, Scenario};
+use napilab_core::scenario::{self, Backend, Configuration, Scenario, TraceTier};
 use napilab_core::{
     ClassResult, ConfigurationResult, EngineStats, Finding, MaxThroughput, Notice, Observation,
     PointResult, PointRole, RunKind, RunRecord, RUN_SCHEMA,
@@ -166,7 +166,7 @@ impl Drop for SysctlGuard {
 struct Observer(Option<Child>);
 
 impl Observer {
-    fn start(exe: &Path, ns: &str, duration: Duration) -> Option<Observer> {
+    fn start(exe: &Path, ns: &str, duration: Duration, tier: TraceTier) -> Option<Observer> {
         let secs = duration.as_secs_f64();
         let interval = if secs >= 2.0 { 1.0 } else { secs };
         Command::new("ip")
@@ -181,6 +181,7 @@ impl Observer {
                 "--interval",
                 &format!("{}ms", (interval * 1000.0).round()),
             ])
+            .args(tier.observe_flags())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -598,7 +599,7 @@ fn measure_point(
     let measure_wall_ms = now_ms();
     let observer = match &ctx.opts.observer {
         Some(exe) if !stop.load(Ordering::Relaxed) => {
-            let o = Observer::start(exe, &lab.dut_ns, duration);
+            let o = Observer::start(exe, &lab.dut_ns, duration, m.trace);
             if o.is_none() {
                 notice(
                     &mut ctx.notices,

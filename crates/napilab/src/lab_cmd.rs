@@ -141,7 +141,8 @@ fn run_scenario(a: RunArgs) -> Result<()> {
         );
     }
     if outcome.record.interrupted {
-        eprintln!("napilab: interrupted: the record holds the finished points");
+        // The finished points are saved, but the run is incomplete: scripts must see it.
+        return Err(crate::Interrupted("the record and report hold the finished points").into());
     }
     Ok(())
 }

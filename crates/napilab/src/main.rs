@@ -90,6 +90,21 @@ struct ObserveArgs {
     flamegraph: Option<PathBuf>,
 }
 
+/// Exit status of a run stopped by SIGINT or SIGTERM, as shells report a signal death.
+const INTERRUPTED_EXIT: u8 = 130;
+
+/// A verb stopped early by Ctrl-C or SIGTERM after saving what it had finished.
+#[derive(Debug)]
+pub struct Interrupted(pub &'static str);
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "interrupted: {}", self.0)
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -113,6 +128,10 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is::<Interrupted>() => {
+            eprintln!("napilab: {e}");
+            ExitCode::from(INTERRUPTED_EXIT)
+        }
         Err(e) => {
             eprintln!("napilab: error: {e:#}");
             ExitCode::FAILURE

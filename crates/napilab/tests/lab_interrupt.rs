@@ -1,0 +1,163 @@
+//! `napilab lab run` stopped by Ctrl-C: exits with status 130, keeps the finished part
+//! of the record, and leaves no namespace behind. Needs root (namespaces); without it
+//! the test prints why it was skipped.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SCENARIO: &str = r#"
+name = "interrupt-me"
+[dut]
+generator_cpus = [0]
+sink_cpus = [0]
+[traffic]
+loads_pps = [2000, 2000]
+[[traffic.classes]]
+name = "be"
+share = 1.0
+size = 64
+port = 9000
+[measurement]
+duration_s = 30.0
+warmup_s = 0.2
+"#;
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn scratch() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("napilab-lab-interrupt");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    dir
+}
+
+/// The run id of the lab run with process id `pid`, from its pid file in /run/napilab/lab.
+fn run_id_of(pid: u32) -> Option<String> {
+    std::fs::read_dir("/run/napilab/lab")
+        .ok()?
+        .flatten()
+        .find(|e| {
+            std::fs::read_to_string(e.path()).is_ok_and(|text| text.trim() == pid.to_string())
+        })
+        .and_then(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .strip_suffix(".pid")
+                .map(str::to_string)
+        })
+}
+
+/// The namespaces of lab run `run_id`.
+fn namespaces_of(run_id: &str) -> Vec<String> {
+    let listing = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip netns list");
+    String::from_utf8_lossy(&listing.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|ns| ns.starts_with(&format!("napilab-{run_id}-")))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Interrupts the run if the test fails before it does, so nothing outlives the test.
+struct RunGuard(Child);
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            // SAFETY: kill(2) on our own child's pid; SIGINT lets the run clean up.
+            unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
+            let _ = self.0.wait();
+        }
+    }
+}
+
+#[test]
+fn ctrl_c_exits_130_keeps_the_record_and_removes_the_namespaces() {
+    if !is_root() {
+        println!("SKIPPED ctrl_c_exits_130_keeps_the_record_and_removes_the_namespaces: needs root for network namespaces");
+        return;
+    }
+    let dir = scratch();
+    let scenario = dir.join("interrupt.toml");
+    std::fs::write(&scenario, SCENARIO).expect("scenario");
+    let out = dir.join("results");
+    let mut run = RunGuard(
+        Command::new(env!("CARGO_BIN_EXE_napilab"))
+            .args(["lab", "run", "--no-observe", "--json", "--out"])
+            .arg(&out)
+            .arg("--journal-dir")
+            .arg(dir.join("journal"))
+            .arg(&scenario)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start napilab lab run"),
+    );
+    // Interrupt once the run has built its namespaces and is measuring the first point.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut run_id = None;
+    while Instant::now() < deadline {
+        assert!(
+            run.0.try_wait().expect("poll child").is_none(),
+            "the run ended before it could be interrupted"
+        );
+        run_id = run_id.or_else(|| run_id_of(run.0.id()));
+        if run_id
+            .as_deref()
+            .is_some_and(|id| namespaces_of(id).len() == 3)
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let run_id = run_id.expect("the run wrote no pid file in /run/napilab/lab");
+    assert_eq!(
+        namespaces_of(&run_id).len(),
+        3,
+        "the run never built its three namespaces"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: kill(2) on our own child's pid.
+    let rc = unsafe { libc::kill(run.0.id() as i32, libc::SIGINT) };
+    assert_eq!(rc, 0, "kill -INT failed");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = run.0.try_wait().expect("poll child") {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "napilab lab run did not stop within 60 s of SIGINT"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut stdout = String::new();
+    let mut stderr = String::new();
+    if let Some(mut o) = run.0.stdout.take() {
+        o.read_to_string(&mut stdout).expect("stdout");
+    }
+    if let Some(mut e) = run.0.stderr.take() {
+        e.read_to_string(&mut stderr).expect("stderr");
+    }
+    assert_eq!(status.code(), Some(130), "stderr: {stderr}");
+    assert!(stderr.contains("interrupted"), "stderr: {stderr}");
+    assert!(
+        namespaces_of(&run_id).is_empty(),
+        "left behind: {:?}",
+        namespaces_of(&run_id)
+    );
+    let record: serde_json::Value =
+        serde_json::from_str(&stdout).expect("the record is printed as JSON");
+    assert_eq!(record["interrupted"], true);
+    assert_eq!(record["run_id"], run_id.as_str());
+    let run_json = out.join(&run_id).join("run.json");
+    assert!(run_json.is_file(), "{} missing", run_json.display());
+}
