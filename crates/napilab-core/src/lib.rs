@@ -29,7 +29,7 @@ pub use observation::{
     QueueKind, Settings, ThreadInterval, ThreadRole, OBSERVATION_SCHEMA,
 };
 pub use topology::{
-    Device, EthtoolInfo, IrqInfo, IrqMatch, Napi, Poller, QdiscInfo, RxQueue, ThreadInfo,
-    TopologyMap, TxQueue,
+    Device, EthtoolInfo, IrqInfo, IrqMatch, Napi, ObservedPolling, Poller, QdiscInfo, RxQueue,
+    ThreadInfo, TopologyMap, TxQueue,
 };
 pub use units::Unit;

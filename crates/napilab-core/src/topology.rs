@@ -75,6 +75,21 @@ pub struct Napi {
     pub tx_queues: Vec<u32>,
     /// Who polls this instance.
     pub poller: Poller,
+    /// Who was seen polling it (`napilab map --trace`): one row per context and CPU.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub observed_polling: Vec<ObservedPolling>,
+}
+
+/// Polls of one NAPI instance in one execution context on one CPU, measured by the
+/// always-on trace tier over a short window.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ObservedPolling {
+    pub context: crate::trace::ExecContext,
+    pub cpu: u32,
+    /// The busy-polling application, for `busy_poll`.
+    pub application: Option<String>,
+    pub polls_per_s: crate::metric::Metric,
+    pub packets_per_s: crate::metric::Metric,
 }
 
 /// Who runs an instance's poll function.

@@ -288,6 +288,7 @@ pub fn build_map(
                         poller: poller_for(root, n, &device_irqs, &rx_queues),
                         tx_queues: queues_of(n.id, QueueType::Tx),
                         rx_queues,
+                        observed_polling: Vec::new(),
                     }
                 })
                 .collect();

@@ -388,6 +388,7 @@ fn topology(sim: &Sim) -> TopologyMap {
             },
             tx_queues: napi.txq.map(|q| vec![q as u32]).unwrap_or_default(),
             poller,
+            observed_polling: Vec::new(),
         }
     };
     let nq = cfg.ingress.queues.len();

@@ -50,8 +50,15 @@ struct MapArgs {
     #[arg(long)]
     json: bool,
     /// Read /proc and /sys under DIR instead of / (a recorded tree); netlink is skipped.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "trace")]
     root: Option<PathBuf>,
+    /// Also watch who actually polls each NAPI instance (BPF on napi:napi_poll, needs
+    /// root): execution context, CPU, polls and packets per second.
+    #[arg(long)]
+    trace: bool,
+    /// How long `--trace` watches (e.g. 1s, 500ms).
+    #[arg(long = "for", value_name = "DURATION", default_value = "1s", value_parser = humantime::parse_duration, requires = "trace")]
+    duration: std::time::Duration,
 }
 
 #[derive(clap::Args)]
@@ -108,7 +115,11 @@ impl std::error::Error for Interrupted {}
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Map(args) => map_cmd::run(args.json, args.root.as_deref()),
+        Command::Map(args) => map_cmd::run(&map_cmd::Options {
+            json: args.json,
+            root: args.root,
+            trace: args.trace.then_some(args.duration),
+        }),
         Command::Observe(args) => observe_cmd::run(&observe_cmd::Options {
             duration: args.duration,
             interval: args.interval,

@@ -86,6 +86,32 @@ fn poller(p: &Poller) -> String {
     }
 }
 
+/// One line per context and CPU that polled an instance, busiest first.
+fn observed_polling(rows: &[napilab_core::ObservedPolling]) -> String {
+    if rows.is_empty() {
+        return "-".into();
+    }
+    rows.iter()
+        .map(|r| {
+            let who = match &r.application {
+                Some(app) => format!("{} ({app})", r.context.as_str()),
+                None => r.context.as_str().to_string(),
+            };
+            let per_poll = if r.polls_per_s.value > 0.0 {
+                r.packets_per_s.value / r.polls_per_s.value
+            } else {
+                0.0
+            };
+            format!(
+                "{who} cpu{}: {} polls/s, {per_poll:.1} pkt/poll",
+                r.cpu,
+                short(r.polls_per_s.value)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 pub fn map(topology: &TopologyMap, host: &HostFacts, settings: &Settings) -> String {
     let mut out = host_line(host, settings);
     let mut devices = table(&[
@@ -137,6 +163,7 @@ pub fn map(topology: &TopologyMap, host: &HostFacts, settings: &Settings) -> Str
         "gro_flush ns",
         "irq_suspend ns",
         "polled by",
+        "seen polling (--trace)",
     ]);
     for d in &topology.devices {
         for n in &d.napis {
@@ -150,6 +177,7 @@ pub fn map(topology: &TopologyMap, host: &HostFacts, settings: &Settings) -> Str
                 opt(n.gro_flush_timeout_ns),
                 opt(n.irq_suspend_timeout_ns),
                 poller(&n.poller),
+                observed_polling(&n.observed_polling),
             ]);
         }
     }

@@ -88,3 +88,62 @@ fn observe_trace_reports_contexts_and_accounting_truth() {
         "no accounting_truth finding: {rules:?}"
     );
 }
+
+#[test]
+fn map_trace_shows_the_kthread_polling_the_instance() {
+    let name = "map_trace_shows_the_kthread_polling_the_instance";
+    let pair = match VethPair::create("napilab-test", "map", true) {
+        Ok(p) => p,
+        Err(e) => {
+            println!("SKIPPED {name}: {e}");
+            return;
+        }
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = flood(pair.a.clone(), stop.clone());
+    std::thread::sleep(Duration::from_millis(300));
+    let out = pair
+        .command(&pair.b, env!("CARGO_BIN_EXE_napilab"))
+        .args(["map", "--trace", "--for", "1s", "--json"])
+        .output()
+        .expect("run napilab");
+    stop.store(true, Ordering::Relaxed);
+    let _ = sender.join();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let map: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let vb = map["topology"]["devices"]
+        .as_array()
+        .expect("devices")
+        .iter()
+        .find(|d| d["name"] == "vb")
+        .expect("vb in the map")
+        .clone();
+    let observed: Vec<Value> = vb["napis"]
+        .as_array()
+        .expect("napis")
+        .iter()
+        .flat_map(|n| {
+            n["observed_polling"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect();
+    if observed.is_empty() && map["notices"].to_string().contains("--trace") {
+        println!(
+            "SKIPPED {name}: no trace data (BPF unavailable?): {}",
+            map["notices"]
+        );
+        return;
+    }
+    assert!(
+        observed.iter().any(
+            |o| o["context"] == "napi_thread" && o["polls_per_s"]["value"].as_f64() > Some(0.0)
+        ),
+        "vb's instance not seen polled by its kthread: {observed:#?}"
+    );
+}
