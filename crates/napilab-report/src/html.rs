@@ -14,7 +14,7 @@ use crate::metrics::unit_name;
 use plotters::prelude::SeriesLabelPosition;
 
 use crate::plot::{self, colour, fmt_percent, fmt_short, Chart, Series, Style, YAxis};
-use crate::series::{class_names, conf_cpus, load_groups};
+use crate::series::{class_names, conf_cpus, load_groups, stage_cores};
 
 const CSS: &str = "
 body { font-family: system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif; color: #222;
@@ -472,15 +472,145 @@ fn per_configuration_figures(out: &mut String, run: &RunRecord, l: &Labels) -> R
             anchor("conf", ci),
             esc(&conf.name)
         );
-        let figures = vec![
+        let mut figures = vec![
             latency_figure(conf, l)?,
             cpu_figure(conf, l)?,
             irq_figure(conf, l)?,
             per_softirq_figure(conf, l)?,
         ];
+        // Only runs with the trace tier (or the twin) know the measured time.
+        if let Some(truth) = softirq_truth_figure(conf, l)? {
+            figures.push(truth);
+        }
         figures_html(out, &figures);
+        stage_table(out, conf);
     }
     Ok(())
+}
+
+/// Softirq time as /proc/stat reported it beside the time the tracepoints measured
+/// (or the twin computed): misreading 3, per CPU and load.
+fn softirq_truth_figure(conf: &ConfigurationResult, l: &Labels) -> Result<Option<Figure>> {
+    let groups = load_groups(conf);
+    let mut series = Vec::new();
+    let mut measured_source = None;
+    for (k, &cpu) in conf_cpus(conf).iter().enumerate() {
+        let measured: Vec<(f64, f64)> = groups
+            .iter()
+            .filter_map(|g| {
+                let (v, s) = g.traced_cpu(cpu, |t| &t.softirq)?;
+                measured_source.get_or_insert(s);
+                Some((g.offered(), v))
+            })
+            .collect();
+        if measured.is_empty() {
+            continue;
+        }
+        let reported: Vec<(f64, f64)> = groups
+            .iter()
+            .filter_map(|g| {
+                let (v, _) = g.cpu_metric(cpu, |c| c.time.as_ref().map(|t| &t.softirq))?;
+                Some((g.offered(), v))
+            })
+            .collect();
+        let source = measured_source.clone().unwrap_or_default();
+        series.push(Series {
+            label: format!("cpu{cpu} softirq measured ({source})"),
+            colour: colour(k),
+            style: Style::Solid,
+            points: measured,
+        });
+        if !reported.is_empty() {
+            series.push(Series {
+                label: format!("cpu{cpu} softirq in /proc/stat"),
+                colour: colour(k),
+                style: Style::Dashed,
+                points: reported,
+            });
+        }
+    }
+    if series.is_empty() {
+        return Ok(None);
+    }
+    let how = if measured_source.as_deref() == Some("model") {
+        "computed by the twin, beside what tick sampling at the configured HZ would report"
+    } else {
+        "measured by the irq:softirq_entry/exit tracepoints, beside /proc/stat's softirq share"
+    };
+    Ok(Some(Figure {
+        title: format!("Softirq time, measured vs reported: {}", conf.name),
+        caption: format!(
+            "Per CPU, all softirq vectors as a share of the CPU: solid {how}; dashed {}.              Where the dashed line lies below the solid one, /proc/stat understates the              packet work (misreading 3).",
+            kernel_source_text(&["tick".to_string()], l.producer)
+        ),
+        svg: plot::render(&Chart {
+            x_label: OFFERED_AXIS.into(),
+            y_label: "softirq time (% of one core)".into(),
+            y_axis: YAxis::LinearTo(1.0),
+            y_format: fmt_percent,
+            legend: SeriesLabelPosition::UpperLeft,
+            series,
+        })?,
+        empty: String::new(),
+    }))
+}
+
+/// The stage profile (trace tier `stages`): CPU per stage of the packet path at each
+/// load, from perf sampling mapped to stages.
+fn stage_table(out: &mut String, conf: &ConfigurationResult) {
+    let groups = load_groups(conf);
+    let per_group: Vec<Vec<(String, f64)>> = groups
+        .iter()
+        .map(|g| {
+            let mut sums: Vec<(String, f64, usize)> = Vec::new();
+            for p in &g.points {
+                for (stage, cores) in p.observation.as_ref().map(stage_cores).unwrap_or_default() {
+                    match sums.iter_mut().find(|(s, _, _)| *s == stage) {
+                        Some(e) => {
+                            e.1 += cores;
+                            e.2 += 1;
+                        }
+                        None => sums.push((stage, cores, 1)),
+                    }
+                }
+            }
+            sums.into_iter()
+                .map(|(s, total, n)| (s, total / n as f64))
+                .collect()
+        })
+        .collect();
+    let mut stages: Vec<&str> = Vec::new();
+    for (stage, _) in per_group.iter().flatten() {
+        if !stages.contains(&stage.as_str()) {
+            stages.push(stage);
+        }
+    }
+    if stages.is_empty() {
+        return;
+    }
+    out.push_str(
+        "<h4>Stage profile</h4>\n<p class=\"sub\">CPU used by each stage of the packet path \
+         (cores, source <code>sample</code>: perf cpu-clock samples of kernel stacks mapped \
+         to stages by the rules of docs/trace.md), mean over the points of each load.</p>\n\
+         <table>\n<tr><th>stage</th>",
+    );
+    for g in &groups {
+        let _ = write!(out, "<th>{} pkt/s</th>", grouped(g.offered()));
+    }
+    out.push_str("</tr>\n");
+    for stage in stages {
+        let _ = write!(out, "<tr><td>{}</td>", esc(stage));
+        for row in &per_group {
+            match row.iter().find(|(s, _)| s == stage) {
+                Some((_, cores)) => {
+                    let _ = write!(out, "<td>{cores:.3}</td>");
+                }
+                None => out.push_str("<td>-</td>"),
+            }
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</table>\n");
 }
 
 fn kernel_source_text(sources: &[String], producer: &str) -> String {

@@ -3,7 +3,7 @@
 //! principle 1); a derived number also says how it was derived.
 
 use napilab_core::stats::mean_over;
-use napilab_core::{Metric, Observation, PointResult, RunKind, Unit};
+use napilab_core::{Metric, Observation, PointResult, RunKind, Source, Unit};
 use serde::Serialize;
 
 /// Source of numbers counted by napilab's own traffic engine (generator and sink) in a
@@ -243,6 +243,27 @@ fn observation_rows(r: &mut Rows, obs: &Observation) {
         if let Some(busy) = crate::series::cpu_busy(obs, cpu) {
             r.metric(&scope, "time.busy", &busy);
         }
+        type TracePick = fn(&napilab_core::trace::CpuTraceTime) -> &Metric;
+        let traced: [(&str, TracePick); 4] = [
+            ("measured.softirq", |t| &t.softirq),
+            ("measured.net_softirq", |t| &t.net_softirq),
+            ("measured.softirq_ksoftirqd", |t| &t.softirq_ksoftirqd),
+            ("measured.hardirq", |t| &t.hardirq),
+        ];
+        for (name, pick) in traced {
+            if let Some(m) = crate::series::traced_cpu_time(obs, cpu, pick) {
+                r.metric(&scope, name, &m);
+            }
+        }
+    }
+    for (stage, cores) in crate::series::stage_cores(obs) {
+        r.plain(
+            &format!("stage:{stage}"),
+            "cpus",
+            cores,
+            unit_name(Unit::CpuFraction),
+            Source::Sample.as_str(),
+        );
     }
     let mut devices: Vec<&str> = iv
         .iter()

@@ -1,7 +1,8 @@
 //! Turning a configuration's points into plot series: points of one requested load are
 //! grouped (repeats averaged), observations are averaged over their intervals.
 
-use napilab_core::stats::cpu_mean;
+use napilab_core::stats::{cpu_mean, mean_over};
+use napilab_core::trace::CpuTraceTime;
 use napilab_core::{
     ConfigurationResult, CpuInterval, Metric, Observation, PointResult, PointRole, Source,
 };
@@ -43,6 +44,52 @@ pub fn cpu_busy(obs: &Observation, cpu: u32) -> Option<Metric> {
     Some(mean)
 }
 
+/// Duration-weighted mean of one CPU's traced (or modelled) time share over the
+/// intervals that carry a trace.
+pub fn traced_cpu_time(
+    obs: &Observation,
+    cpu: u32,
+    pick: impl Fn(&CpuTraceTime) -> &Metric,
+) -> Option<Metric> {
+    let rows = obs.intervals.iter().map(|i| {
+        let row = i
+            .trace
+            .as_ref()
+            .and_then(|t| t.cpus.iter().find(|c| c.cpu == cpu));
+        (i, row.map(&pick))
+    });
+    mean_over(rows).map(|(m, _)| m)
+}
+
+/// Duration-weighted mean CPU (in cores) each stage of the stage profile used, over the
+/// intervals that carry one: (stage, cores) in the order the profile lists them.
+pub fn stage_cores(obs: &Observation) -> Vec<(String, f64)> {
+    let mut stages: Vec<String> = Vec::new();
+    for i in &obs.intervals {
+        for c in i.trace.iter().flat_map(|t| &t.stage_costs) {
+            if !stages.contains(&c.stage) {
+                stages.push(c.stage.clone());
+            }
+        }
+    }
+    stages
+        .into_iter()
+        .filter_map(|stage| {
+            let (m, _) = mean_over(obs.intervals.iter().filter_map(|i| {
+                let t = i.trace.as_ref()?;
+                Some((
+                    i,
+                    t.stage_costs
+                        .iter()
+                        .find(|c| c.stage == stage)
+                        .map(|c| &c.cpus),
+                ))
+            }))?;
+            Some((stage, m.value))
+        })
+        .collect()
+}
+
 /// Points measured at one requested load.
 pub struct LoadGroup<'a> {
     pub requested_pps: f64,
@@ -74,6 +121,21 @@ impl LoadGroup<'_> {
         let mut source = None;
         let value = self.mean(|p| {
             let (m, _) = cpu_mean(p.observation.as_ref()?, cpu, pick)?;
+            source.get_or_insert_with(|| m.source.as_str().to_string());
+            Some(m.value)
+        })?;
+        Some((value, source.unwrap_or_default()))
+    }
+
+    /// Mean of a traced (or modelled) per-CPU time share, with its source.
+    pub fn traced_cpu(
+        &self,
+        cpu: u32,
+        pick: impl Fn(&CpuTraceTime) -> &Metric + Copy,
+    ) -> Option<(f64, String)> {
+        let mut source = None;
+        let value = self.mean(|p| {
+            let m = traced_cpu_time(p.observation.as_ref()?, cpu, pick)?;
             source.get_or_insert_with(|| m.source.as_str().to_string());
             Some(m.value)
         })?;

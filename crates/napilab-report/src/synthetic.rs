@@ -4,6 +4,7 @@
 //! result and findings. The numbers are made up but shaped like a real sweep (delivered
 //! load flattens at the capacity, latency climbs near it, IRQs fall as NAPI polls).
 
+use napilab_core::trace::{CpuTraceTime, StageCost, TraceInterval};
 use napilab_core::{
     ClassResult, ConfigurationResult, CpuAccounting, CpuInterval, CpuTimeShares, EngineStats,
     Evidence, Finding, HostFacts, Hz, Interval, LatencySummary, MaxThroughput, Metric, Notice,
@@ -34,6 +35,8 @@ pub struct SyntheticRun {
     pub cpus: Vec<u32>,
     pub configurations: Vec<SyntheticConfiguration>,
     pub loss_threshold: f64,
+    /// Observations carry the trace tier: measured softirq time and a stage profile.
+    pub traced: bool,
 }
 
 impl SyntheticRun {
@@ -60,7 +63,15 @@ impl SyntheticRun {
                 },
             ],
             loss_threshold: 0.001,
+            traced: false,
         }
+    }
+
+    /// Adds what the `stages` trace tier records: measured softirq time per CPU (twice
+    /// the tick-sampled share) and the CPU of two stages.
+    pub fn traced(mut self) -> Self {
+        self.traced = true;
+        self
     }
 
     pub fn run_id(mut self, run_id: &str) -> Self {
@@ -277,7 +288,7 @@ impl SyntheticRun {
     ) -> Observation {
         let src = self.kernel_source();
         let rho = (offered / conf.capacity_pps).min(1.0);
-        let cpus = self
+        let cpus: Vec<CpuInterval> = self
             .cpus
             .iter()
             .enumerate()
@@ -350,11 +361,44 @@ impl SyntheticRun {
                 index: 0,
                 start_s: 0.0,
                 duration_s: self.duration_s,
+                trace: self.traced.then(|| trace_of(&cpus)),
                 cpus,
                 ..Interval::default()
             }],
             findings: Vec::new(),
             notices: Vec::new(),
         }
+    }
+}
+
+/// The trace tier's view of `cpus`: softirq time measured at twice what ticks saw, and
+/// the CPU split between two stages.
+fn trace_of(cpus: &[CpuInterval]) -> TraceInterval {
+    let measured = |v: f64| Metric::new(v, Unit::CpuFraction, Source::Trace);
+    let rate = |v: f64| Metric::new(v, Unit::PerSecond, Source::Trace);
+    let softirq = |c: &CpuInterval| c.time.as_ref().map_or(0.0, |t| t.softirq.value);
+    let total: f64 = cpus.iter().map(softirq).sum();
+    TraceInterval {
+        cpus: cpus
+            .iter()
+            .map(|c| CpuTraceTime {
+                cpu: c.cpu,
+                softirq: measured((2.0 * softirq(c)).min(1.0)),
+                net_softirq: measured((1.8 * softirq(c)).min(1.0)),
+                softirq_ksoftirqd: measured(0.0),
+                hardirq: measured(0.01),
+                napi_thread_polls: rate(0.0),
+                busy_poll_polls: rate(0.0),
+            })
+            .collect(),
+        stage_costs: [("driver rx", 0.4), ("ip forward", 0.6)]
+            .into_iter()
+            .map(|(stage, part)| StageCost {
+                stage: stage.into(),
+                cpus: Metric::new(part * 2.0 * total, Unit::CpuFraction, Source::Sample),
+                per_mbps: None,
+            })
+            .collect(),
+        ..TraceInterval::default()
     }
 }

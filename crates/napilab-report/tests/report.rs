@@ -360,3 +360,46 @@ fn repeats_are_averaged_and_csv_quotes_names() {
     assert_eq!(svg_count(&html), 10);
     assert!(html.contains("one core, softirq"));
 }
+
+#[test]
+fn traced_runs_show_measured_softirq_beside_proc_and_the_stage_profile() {
+    let run = SyntheticRun::new(RunKind::Lab).traced().build();
+    let html = report_html(&run).expect("html");
+    // One more figure per configuration: softirq measured vs reported.
+    assert_eq!(svg_count(&html), 2 + 5 * 2);
+    assert!(html.contains("Softirq time, measured vs reported: one-core/softirq"));
+    assert!(html.contains("cpu0 softirq measured (trace)"));
+    assert!(html.contains("cpu0 softirq in /proc/stat"));
+    let stages = &html[html.find("<h4>Stage profile</h4>").expect("stage profile")..];
+    let stages = &stages[..stages.find("</table>").expect("end")];
+    assert!(stages.contains("<td>driver rx</td>"), "{stages}");
+    assert!(stages.contains("<td>ip forward</td>"), "{stages}");
+    // Untraced runs have neither.
+    let plain = report_html(&lab_run()).expect("html");
+    assert!(!plain.contains("measured vs reported"));
+    assert!(!plain.contains("Stage profile"));
+}
+
+#[test]
+fn traced_points_store_measured_time_and_stage_rows() {
+    let dir = scratch("traced-metrics");
+    let run = SyntheticRun::new(RunKind::Lab).traced().build();
+    let mut store = Store::open(&dir.join("napilab.db")).expect("open");
+    store.insert_run(&run).expect("insert");
+    let conn = store.connection();
+    let row = |scope: &str, name: &str| -> (f64, String) {
+        conn.query_row(
+            "SELECT m.value, m.source FROM metrics m JOIN points p ON m.point_id = p.id
+             WHERE p.position = 0 AND m.scope = ?1 AND m.name = ?2 LIMIT 1",
+            [scope, name],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap_or_else(|e| panic!("{scope}.{name}: {e}"))
+    };
+    let measured = row("cpu0", "measured.softirq");
+    let reported = row("cpu0", "time.softirq");
+    assert_eq!(measured.1, "trace");
+    assert_eq!(reported.1, "tick");
+    assert!(measured.0 > reported.0, "{measured:?} vs {reported:?}");
+    assert_eq!(row("stage:ip forward", "cpus").1, "sample");
+}
