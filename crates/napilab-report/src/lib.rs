@@ -9,6 +9,7 @@
 mod csv;
 mod html;
 mod metrics;
+mod openmetrics;
 mod plot;
 mod series;
 mod store;
@@ -23,6 +24,7 @@ use serde::Serialize;
 pub use crate::csv::points_csv;
 pub use crate::html::{report_html, utc};
 pub use crate::metrics::{point_metrics, MetricRow};
+pub use crate::openmetrics::run_openmetrics;
 pub use crate::store::{RunSummary, Store, STORE_VERSION};
 
 /// Where [`write_outputs`] put a run's files.
@@ -32,10 +34,13 @@ pub struct Outputs {
     pub html: PathBuf,
     pub csv: PathBuf,
     pub json: PathBuf,
+    /// Every stored number as an OpenMetrics text exposition.
+    pub openmetrics: PathBuf,
     pub db: PathBuf,
 }
 
-/// Writes `dir/report.html`, `dir/points.csv` and `dir/run.json`, and stores the run in
+/// Writes `dir/report.html`, `dir/points.csv`, `dir/run.json` and
+/// `dir/openmetrics.txt`, and stores the run in
 /// the database at `db` (replacing an earlier copy of the same run id).
 pub fn write_outputs(run: &RunRecord, dir: &Path, db: &Path) -> Result<Outputs> {
     std::fs::create_dir_all(dir)
@@ -45,12 +50,14 @@ pub fn write_outputs(run: &RunRecord, dir: &Path, db: &Path) -> Result<Outputs> 
         html: dir.join("report.html"),
         csv: dir.join("points.csv"),
         json: dir.join("run.json"),
+        openmetrics: dir.join("openmetrics.txt"),
         db: db.to_path_buf(),
     };
     let json = serde_json::to_string_pretty(run).context("cannot serialise the run record")?;
     write(&outputs.json, &json)?;
     write(&outputs.csv, &points_csv(run))?;
     write(&outputs.html, &report_html(run)?)?;
+    write(&outputs.openmetrics, &run_openmetrics(run)?)?;
     let mut store = Store::open(db)?;
     store.insert_run(run)?;
     Ok(outputs)

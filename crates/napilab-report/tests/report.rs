@@ -336,6 +336,8 @@ fn write_outputs_writes_files_and_stores_the_run() {
     assert!(back == run, "run.json differs from the run");
     let csv = std::fs::read_to_string(&outputs.csv).expect("csv");
     assert_eq!(csv.lines().count(), 29);
+    let om = std::fs::read_to_string(&outputs.openmetrics).expect("openmetrics");
+    assert!(om.ends_with("# EOF\n"));
     let stored = Store::open(&db)
         .expect("open")
         .load_run(&run.run_id)
@@ -402,4 +404,30 @@ fn traced_points_store_measured_time_and_stage_rows() {
     assert_eq!(reported.1, "tick");
     assert!(measured.0 > reported.0, "{measured:?} vs {reported:?}");
     assert_eq!(row("stage:ip forward", "cpus").1, "sample");
+}
+
+#[test]
+fn openmetrics_export_has_every_point_with_its_source_and_the_maxima() {
+    let run = lab_run();
+    let text = napilab_report::run_openmetrics(&run).expect("openmetrics");
+    assert!(text.ends_with("# EOF\n"), "no EOF terminator");
+    assert!(text.contains("# TYPE napilab_time_busy_cpu_fraction gauge"));
+    // Every sample line names its run, configuration, point and source.
+    let busy: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("napilab_time_busy_cpu_fraction{"))
+        .collect();
+    let points: usize = run.configurations.iter().map(|c| c.points.len()).sum();
+    assert_eq!(busy.len(), points * 2, "one per point and CPU");
+    assert!(busy
+        .iter()
+        .all(|l| l.contains("source=\"tick\"") && l.contains("run=\"20260101-120000-beef\"")));
+    let max = text
+        .lines()
+        .find(|l| {
+            l.starts_with("napilab_max_throughput_packets_per_second{")
+                && l.contains("configuration=\"one-core/softirq\"")
+        })
+        .expect("max throughput sample");
+    assert!(max.ends_with(" 291000.0"), "{max}");
 }

@@ -131,11 +131,12 @@ fn run_scenario(a: RunArgs) -> Result<()> {
     } else {
         print!("{}", summary(&outcome.record));
         println!(
-            "wall time {:.0} s\nreport: {}\npoints: {}\nrecord: {}\nstored in {} (napilab report {} re-renders it)",
+            "wall time {:.0} s\nreport: {}\npoints: {}\nrecord: {}\nopenmetrics: {}\nstored in {} (napilab report {} re-renders it)",
             started.elapsed().as_secs_f64(),
             outputs.html.display(),
             outputs.csv.display(),
             outputs.json.display(),
+            outputs.openmetrics.display(),
             outputs.db.display(),
             outcome.record.run_id
         );

@@ -47,6 +47,7 @@ pub fn run(args: ReportArgs) -> Result<()> {
         println!("  report: {}", outputs.html.display());
         println!("  points: {}", outputs.csv.display());
         println!("  record: {}", outputs.json.display());
+        println!("  openmetrics: {}", outputs.openmetrics.display());
         println!("  stored: {}", outputs.db.display());
     }
     Ok(())
