@@ -220,6 +220,12 @@ pub struct DutPatch {
     pub rps_cpus: Option<Vec<u32>>,
     /// GRO on the ingress device (veth uses NAPI only with GRO on).
     pub gro: Option<bool>,
+    /// `napi_defer_hard_irqs` of the ingress device: polls that find no work before the
+    /// "interrupt" is re-armed; needs `gro_flush_timeout_ns`.
+    pub defer_hard_irqs: Option<u32>,
+    /// `gro_flush_timeout` of the ingress device, ns: the timer that re-polls while
+    /// interrupts stay deferred (and flushes GRO).
+    pub gro_flush_timeout_ns: Option<u64>,
     /// Egress qdisc of the DUT's egress device (router) or wired side (ap).
     pub qdisc: Option<Qdisc>,
     /// `net.core.netdev_budget` during the configuration (journalled, reverted).
@@ -240,6 +246,8 @@ pub struct DutSettings {
     pub napi_fifo: Vec<u32>,
     pub rps_cpus: Vec<u32>,
     pub gro: bool,
+    pub defer_hard_irqs: u32,
+    pub gro_flush_timeout_ns: u64,
     pub qdisc: Qdisc,
     pub netdev_budget: Option<u32>,
     pub netdev_budget_usecs: Option<u32>,
@@ -259,6 +267,8 @@ impl DutPatch {
             napi_fifo: pick(&self.napi_fifo, &over.napi_fifo),
             rps_cpus: pick(&self.rps_cpus, &over.rps_cpus),
             gro: pick(&self.gro, &over.gro),
+            defer_hard_irqs: pick(&self.defer_hard_irqs, &over.defer_hard_irqs),
+            gro_flush_timeout_ns: pick(&self.gro_flush_timeout_ns, &over.gro_flush_timeout_ns),
             qdisc: pick(&self.qdisc, &over.qdisc),
             netdev_budget: pick(&self.netdev_budget, &over.netdev_budget),
             netdev_budget_usecs: pick(&self.netdev_budget_usecs, &over.netdev_budget_usecs),
@@ -274,6 +284,8 @@ impl DutPatch {
             napi_fifo: self.napi_fifo.clone().unwrap_or_default(),
             rps_cpus: self.rps_cpus.clone().unwrap_or_default(),
             gro: self.gro.unwrap_or(true),
+            defer_hard_irqs: self.defer_hard_irqs.unwrap_or(0),
+            gro_flush_timeout_ns: self.gro_flush_timeout_ns.unwrap_or(0),
             qdisc: self.qdisc.clone().unwrap_or_default(),
             netdev_budget: self.netdev_budget,
             netdev_budget_usecs: self.netdev_budget_usecs,
@@ -301,6 +313,12 @@ impl DutPatch {
         }
         if self.gro.is_some() {
             out.push(("gro".into(), on_off(r.gro).into()));
+        }
+        if let Some(n) = self.defer_hard_irqs {
+            out.push(("defer_hard_irqs".into(), n.to_string()));
+        }
+        if let Some(ns) = self.gro_flush_timeout_ns {
+            out.push(("gro_flush_timeout_ns".into(), ns.to_string()));
         }
         if self.qdisc.is_some() {
             out.push(("qdisc".into(), r.qdisc.describe()));
@@ -332,6 +350,11 @@ impl DutSettings {
             ("napi_fifo".into(), cpu_list(&self.napi_fifo)),
             ("rps_cpus".into(), cpu_list(&self.rps_cpus)),
             ("gro".into(), on_off(self.gro).into()),
+            ("defer_hard_irqs".into(), self.defer_hard_irqs.to_string()),
+            (
+                "gro_flush_timeout_ns".into(),
+                self.gro_flush_timeout_ns.to_string(),
+            ),
             ("qdisc".into(), self.qdisc.describe()),
             ("netdev_budget".into(), budget(self.netdev_budget)),
             (
@@ -853,6 +876,9 @@ fn validate(s: &Scenario, v: &mut Validator<'_>, host_cpus: Option<u32>) {
             if r.napi == NapiContext::Threaded && !r.gro {
                 v.err(&field, format!("configuration {:?}: napi = \"threaded\" needs gro = true (veth has NAPI instances only with GRO on)", c.name));
             }
+            if r.defer_hard_irqs > 0 && r.gro_flush_timeout_ns == 0 {
+                v.err(&field, format!("configuration {:?}: defer_hard_irqs = {} has no effect without gro_flush_timeout_ns (the timer that polls while interrupts stay deferred): set both, e.g. gro_flush_timeout_ns = 20000", c.name, r.defer_hard_irqs));
+            }
             if s.topology.ingress_queues > 1
                 && (r.generator_cpus.len() as u32) < s.topology.ingress_queues
             {
@@ -905,6 +931,25 @@ fn check_patch(p: &DutPatch, at: &str, v: &mut Validator<'_>, host_cpus: Option<
             v.err(
                 &format!("{at}.napi_fifo"),
                 "SCHED_FIFO priorities are 1 to 99 (0: SCHED_OTHER)",
+            );
+        }
+    }
+    if let Some(n) = p.defer_hard_irqs {
+        if n > i32::MAX as u32 {
+            v.err(
+                &format!("{at}.defer_hard_irqs"),
+                format!(
+                    "{n} is out of range: use 0 to {} (the kernel's limit)",
+                    i32::MAX
+                ),
+            );
+        }
+    }
+    if let Some(ns) = p.gro_flush_timeout_ns {
+        if ns > 1_000_000_000 {
+            v.err(
+                &format!("{at}.gro_flush_timeout_ns"),
+                format!("{ns} is out of range: use 0 to 1000000000 ns (0: off)"),
             );
         }
     }
@@ -1305,6 +1350,27 @@ port = 9000
         assert_eq!(e.0[0].field, "dut.napi_cpus");
         assert_eq!(e.0[0].line, Some(12));
         assert!(parse(&bad, "x.toml", Some(8)).is_ok());
+    }
+
+    #[test]
+    fn interrupt_deferral_needs_its_timer() {
+        let with =
+            |set: &str| format!("{MINI}\n[[configurations]]\nname = \"d\"\nset = {{ {set} }}\n");
+        let e = parse(&with("defer_hard_irqs = 2"), "d.toml", None).expect_err("no timer");
+        assert!(e.to_string().contains("gro_flush_timeout_ns"), "{e}");
+        let ok = parse(
+            &with("defer_hard_irqs = 2, gro_flush_timeout_ns = 20000"),
+            "d.toml",
+            None,
+        )
+        .expect("deferral with its timer");
+        let r = &ok.configurations()[0].settings;
+        assert_eq!((r.defer_hard_irqs, r.gro_flush_timeout_ns), (2, 20_000));
+        let e = parse(&with("gro_flush_timeout_ns = 5000000000"), "d.toml", None).expect_err("5 s");
+        assert_eq!(
+            e.0[0].field, "configurations[0].set.gro_flush_timeout_ns",
+            "{e}"
+        );
     }
 
     #[test]

@@ -274,6 +274,29 @@ impl Lab {
         }
         self.applied
             .push((format!("{} rx-* rps_cpus", self.dut_in), mask));
+        // Interrupt deferral. veth has no IRQ: a sender notifies the peer's NAPI instance
+        // unless notification is masked, and napi_complete_done() keeps it masked while
+        // defer_hard_irqs counts down, with gro_flush_timeout's timer polling instead, as
+        // a NIC keeps its IRQ masked. The device-wide sysfs values set every instance.
+        if s.defer_hard_irqs > 0 || s.gro_flush_timeout_ns > 0 {
+            sh_in(
+                &d,
+                &format!(
+                    "echo {} > /sys/class/net/{dev}/napi_defer_hard_irqs && echo {} > /sys/class/net/{dev}/gro_flush_timeout",
+                    s.defer_hard_irqs,
+                    s.gro_flush_timeout_ns,
+                    dev = self.dut_in
+                ),
+            )?;
+            self.applied.push((
+                format!("{} napi_defer_hard_irqs", self.dut_in),
+                s.defer_hard_irqs.to_string(),
+            ));
+            self.applied.push((
+                format!("{} gro_flush_timeout", self.dut_in),
+                s.gro_flush_timeout_ns.to_string(),
+            ));
+        }
         // Multi-queue: XPS on the generator's veth maps generator CPU i to TX queue i,
         // which veth delivers to the DUT's RX queue i.
         if self.queues > 1 {
