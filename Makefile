@@ -63,7 +63,7 @@ run: build
 	./target/release/napilab observe --replay $(RESULTS)/observe.recording.jsonl --json > $(RESULTS)/observe.json
 	@echo
 	@echo "results:"
-	@echo "  lab run: the report, points.csv and run.json under $(RESULTS)/<run id>/ (paths above), all runs in $(RESULTS)/napilab.db"
+	@echo "  lab run: the report, points.csv, run.json and openmetrics.txt under $(RESULTS)/<run id>/ (paths above), all runs in $(RESULTS)/napilab.db"
 	@echo "  this host: $(RESULTS)/observe.txt (report), $(RESULTS)/observe.json (Observation), $(RESULTS)/observe.recording.jsonl (napilab observe --replay FILE)"
 
 lint: deps
