@@ -68,6 +68,10 @@ pub struct TraceInterval {
     /// Stage profile summed over CPUs, with the cost per received Mbit/s.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stage_costs: Vec<StageCost>,
+    /// CPU time by execution context from the stage sampler's stacks (`--stages`):
+    /// this is how busy-poll and NAPI-kthread time are found inside "system".
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub context_shares: Vec<ContextShare>,
 }
 
 /// Time one CPU spent in one packet-path stage (domain.md 5.1), from kernel stacks
@@ -76,6 +80,18 @@ pub struct TraceInterval {
 pub struct StageShare {
     pub stage: String,
     pub cpu: u32,
+    pub samples: u64,
+    /// samples / (sampling frequency x interval): a fraction of this CPU.
+    pub share: Metric,
+}
+
+/// One CPU's time in one execution context, from cpu-clock samples whose kernel stack
+/// shows the context (a NAPI kthread's loop, an application's busy-poll loop,
+/// ksoftirqd, or a softirq entered from an IRQ exit or a bh-enable).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ContextShare {
+    pub cpu: u32,
+    pub context: ExecContext,
     pub samples: u64,
     /// samples / (sampling frequency x interval): a fraction of this CPU.
     pub share: Metric,

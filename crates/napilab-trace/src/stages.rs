@@ -149,6 +149,90 @@ pub fn stage_of<'a>(frames: impl IntoIterator<Item = &'a str>) -> &'static str {
     stage
 }
 
+/// The execution context a stack ran in, given outermost frame first, or `None` for a
+/// stack that shows no packet-processing context (user code, other kernel work). The
+/// innermost context wins: a softirq run on the exit of an IRQ that interrupted a NAPI
+/// kthread counts as "after hardirq". Kernel function names as of Linux 5.10 to 6.18.
+pub fn context_of<'a>(
+    frames: impl IntoIterator<Item = &'a str>,
+) -> Option<napilab_core::trace::ExecContext> {
+    use napilab_core::trace::ExecContext;
+    let mut context = None;
+    // How the next softirq entry was reached.
+    let mut entry = None;
+    for f in frames {
+        match f {
+            "napi_threaded_poll" | "napi_threaded_poll_loop" => {
+                context = Some(ExecContext::NapiThread)
+            }
+            "napi_busy_loop" | "__napi_busy_loop" | "napi_busy_loop_rcu" | "busy_poll_stop" => {
+                context = Some(ExecContext::BusyPoll)
+            }
+            "run_ksoftirqd" => {
+                context = Some(ExecContext::Ksoftirqd);
+                entry = Some(ExecContext::Ksoftirqd);
+            }
+            "irq_exit_rcu"
+            | "__irq_exit_rcu"
+            | "irq_exit"
+            | "invoke_softirq"
+            | "do_softirq_own_stack" => entry = Some(ExecContext::Hardirq),
+            "__local_bh_enable_ip" | "local_bh_enable" | "do_softirq" => {
+                entry = Some(ExecContext::BhEnable)
+            }
+            "handle_softirqs" | "__do_softirq" => {
+                context = Some(entry.unwrap_or(ExecContext::Hardirq));
+            }
+            _ => {}
+        }
+    }
+    context
+}
+
+/// Per-CPU time by execution context over an interval: the samples in `cur` not yet in
+/// `prev` whose stacks show a context ([`context_of`]), over `seconds`.
+pub fn context_shares(
+    prev: &StageSamples,
+    cur: &StageSamples,
+    seconds: f64,
+) -> Vec<napilab_core::trace::ContextShare> {
+    use napilab_core::trace::ContextShare;
+    use napilab_core::{Metric, Source, Unit};
+    let expected = cur.frequency_hz as f64 * seconds;
+    if expected <= 0.0 {
+        return Vec::new();
+    }
+    let mut counts: BTreeMap<(u32, napilab_core::trace::ExecContext), u64> = BTreeMap::new();
+    for ((cpu, frames), n) in &cur.stacks {
+        let n = n.saturating_sub(
+            prev.stacks
+                .get(&(*cpu, frames.clone()))
+                .copied()
+                .unwrap_or(0),
+        );
+        if n == 0 {
+            continue;
+        }
+        if let Some(context) = context_of(frames.iter().map(String::as_str)) {
+            *counts.entry((*cpu, context)).or_default() += n;
+        }
+    }
+    counts
+        .into_iter()
+        .map(|((cpu, context), samples)| ContextShare {
+            cpu,
+            context,
+            samples,
+            share: Metric::derived(
+                samples as f64 / expected,
+                Unit::CpuFraction,
+                Source::Sample,
+                "cpu-clock samples whose stack shows the context / (frequency x interval)",
+            ),
+        })
+        .collect()
+}
+
 /// Kernel symbols from /proc/kallsyms text, for address -> function name.
 pub struct Symbols {
     sorted: Vec<(u64, String)>,
@@ -485,6 +569,59 @@ mod tests {
             "init_rx_irq"
         );
         assert_eq!(stage("do_syscall_64;ksys_read"), "other_kernel");
+    }
+
+    #[test]
+    fn contexts_come_from_the_stack() {
+        use napilab_core::trace::ExecContext;
+        let ctx = |stack: &str| context_of(stack.split(';'));
+        assert_eq!(
+            ctx("ret_from_fork;kthread;napi_threaded_poll;napi_threaded_poll_loop;__napi_poll;veth_poll"),
+            Some(ExecContext::NapiThread)
+        );
+        assert_eq!(
+            ctx("do_syscall_64;__x64_sys_epoll_wait;do_epoll_wait;ep_poll;napi_busy_loop;__napi_busy_loop;veth_poll"),
+            Some(ExecContext::BusyPoll)
+        );
+        assert_eq!(
+            ctx("smpboot_thread_fn;run_ksoftirqd;handle_softirqs;net_rx_action"),
+            Some(ExecContext::Ksoftirqd)
+        );
+        assert_eq!(
+            ctx("do_idle;sysvec_apic_timer_interrupt;irq_exit_rcu;handle_softirqs;net_rx_action"),
+            Some(ExecContext::Hardirq)
+        );
+        assert_eq!(
+            ctx("do_syscall_64;__sys_sendto;__local_bh_enable_ip;do_softirq;handle_softirqs;net_rx_action"),
+            Some(ExecContext::BhEnable)
+        );
+        // An IRQ's softirq on top of a NAPI kthread: the innermost context.
+        assert_eq!(
+            ctx("kthread;napi_threaded_poll;__napi_poll;sysvec_apic_timer_interrupt;irq_exit_rcu;handle_softirqs"),
+            Some(ExecContext::Hardirq)
+        );
+        assert_eq!(ctx("do_syscall_64;ksys_read"), None);
+    }
+
+    #[test]
+    fn context_shares_count_new_samples_only() {
+        use napilab_core::trace::ExecContext;
+        let stack: Vec<String> = ["kthread", "napi_threaded_poll", "veth_poll"]
+            .map(String::from)
+            .to_vec();
+        let mut prev = StageSamples {
+            frequency_hz: 1000,
+            ..StageSamples::default()
+        };
+        prev.stacks.insert((1, stack.clone()), 100);
+        let mut cur = prev.clone();
+        cur.stacks.insert((1, stack), 350);
+        cur.stacks.insert((1, vec!["do_syscall_64".into()]), 500);
+        let shares = context_shares(&prev, &cur, 1.0);
+        assert_eq!(shares.len(), 1);
+        assert_eq!(shares[0].context, ExecContext::NapiThread);
+        assert_eq!(shares[0].samples, 250);
+        assert!((shares[0].share.value - 0.25).abs() < 1e-12);
     }
 
     #[test]

@@ -282,6 +282,8 @@ impl Tracer {
             napilab_trace::stages::stage_shares(&stages.previous, &current, seconds, rx_mbps);
         trace.stages = shares;
         trace.stage_costs = costs;
+        trace.context_shares =
+            napilab_trace::stages::context_shares(&stages.previous, &current, seconds);
         stages.previous = current;
     }
 

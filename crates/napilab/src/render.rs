@@ -611,7 +611,32 @@ fn trace_tables(obs: &Observation) -> String {
         let _ = writeln!(out, "\nNET_RX softirq runs (trace)\n{t}");
     }
     out.push_str(&stage_table(&traced, seconds));
+    out.push_str(&context_table(&traced, seconds));
     out
+}
+
+/// CPU time by execution context from the sampled stacks (`--stages`): where busy
+/// polling and NAPI kthreads spend time that /proc/stat files under "system".
+fn context_table(traced: &[&Interval], seconds: f64) -> String {
+    use std::collections::BTreeMap;
+    let mut share: BTreeMap<(u32, napilab_core::trace::ExecContext), f64> = BTreeMap::new();
+    for i in traced {
+        for c in i.trace.iter().flat_map(|t| &t.context_shares) {
+            *share.entry((c.cpu, c.context)).or_default() += c.share.value * i.duration_s;
+        }
+    }
+    if share.is_empty() || seconds <= 0.0 {
+        return String::new();
+    }
+    let mut t = table(&["cpu", "context", "CPU %"]);
+    for ((cpu, context), weighted) in share {
+        t.add_row(vec![
+            cpu.to_string(),
+            context.as_str().to_string(),
+            pct(weighted / seconds),
+        ]);
+    }
+    format!("\nTime by execution context (sample: stacks showing the context)\n{t}\n")
 }
 
 /// Stage profile (`--stages`): mean CPU share per stage and CPU, and cost per Mbit/s.

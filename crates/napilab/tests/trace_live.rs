@@ -147,3 +147,56 @@ fn map_trace_shows_the_kthread_polling_the_instance() {
         "vb's instance not seen polled by its kthread: {observed:#?}"
     );
 }
+
+#[test]
+fn observe_stages_finds_napi_kthread_time_inside_system() {
+    let name = "observe_stages_finds_napi_kthread_time_inside_system";
+    let pair = match VethPair::create("napilab-test", "ctx", true) {
+        Ok(p) => p,
+        Err(e) => {
+            println!("SKIPPED {name}: {e}");
+            return;
+        }
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = flood(pair.a.clone(), stop.clone());
+    std::thread::sleep(Duration::from_millis(300));
+    let out = pair
+        .command(&pair.b, env!("CARGO_BIN_EXE_napilab"))
+        .args(["observe", "--trace", "--stages", "--for", "3s", "--json"])
+        .output()
+        .expect("run napilab");
+    stop.store(true, Ordering::Relaxed);
+    let _ = sender.join();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let obs: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let shares: Vec<Value> = obs["intervals"]
+        .as_array()
+        .expect("intervals")
+        .iter()
+        .flat_map(|i| {
+            i["trace"]["context_shares"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect();
+    if shares.is_empty() && obs["notices"].to_string().contains("stage") {
+        println!("SKIPPED {name}: no stage sampler: {}", obs["notices"]);
+        return;
+    }
+    let kthread: f64 = shares
+        .iter()
+        .filter(|s| s["context"] == "napi_thread")
+        .filter_map(|s| s["share"]["value"].as_f64())
+        .sum();
+    assert!(
+        kthread > 0.0,
+        "no sampled NAPI-kthread time during a threaded flood: {shares:#?}"
+    );
+    assert!(shares.iter().all(|s| s["share"]["source"] == "sample"));
+}
