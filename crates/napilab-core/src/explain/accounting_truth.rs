@@ -28,6 +28,19 @@ fn napi_thread_share(interval: &Interval, cpu: u32) -> Option<f64> {
     (!shares.is_empty()).then(|| sum(shares))
 }
 
+/// Busy-poll time on `cpu` from the stage sampler's stacks (`--stages`), if sampled.
+fn busy_poll_share(interval: &Interval, cpu: u32) -> Option<f64> {
+    let trace = interval.trace.as_ref()?;
+    if trace.context_shares.is_empty() {
+        return None;
+    }
+    Some(sum(trace
+        .context_shares
+        .iter()
+        .filter(|c| c.cpu == cpu && c.context == crate::trace::ExecContext::BusyPoll)
+        .map(|c| c.share.value)))
+}
+
 pub fn check(observation: &Observation) -> Vec<Finding> {
     let mut findings = Vec::new();
     for cpu in cpus(observation) {
@@ -85,12 +98,26 @@ pub fn check(observation: &Observation) -> Vec<Finding> {
                 "CPU time of napi/* kthreads last seen on this CPU",
             )
         });
+        let busy_values: Vec<(f64, f64)> = both
+            .iter()
+            .filter_map(|i| busy_poll_share(i, cpu).map(|v| (v, i.duration_s)))
+            .collect();
+        let busy_poll = (!busy_values.is_empty()).then(|| {
+            let w = sum(busy_values.iter().map(|(_, d)| *d));
+            Metric::derived(
+                sum(busy_values.iter().map(|(v, d)| v * d)) / w,
+                Unit::CpuFraction,
+                Source::Sample,
+                "cpu-clock samples inside napi_busy_loop on this CPU",
+            )
+        });
         let measured = softirq.value + hardirq.value;
         let reported = tick_softirq.value + tick_irq.value;
         let gap = measured - reported;
         let understated = gap >= MIN_GAP && measured >= MIN_RATIO * reported;
         let thread_work = napi_thread.as_ref().is_some_and(|m| m.value >= MIN_GAP);
-        if !understated && !thread_work {
+        let busy_work = busy_poll.as_ref().is_some_and(|m| m.value >= MIN_GAP);
+        if !understated && !thread_work && !busy_work {
             continue;
         }
         let mut evidence = vec![
@@ -131,6 +158,16 @@ pub fn check(observation: &Observation) -> Vec<Finding> {
                 metric: m.clone(),
             });
         }
+        if let Some(m) = busy_poll.as_ref().filter(|m| m.value >= MIN_GAP) {
+            thread_text.push_str(&format!(
+                " Applications busy polling on this CPU spent {} of it inside the kernel's busy-poll loop (sampled stacks), also system time for /proc/stat.",
+                pct(m.value)
+            ));
+            evidence.push(Evidence {
+                name: format!("cpu{cpu}.busy_poll"),
+                metric: m.clone(),
+            });
+        }
         let title = if understated {
             format!(
                 "cpu{cpu}: /proc/stat says {} softirq and {} irq, tracepoints measured {} softirq and {} hard IRQ",
@@ -138,6 +175,11 @@ pub fn check(observation: &Observation) -> Vec<Finding> {
                 pct(tick_irq.value),
                 pct(softirq.value),
                 pct(hardirq.value)
+            )
+        } else if busy_work && !thread_work {
+            format!(
+                "cpu{cpu}: busy polling ({}) is reported as system time",
+                pct(busy_poll.as_ref().map_or(0.0, |m| m.value))
             )
         } else {
             format!(
@@ -152,7 +194,7 @@ pub fn check(observation: &Observation) -> Vec<Finding> {
             title,
             evidence,
             threshold: format!(
-                "measured softirq+hardirq minus /proc/stat softirq+irq >= {} points and measured >= {MIN_RATIO}x reported; or NAPI kthread time >= {}",
+                "measured softirq+hardirq minus /proc/stat softirq+irq >= {} points and measured >= {MIN_RATIO}x reported; or NAPI kthread or sampled busy-poll time >= {}",
                 MIN_GAP * 100.0,
                 pct(MIN_GAP)
             ),
@@ -210,6 +252,38 @@ mod tests {
             f[0].title
         );
         assert_eq!(f[0].subject, Subject::Cpu(1));
+    }
+
+    #[test]
+    fn names_sampled_busy_poll_time_inside_system() {
+        use crate::trace::{ContextShare, ExecContext};
+        let mut obs = with_trace(
+            observation_of(vec![cpu(1).net_rx(5_000.0).shares(0.14, 0.3, Source::Tick)]),
+            1,
+            0.14,
+        );
+        for i in &mut obs.intervals {
+            if let Some(t) = i.trace.as_mut() {
+                t.context_shares = vec![ContextShare {
+                    cpu: 1,
+                    context: ExecContext::BusyPoll,
+                    samples: 300,
+                    share: Metric::new(0.3, Unit::CpuFraction, Source::Sample),
+                }];
+            }
+        }
+        let f = check(&obs);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].severity, Severity::Info);
+        assert!(
+            f[0].title.contains("busy polling (30.0%)"),
+            "{}",
+            f[0].title
+        );
+        assert!(f[0]
+            .evidence
+            .iter()
+            .any(|e| e.name == "cpu1.busy_poll" && e.metric.source == Source::Sample));
     }
 
     #[test]
