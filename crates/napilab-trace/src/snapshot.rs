@@ -14,6 +14,10 @@ pub const LOG2_SLOTS: usize = 32;
 pub const NR_SOFTIRQS: u32 = 10;
 pub const NET_TX_SOFTIRQ: u32 = 2;
 pub const NET_RX_SOFTIRQ: u32 = 3;
+/// Per-CPU NAPI counter slots (`NT_NAPI_SLOTS`).
+pub const NAPI_SLOTS: usize = 512;
+/// IRQ numbers counted in the per-CPU array (`NT_IRQ_ARRAY`); larger ones in a hash.
+pub const IRQ_ARRAY: usize = 1024;
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct NapiKey {
@@ -72,6 +76,11 @@ pub struct Snapshot {
     pub irq: BTreeMap<(u32, u32), IrqCounts>,
     /// CPUs to report measured time for (every online CPU, also idle ones).
     pub cpus: Vec<u32>,
+    /// Polls not counted because their CPU had no free NAPI slot (NAPI_SLOTS pairs of
+    /// NAPI instance and context per CPU); 0 unless instances churn a lot.
+    pub napi_lost_polls: u64,
+    /// IRQ handler runs not counted (an IRQ number above IRQ_ARRAY with no room left).
+    pub irq_lost: u64,
 }
 
 fn sub_vec(cur: &[u64], prev: Option<&[u64]>) -> Vec<u64> {

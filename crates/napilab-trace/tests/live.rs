@@ -246,6 +246,74 @@ fn napi_poll_packets_equal_packets_received() {
 }
 
 #[test]
+fn softirq_runs_and_raise_latency_are_counted_without_losses() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let name = "softirq_runs_and_raise_latency_are_counted_without_losses";
+    let Some((pair, trace)) = setup(name, "raise", false) else {
+        return;
+    };
+    const N: usize = 5_000;
+    let (t, received, napi_id) = measured_flood(&trace, &pair, N, false, 50, 200);
+    assert_eq!(napi_packets(&t, napi_id), received as u64);
+    let net_rx: Vec<_> = t.softirqs.iter().filter(|s| s.name == "NET_RX").collect();
+    let runs: u64 = net_rx.iter().map(|s| s.count).sum();
+    let timed: u64 = net_rx.iter().map(|s| s.raised_runs).sum();
+    assert!(runs > 0, "no NET_RX runs measured: {:#?}", t.softirqs);
+    // The raise is timed for at most one run per millisecond per CPU (the clock read
+    // is the dearest part of the program), but never for more runs than there were.
+    assert!(
+        timed > 0,
+        "no NET_RX raise was timed during a flood: {net_rx:#?}"
+    );
+    for s in &t.softirqs {
+        assert!(
+            s.raised_runs <= s.count,
+            "more timed raises than runs: {s:#?}"
+        );
+    }
+    // Every NET_RX run on the flooded CPUs is counted once per context: the run
+    // records carry the packets napi_poll saw inside NET_RX softirqs.
+    let in_runs: u64 = t.net_rx_runs.iter().map(|r| r.packets).sum();
+    assert!(
+        in_runs >= received as u64,
+        "NET_RX runs handled {in_runs} packets, the socket received {received}"
+    );
+    let cpus: Vec<u32> = (0..napilab_trace::always_on::possible_cpus() as u32).collect();
+    let snap = trace.snapshot(&cpus);
+    assert_eq!(
+        snap.napi_lost_polls, 0,
+        "polls lost for want of a NAPI slot"
+    );
+    assert_eq!(snap.irq_lost, 0, "IRQ runs lost");
+    assert_unloaded(trace);
+}
+
+#[test]
+fn detached_programs_count_nothing_and_reattached_count_exactly() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let name = "detached_programs_count_nothing_and_reattached_count_exactly";
+    let Some((pair, mut trace)) = setup(name, "detach", false) else {
+        return;
+    };
+    let attached = trace.attached();
+    trace.detach();
+    assert_eq!(trace.attached(), 0);
+    const N: usize = 2_000;
+    let (t, received, napi_id) = measured_flood(&trace, &pair, N, false, 50, 200);
+    assert!(received > 0, "nothing arrived");
+    assert_eq!(
+        napi_packets(&t, napi_id),
+        0,
+        "detached programs counted polls: {:#?}",
+        t.napi
+    );
+    assert_eq!(trace.reattach(), attached);
+    let (t, received, napi_id) = measured_flood(&trace, &pair, N, false, 50, 200);
+    assert_eq!(napi_packets(&t, napi_id), received as u64);
+    assert_unloaded(trace);
+}
+
+#[test]
 fn threaded_napi_polls_are_attributed_to_the_kthread() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let name = "threaded_napi_polls_are_attributed_to_the_kthread";

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0 OR MIT OR Apache-2.0 */
 /*
  * The map layout shared by napi_trace.bpf.c and its loader (src/always_on.rs).
- * Every value is a flat array of u64 so the Rust side can decode it without padding
- * rules; keep the two in step (the Rust side checks the value sizes at load time).
+ * Every value is a flat array of u64 (or u32 for keys) so the Rust side can decode it
+ * without padding rules; keep the two in step (the Rust side checks the value sizes at
+ * load time).
  */
 #ifndef __NAPI_TRACE_H__
 #define __NAPI_TRACE_H__
@@ -20,33 +21,47 @@
 #define NT_NR_SOFTIRQS 10
 #define NT_NET_RX_SOFTIRQ 3
 
+/* Per-CPU NAPI counter slots: each CPU numbers the (NAPI instance, context) pairs it
+ * polls 0, 1, 2, ... on its own, so the hot path indexes an array and needs no atomic
+ * operation. */
+#define NT_NAPI_SLOTS 512
+/* IRQ numbers below this index a per-CPU array; larger ones go to a hash map. */
+#define NT_IRQ_ARRAY 1024
+
+/* Key of napi_slots (global hash): one (NAPI instance, context) pair on one CPU. */
 struct nt_napi_key {
 	/* 0 for instances without an id: the per-CPU backlog (RPS, netif_rx) and some
 	 * drivers' TX-only NAPIs; those are told apart by ifindex (0 for the backlog). */
 	__u32 napi_id;
 	__u32 ctx;
 	__u32 ifindex; /* only when napi_id is 0 */
-	__u32 pad;
+	__u32 cpu;
 };
 
-/* u64 words: polls, packets, full_budget_polls, ifindex, work_hist[65]; then comm[16],
- * dev[16] */
+/* Value of napi_slots: where the pair's counters are, and what it is. Written once. */
+struct nt_napi_slot {
+	__u32 slot; /* index into napi_stats, valid on key.cpu only */
+	__u32 ifindex;
+	char dev[16];
+};
+
+/* Per CPU, index slot: u64 words polls, packets, full_budget_polls, comm_pid,
+ * work_hist[65]; then comm[16]. */
 struct nt_napi_val {
 	__u64 polls;
 	__u64 packets;
 	__u64 full_budget;
-	__u64 ifindex;
+	__u64 comm_pid; /* the pid whose comm is in comm */
 	__u64 work_hist[NT_MAX_WORK + 1];
 	char comm[16]; /* the last task that polled (busy poll: the application) */
-	char dev[16];
 };
 
 /* Per CPU, index vec * NT_NR_CTX + ctx. */
 struct nt_softirq_val {
 	__u64 count;
 	__u64 total_ns;
-	__u64 raise_lat_ns;    /* sum of raise-to-entry latency */
-	__u64 raise_lat_count;
+	__u64 raise_lat_ns;    /* sum of raise-to-entry latency over the timed runs */
+	__u64 raise_lat_count; /* runs whose raise was timed */
 	__u64 log2_ns[NT_LOG2_SLOTS];
 };
 
@@ -59,7 +74,7 @@ struct nt_net_rx_val {
 	__u64 log2_packets[NT_LOG2_SLOTS];
 };
 
-/* Per CPU, key: IRQ number. */
+/* Per CPU, key: IRQ number (array below NT_IRQ_ARRAY, hash above). */
 struct nt_irq_val {
 	__u64 count;
 	__u64 total_ns;
