@@ -72,6 +72,113 @@ pub struct TraceInterval {
     /// this is how busy-poll and NAPI-kthread time are found inside "system".
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub context_shares: Vec<ContextShare>,
+    /// Per-packet tier (`observe --trace-packets`, source `trace`): latency from one
+    /// stage of a packet to its next, per device and stage pair.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub packet_stages: Vec<StageLatency>,
+    /// Per-packet tier: packets freed as drops (`skb:kfree_skb`), per reason, device,
+    /// protocol and the last stage that saw them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drops: Vec<DropReasonCount>,
+}
+
+/// Latency of one stage pair of the per-packet tier over an interval: how long packets
+/// took from stage `from` (a tracepoint name) on `from_device` to stage `to` on
+/// `device`. Devices are named as the kernel had them; `*_netns` is the network
+/// namespace's inode (ifindexes and names are per namespace).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StageLatency {
+    pub device: String,
+    pub ifindex: u32,
+    pub netns: u32,
+    pub from_device: String,
+    pub from_ifindex: u32,
+    pub from_netns: u32,
+    pub from: String,
+    pub to: String,
+    /// Packets that made this transition in the interval.
+    pub count: u64,
+    pub mean_ns: f64,
+    /// Quantiles interpolated inside the histogram's buckets (at most 25% wide).
+    pub p50_ns: f64,
+    pub p99_ns: f64,
+    pub max_bucket_ns: u64,
+    /// The non-empty histogram buckets, so intervals can be merged exactly.
+    pub histogram: Vec<LatencyBucket>,
+    /// Packets per second making this transition.
+    pub rate: Metric,
+    pub source: crate::metric::Source,
+}
+
+/// `count` latencies in `[lo_ns, hi_ns)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LatencyBucket {
+    pub lo_ns: u64,
+    pub hi_ns: u64,
+    pub count: u64,
+}
+
+/// The `q` quantile (0..=1) of a bucketed distribution, interpolated linearly inside
+/// the bucket that holds it; `None` when the buckets are empty.
+pub fn latency_quantile(buckets: &[LatencyBucket], q: f64) -> Option<f64> {
+    let total: u64 = buckets.iter().map(|b| b.count).sum();
+    if total == 0 {
+        return None;
+    }
+    let mut sorted: Vec<&LatencyBucket> = buckets.iter().filter(|b| b.count > 0).collect();
+    sorted.sort_by_key(|b| b.lo_ns);
+    let rank = q.clamp(0.0, 1.0) * total as f64;
+    let mut below = 0.0;
+    for b in &sorted {
+        let next = below + b.count as f64;
+        if rank <= next {
+            let within = ((rank - below) / b.count as f64).clamp(0.0, 1.0);
+            return Some(b.lo_ns as f64 + within * b.hi_ns.saturating_sub(b.lo_ns) as f64);
+        }
+        below = next;
+    }
+    sorted.last().map(|b| b.hi_ns as f64)
+}
+
+/// Merges bucket lists (same bucket bounds add up).
+pub fn merge_buckets<'a>(
+    lists: impl IntoIterator<Item = &'a [LatencyBucket]>,
+) -> Vec<LatencyBucket> {
+    let mut merged: std::collections::BTreeMap<(u64, u64), u64> = std::collections::BTreeMap::new();
+    for list in lists {
+        for b in list {
+            *merged.entry((b.lo_ns, b.hi_ns)).or_default() += b.count;
+        }
+    }
+    merged
+        .into_iter()
+        .map(|((lo_ns, hi_ns), count)| LatencyBucket {
+            lo_ns,
+            hi_ns,
+            count,
+        })
+        .collect()
+}
+
+/// Packets dropped for one reason (`enum skb_drop_reason`, named from the running
+/// kernel's BTF without the `SKB_DROP_REASON_` prefix) over an interval.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DropReasonCount {
+    pub reason: String,
+    /// The kernel's number for the reason (it changes between kernels; `reason` is
+    /// what to compare).
+    pub reason_code: u32,
+    /// `skb->dev` at the drop; empty when the packet had no device.
+    pub device: String,
+    pub ifindex: u32,
+    pub netns: u32,
+    /// `skb->protocol` (EtherType), e.g. "ipv4", "arp", or "0x88cc".
+    pub protocol: String,
+    /// The last stage of the per-packet tier that saw the packet, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_stage: Option<String>,
+    pub count: u64,
+    pub rate: Metric,
 }
 
 /// Time one CPU spent in one packet-path stage (domain.md 5.1), from kernel stacks
@@ -146,8 +253,10 @@ pub struct SoftirqTrace {
     pub share: Metric,
     /// `log2_ns[i]` = runs lasting [2^i, 2^(i+1)) ns (slot 0 also holds 0-1 ns).
     pub log2_ns: Vec<u64>,
-    /// Runs whose raise (`softirq_raise` on this CPU) was seen, and the summed time from
-    /// that first raise to the start of the run: mean latency = sum / raised_runs.
+    /// Runs whose raise (`softirq_raise` on this CPU) was timed, and the summed time from
+    /// that first raise to the start of the run: mean latency = sum / raised_runs. Above
+    /// 1000 runs/s per CPU and vector only about one run per millisecond is timed (the
+    /// clock read is the tier's main cost), so this is a sample, not every run.
     pub raised_runs: u64,
     pub raise_to_entry_ns: u64,
 }
@@ -194,4 +303,48 @@ pub struct CpuTraceTime {
     /// this work is charged to "system" time, not softirq.
     pub napi_thread_polls: Metric,
     pub busy_poll_polls: Metric,
+}
+
+#[cfg(test)]
+mod packet_tier_tests {
+    use super::*;
+
+    #[test]
+    fn json_without_the_per_packet_fields_still_reads() {
+        let old = r#"{"napi":[],"softirqs":[],"net_rx_runs":[],"irqs":[],"cpus":[]}"#;
+        let t: TraceInterval = serde_json::from_str(old).expect("old trace JSON");
+        assert!(t.packet_stages.is_empty() && t.drops.is_empty());
+        // And empty lists are not written, so old readers see the same JSON.
+        let json = serde_json::to_string(&t).expect("serialize");
+        assert!(!json.contains("packet_stages") && !json.contains("drops"));
+    }
+
+    #[test]
+    fn quantiles_interpolate_inside_buckets_and_merge() {
+        let a = [LatencyBucket {
+            lo_ns: 100,
+            hi_ns: 200,
+            count: 50,
+        }];
+        let b = [
+            LatencyBucket {
+                lo_ns: 100,
+                hi_ns: 200,
+                count: 49,
+            },
+            LatencyBucket {
+                lo_ns: 1000,
+                hi_ns: 2000,
+                count: 1,
+            },
+        ];
+        let merged = merge_buckets([&a[..], &b[..]]);
+        assert_eq!(merged.len(), 2);
+        assert_eq!(merged[0].count, 99);
+        let p50 = latency_quantile(&merged, 0.5).expect("p50");
+        assert!((100.0..200.0).contains(&p50), "{p50}");
+        let p100 = latency_quantile(&merged, 1.0).expect("max");
+        assert!((p100 - 2000.0).abs() < 1e-9, "{p100}");
+        assert_eq!(latency_quantile(&[], 0.5), None);
+    }
 }

@@ -5,11 +5,14 @@
 //! into per-CPU maps. [`snapshot`] turns two readings of those maps into a
 //! [`TraceInterval`](napilab_core::trace::TraceInterval); it is pure and tested without
 //! root. [`stages`] samples kernel stacks (cpu-clock) and maps them to packet-path
-//! stages by their callers.
+//! stages by their callers. [`packets`] is the opt-in per-packet tier: stage-to-stage
+//! latency per packet and drops by reason (`observe --trace-packets`).
 
 pub mod always_on;
+pub mod packets;
 pub mod snapshot;
 pub mod stages;
 
 pub use always_on::{AlwaysOn, StartError, TraceOptions};
+pub use packets::{PacketOptions, PacketTrace};
 pub use snapshot::{trace_interval, Snapshot};

@@ -95,6 +95,12 @@ struct ObserveArgs {
     /// With --stages: write a flame graph (SVG) of the sampled stacks, rooted by stage.
     #[arg(long, value_name = "FILE", requires = "stages")]
     flamegraph: Option<PathBuf>,
+    /// Implies --trace: follow every packet through its stages (netif_receive_skb ->
+    /// net_dev_queue -> net_dev_start_xmit -> net_dev_xmit, qdisc_dequeue) for
+    /// stage-to-stage latency, and count drops by reason (skb:kfree_skb). Fires per
+    /// packet: see docs/trace.md for its cost.
+    #[arg(long, conflicts_with_all = ["replay", "root"])]
+    trace_packets: bool,
 }
 
 /// Exit status of a run stopped by SIGINT or SIGTERM, as shells report a signal death.
@@ -128,9 +134,10 @@ fn main() -> ExitCode {
             replay: args.replay,
             root: args.root,
             show_map: !args.no_map,
-            trace: args.trace,
+            trace: args.trace || args.trace_packets,
             stages: args.stages,
             flamegraph: args.flamegraph,
+            trace_packets: args.trace_packets,
         }),
         Command::Tune(args) => tune_cmd::run(args),
         Command::Lab(args) => lab_cmd::run(args),

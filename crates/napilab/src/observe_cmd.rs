@@ -26,6 +26,9 @@ pub struct Options {
     /// Sample kernel stacks and split CPU time by stage (needs `trace`).
     pub stages: bool,
     pub flamegraph: Option<PathBuf>,
+    /// Load the opt-in per-packet tier: stage latencies and drops by reason (needs
+    /// `trace`).
+    pub trace_packets: bool,
 }
 
 /// How often the process list is rescanned for new ksoftirqd/napi threads.
@@ -83,7 +86,12 @@ fn observe_live(options: &Options) -> Result<Observation> {
         None => None,
     };
     let mut sampler = Sampler::new(root, use_netlink);
-    let mut tracer = Tracer::start(options.trace, options.stages, &header);
+    let mut tracer = Tracer::start(
+        options.trace,
+        options.stages,
+        options.trace_packets,
+        &header,
+    );
     let mut analysis = Analysis::new(header);
     tracer.report_start(&mut analysis);
     let steps = (options.duration.as_nanos() / options.interval.as_nanos()).max(1) as u64;
@@ -179,6 +187,11 @@ struct Tracer {
     /// The stage sampler, its previous reading, and the reading and length of the
     /// interval `sample` last closed.
     stages: Option<StageState>,
+    /// The per-packet tier (`--trace-packets`) and its previous reading.
+    packets: Option<(
+        napilab_trace::PacketTrace,
+        napilab_trace::packets::PacketSnapshot,
+    )>,
 }
 
 struct StageState {
@@ -194,6 +207,7 @@ impl Tracer {
     fn start(
         enabled: bool,
         stages: bool,
+        packets: bool,
         header: &napilab_probe::record::RecordingHeader,
     ) -> Tracer {
         let mut tracer = Tracer {
@@ -201,6 +215,7 @@ impl Tracer {
             cpus: header.online_cpus.clone(),
             notices: Vec::new(),
             stages: None,
+            packets: None,
         };
         if !enabled {
             return tracer;
@@ -213,6 +228,19 @@ impl Tracer {
         match napilab_trace::AlwaysOn::start(&options) {
             Ok(always_on) => {
                 tracer.notices.extend(always_on.notices.iter().cloned());
+                if packets {
+                    match napilab_trace::PacketTrace::start(&napilab_trace::PacketOptions::default()) {
+                        Ok(trace) => {
+                            tracer.notices.extend(trace.notices.iter().cloned());
+                            let first = trace.snapshot();
+                            tracer.packets = Some((trace, first));
+                        }
+                        Err(e) => tracer.notices.push((
+                            "per-packet tier (--trace-packets)".into(),
+                            format!("{e}; stage latencies and drops by reason are absent"),
+                        )),
+                    }
+                }
                 let first = always_on.snapshot(&tracer.cpus);
                 tracer.live = Some((always_on, first, Instant::now()));
                 if stages {
@@ -252,12 +280,24 @@ impl Tracer {
         let (always_on, previous, at) = self.live.as_mut()?;
         let now = Instant::now();
         let current = always_on.snapshot(&self.cpus);
-        let interval = napilab_trace::trace_interval(
+        let mut interval = napilab_trace::trace_interval(
             previous,
             &current,
             now.duration_since(*at).as_secs_f64(),
         );
         let seconds = now.duration_since(*at).as_secs_f64();
+        if let Some((packets, packets_before)) = self.packets.as_mut() {
+            let packets_now = packets.snapshot();
+            (interval.packet_stages, interval.drops) = napilab_trace::packets::packet_interval(
+                packets_before,
+                &packets_now,
+                seconds,
+                &packets.reasons,
+                // Rows of this network namespace, like the per-device tables.
+                napilab_trace::packets::own_netns(),
+            );
+            *packets_before = packets_now;
+        }
         *previous = current;
         *at = now;
         if let Some(stages) = self.stages.as_mut() {

@@ -612,6 +612,113 @@ fn trace_tables(obs: &Observation) -> String {
     }
     out.push_str(&stage_table(&traced, seconds));
     out.push_str(&context_table(&traced, seconds));
+    out.push_str(&packet_tables(&traced, seconds));
+    out
+}
+
+/// The per-packet tier (`--trace-packets`): stage-to-stage latency per device and
+/// stage pair (histograms merged over the intervals), and drops by reason.
+fn packet_tables(traced: &[&Interval], seconds: f64) -> String {
+    use napilab_core::trace::{latency_quantile, merge_buckets, LatencyBucket};
+    use std::collections::BTreeMap;
+    // Network namespaces are part of the key: the same name can exist in several.
+    type PairKey = (String, String, u32, String, String, u32);
+    let mut pairs: BTreeMap<PairKey, (u64, f64, Vec<&[LatencyBucket]>)> = BTreeMap::new();
+    type DropKey = (String, String, String, String);
+    let mut drops: BTreeMap<DropKey, u64> = BTreeMap::new();
+    for i in traced {
+        let Some(t) = &i.trace else { continue };
+        for p in &t.packet_stages {
+            let e = pairs
+                .entry((
+                    p.from_device.clone(),
+                    p.from.clone(),
+                    p.from_netns,
+                    p.device.clone(),
+                    p.to.clone(),
+                    p.netns,
+                ))
+                .or_default();
+            e.0 += p.count;
+            e.1 += p.mean_ns * p.count as f64;
+            e.2.push(&p.histogram);
+        }
+        for d in &t.drops {
+            *drops
+                .entry((
+                    d.reason.clone(),
+                    d.device.clone(),
+                    d.protocol.clone(),
+                    d.last_stage.clone().unwrap_or_else(|| "-".into()),
+                ))
+                .or_default() += d.count;
+        }
+    }
+    if seconds <= 0.0 || (pairs.is_empty() && drops.is_empty()) {
+        return String::new();
+    }
+    let dev = |d: &str| {
+        if d.is_empty() {
+            "-".to_string()
+        } else {
+            d.to_string()
+        }
+    };
+    let ns = |v: f64| {
+        if v >= 1e6 {
+            format!("{:.2} ms", v / 1e6)
+        } else if v >= 1e3 {
+            format!("{:.1} us", v / 1e3)
+        } else {
+            format!("{v:.0} ns")
+        }
+    };
+    let mut out = String::new();
+    if !pairs.is_empty() {
+        let mut t = table(&["from", "to", "pkt/s", "mean", "p50", "p99"]);
+        let mut rows: Vec<_> = pairs.into_iter().collect();
+        // Busiest transitions first.
+        rows.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(&b.0)));
+        for ((from_dev, from, _, to_dev, to, _), (count, weighted, lists)) in rows {
+            let merged = merge_buckets(lists);
+            let q = |q: f64| latency_quantile(&merged, q).map_or_else(|| "-".into(), ns);
+            t.add_row(vec![
+                format!("{} {from}", dev(&from_dev)),
+                format!("{} {to}", dev(&to_dev)),
+                short(count as f64 / seconds),
+                ns(weighted / count.max(1) as f64),
+                q(0.5),
+                q(0.99),
+            ]);
+        }
+        let _ = writeln!(
+            out,
+            "\nPer-packet stage latency (trace: per-packet tracepoints, --trace-packets)\n{t}"
+        );
+    }
+    if !drops.is_empty() {
+        let mut t = table(&[
+            "reason",
+            "device",
+            "protocol",
+            "last stage",
+            "drops/s",
+            "drops",
+        ]);
+        let mut rows: Vec<_> = drops.into_iter().collect();
+        rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        for ((reason, device, protocol, last), count) in rows {
+            t.add_row(vec![
+                reason,
+                dev(&device),
+                protocol,
+                last,
+                short(count as f64 / seconds),
+                count.to_string(),
+            ]);
+        }
+        let _ = writeln!(out, "\nDrops by reason (trace: skb:kfree_skb)\n{t}");
+    }
     out
 }
 

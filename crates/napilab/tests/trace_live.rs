@@ -200,3 +200,64 @@ fn observe_stages_finds_napi_kthread_time_inside_system() {
     );
     assert!(shares.iter().all(|s| s["share"]["source"] == "sample"));
 }
+
+#[test]
+fn observe_trace_packets_shows_stage_latency_and_drop_reasons() {
+    let name = "observe_trace_packets_shows_stage_latency_and_drop_reasons";
+    let pair = match VethPair::create("napilab-test", "pkt", true) {
+        Ok(p) => p,
+        Err(e) => {
+            println!("SKIPPED {name}: {e}");
+            return;
+        }
+    };
+    // The flood goes to a port nobody listens on: every datagram is a NO_SOCKET drop.
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = flood(pair.a.clone(), stop.clone());
+    std::thread::sleep(Duration::from_millis(300));
+    let out = pair
+        .command(&pair.b, env!("CARGO_BIN_EXE_napilab"))
+        .args(["observe", "--trace-packets", "--for", "2s", "--json"])
+        .output()
+        .expect("run napilab");
+    stop.store(true, Ordering::Relaxed);
+    let _ = sender.join();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let obs: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let traced: Vec<&Value> = obs["intervals"]
+        .as_array()
+        .expect("intervals")
+        .iter()
+        .filter(|i| !i["trace"].is_null())
+        .collect();
+    if traced.is_empty() {
+        println!(
+            "SKIPPED {name}: no trace data (BPF unavailable?): {}",
+            obs["notices"]
+        );
+        return;
+    }
+    let no_socket: u64 = traced
+        .iter()
+        .flat_map(|i| i["trace"]["drops"].as_array().cloned().unwrap_or_default())
+        .filter(|d| d["reason"] == "NO_SOCKET" && d["device"] == "vb")
+        .map(|d| d["count"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(no_socket > 0, "no NO_SOCKET drops on vb: {traced:#?}");
+    let staged: u64 = traced
+        .iter()
+        .flat_map(|i| {
+            i["trace"]["packet_stages"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter(|s| s["device"] == "vb")
+        .map(|s| s["count"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(staged > 0, "no stage latency on vb: {traced:#?}");
+}

@@ -1,0 +1,644 @@
+//! A/B/C cost of the per-packet tier (`--trace-packets`) against a DUT's maximum
+//! forwarding rate, beside the always-on tier (docs/trace.md, "Per-packet tier").
+//!
+//! Builds a three-namespace veth router `napilab-pkt-<pid>-bench-{a,r,b}` and keeps the
+//! router (the DUT) saturated:
+//!  - generator: threads in namespace a, pinned to CPU 0, sending prebuilt 64-byte UDP
+//!    frames with `sendmmsg` on an AF_PACKET socket (qdisc bypassed). They offer more
+//!    than the DUT forwards; the excess is dropped at the DUT's full veth ring.
+//!  - DUT: the router's ingress veth uses threaded NAPI, its kthread pinned to CPU 1,
+//!    so GRO, routing and the egress veth run on CPU 1 in polls of up to 64 packets.
+//!  - sink: the router sends every frame to a MAC address the sink's veth does not
+//!    have, so the sink's IP layer drops it (OTHERHOST) at its first check. The
+//!    forwarded count is the sink veth's RX packet counter.
+//!
+//! Each round measures three modes back to back, A untraced, B always-on tier, C
+//! always-on + per-packet tier, in an order that changes every round (ABC, CBA, BAC,
+//! CAB, ACB, BCA) so a drift in background load spreads over all modes. It prints every
+//! round, the mean per-round ratios B/A, C/A, C/B of the forwarding rate with their
+//! range, and the DUT kthread's CPU ns per forwarded packet per mode. A last round with
+//! the kernel's BPF run-time statistics on (kept out of B and C because they add two
+//! clock reads per program run) prints each per-packet program's runs per forwarded
+//! packet and ns per run. Needs root and two online CPUs.
+//!
+//!     cargo run --release -p napilab-trace --example packets-overhead -- [ROUNDS] [SECONDS] [SENDERS]
+
+use std::os::fd::AsRawFd;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use napilab_trace::always_on::enable_run_time_stats;
+use napilab_trace::packets::packet_interval;
+use napilab_trace::{AlwaysOn, PacketOptions, PacketTrace, TraceOptions};
+
+const GEN_CPU: usize = 0;
+const DUT_CPU: usize = 1;
+/// Frames per `sendmmsg` call.
+const BATCH: usize = 64;
+/// What the sink's veth is NOT: the router sends every frame to this MAC.
+const WRONG_MAC: &str = "02:6e:61:70:6b:01";
+const GEN_MAC: [u8; 6] = [0x02, 0x6e, 0x61, 0x70, 0x6b, 0x0a];
+const DUT_MAC: [u8; 6] = [0x02, 0x6e, 0x61, 0x70, 0x6b, 0x0b];
+/// UDP payload bytes (a 106-byte frame).
+const PAYLOAD: usize = 64;
+
+fn mac_text(mac: [u8; 6]) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+fn sh(script: &str) -> Result<String, String> {
+    let out = Command::new("sh")
+        .args(["-ec", script])
+        .output()
+        .map_err(|e| format!("cannot run sh: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn cpu_set(cpu: usize) -> libc::cpu_set_t {
+    // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        set
+    }
+}
+
+/// Pins thread `pid` (0: the calling thread) to one CPU.
+fn pin(pid: i32, cpu: usize) -> Result<(), String> {
+    let set = cpu_set(cpu);
+    // SAFETY: a valid cpu_set_t of the size passed.
+    if unsafe { libc::sched_setaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
+        return Err(format!(
+            "cannot pin thread {pid} to CPU {cpu}: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
+/// Moves the calling thread into namespace `ns` (network namespaces are per thread).
+fn enter(ns: &str) -> Result<(), String> {
+    let file = std::fs::File::open(format!("/var/run/netns/{ns}"))
+        .map_err(|e| format!("/var/run/netns/{ns}: {e}"))?;
+    // SAFETY: setns on a valid namespace fd affects only this thread.
+    if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(format!("setns {ns}: {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// RX packets of `dev` in namespace `ns` (/proc/thread-self/net/dev read from inside).
+fn rx_packets(ns: &str, dev: &str) -> Result<u64, String> {
+    let (ns, dev) = (ns.to_string(), dev.to_string());
+    std::thread::spawn(move || {
+        enter(&ns)?;
+        let text = std::fs::read_to_string("/proc/thread-self/net/dev")
+            .map_err(|e| format!("/proc/net/dev in {ns}: {e}"))?;
+        text.lines()
+            .find_map(|l| l.trim_start().strip_prefix(&format!("{dev}:")))
+            .and_then(|rest| rest.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("no RX packet counter for {dev} in {ns}'s /proc/net/dev"))
+    })
+    .join()
+    .map_err(|_| "counter reader panicked".to_string())?
+}
+
+struct Router {
+    base: String,
+    ingress: String,
+    dut_pids: Vec<i32>,
+}
+
+impl Router {
+    fn ns(&self, n: &str) -> String {
+        format!("{}-{n}", self.base)
+    }
+
+    fn create() -> Result<Router, String> {
+        let pid = std::process::id();
+        let mut r = Router {
+            base: format!("napilab-pkt-{pid}-bench"),
+            ingress: format!("npk{pid}"),
+            dut_pids: Vec::new(),
+        };
+        let (a, m, b, ri) = (r.ns("a"), r.ns("r"), r.ns("b"), r.ingress.clone());
+        let (gen_mac, dut_mac) = (mac_text(GEN_MAC), mac_text(DUT_MAC));
+        // `r` exists before anything is created: an early return drops it, and its
+        // Drop removes whatever was created.
+        sh(&format!("for n in {a} {m} {b}; do ip netns add $n; done"))?;
+        sh(&format!(
+            "for n in {a} {m} {b}; do ip -n $n link set lo up
+               ip netns exec $n sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1; done
+             ip link add a0 netns {a} type veth peer name {ri} netns {m}
+             ip link add r1 netns {m} type veth peer name b0 netns {b}
+             ip -n {a} link set a0 address {gen_mac}; ip -n {m} link set {ri} address {dut_mac}
+             ip -n {a} addr add 10.85.1.1/24 dev a0; ip -n {a} link set a0 up
+             ip -n {m} addr add 10.85.1.254/24 dev {ri}; ip -n {m} link set {ri} up
+             ip -n {m} addr add 10.85.2.254/24 dev r1; ip -n {m} link set r1 up
+             ip -n {b} addr add 10.85.2.2/24 dev b0; ip -n {b} link set b0 up
+             ip -n {m} neigh replace 10.85.1.1 lladdr {gen_mac} dev {ri} nud permanent
+             ip -n {m} neigh replace 10.85.2.2 lladdr {WRONG_MAC} dev r1 nud permanent
+             ip netns exec {m} sysctl -qw net.ipv4.ip_forward=1
+             ip netns exec {a} ethtool -K a0 tso off gso off >/dev/null
+             ip netns exec {m} ethtool -K {ri} gro on >/dev/null
+             ip netns exec {m} ethtool -K r1 tso off gso off >/dev/null
+             ip netns exec {m} sh -c 'echo 1 > /sys/class/net/{ri}/threaded'"
+        ))?;
+        r.pin_dut()?;
+        Ok(r)
+    }
+
+    /// Pins the ingress device's NAPI kthread(s) (`napi/<dev>-<id>`) to the DUT CPU.
+    fn pin_dut(&mut self) -> Result<(), String> {
+        let prefix = format!("napi/{}", self.ingress);
+        let dir = std::fs::read_dir("/proc").map_err(|e| format!("/proc: {e}"))?;
+        for entry in dir.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
+                continue;
+            };
+            let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            if comm.trim_end().starts_with(&prefix) {
+                pin(pid, DUT_CPU)?;
+                self.dut_pids.push(pid);
+            }
+        }
+        if self.dut_pids.is_empty() {
+            return Err(format!(
+                "no kthread named {prefix}-*: threaded NAPI did not start on {}",
+                self.ingress
+            ));
+        }
+        Ok(())
+    }
+
+    /// CPU time (ns) the DUT's kthreads have run (/proc/<pid>/schedstat): the DUT's
+    /// own cost, whoever else shares CPU 1.
+    fn dut_cpu_ns(&self) -> Result<u64, String> {
+        let mut total = 0;
+        for pid in &self.dut_pids {
+            let path = format!("/proc/{pid}/schedstat");
+            let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+            total += text
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .ok_or_else(|| format!("{path}: unexpected content {text:?}"))?;
+        }
+        Ok(total)
+    }
+
+    fn forwarded(&self) -> Result<u64, String> {
+        rx_packets(&self.ns("b"), "b0")
+    }
+}
+
+impl Drop for Router {
+    fn drop(&mut self) {
+        for n in ["a", "r", "b"] {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &self.ns(n)])
+                .status();
+        }
+    }
+}
+
+/// An Ethernet + IPv4 + UDP frame from the generator to the sink's address.
+fn frame(src_port: u16) -> Vec<u8> {
+    let udp_len = 8 + PAYLOAD;
+    let ip_len = 20 + udp_len;
+    let mut f = Vec::with_capacity(14 + ip_len);
+    f.extend_from_slice(&DUT_MAC);
+    f.extend_from_slice(&GEN_MAC);
+    f.extend_from_slice(&0x0800u16.to_be_bytes());
+    let mut ip = [0u8; 20];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&(ip_len as u16).to_be_bytes());
+    ip[8] = 64; // TTL
+    ip[9] = 17; // UDP
+    ip[12..16].copy_from_slice(&[10, 85, 1, 1]);
+    ip[16..20].copy_from_slice(&[10, 85, 2, 2]);
+    let mut sum: u32 = ip
+        .chunks_exact(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&src_port.to_be_bytes());
+    f.extend_from_slice(&9u16.to_be_bytes());
+    f.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]); // no UDP checksum (allowed on IPv4)
+    f.resize(14 + ip_len, 0);
+    f
+}
+
+/// One sender thread: AF_PACKET on a0, qdisc bypassed, `sendmmsg` batches of one
+/// prebuilt frame until `stop`, bounded by `limit` in any case. (A UDP socket reaches
+/// less than the DUT forwards from one CPU, so the DUT would not be saturated.)
+fn sender(ns: String, port: u16, stop: Arc<AtomicBool>, limit: Duration) -> Result<(), String> {
+    pin(0, GEN_CPU)?;
+    enter(&ns)?;
+    // SAFETY: plain socket syscall; the result is checked and owned below.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(format!(
+            "AF_PACKET socket in {ns}: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: fd is a fresh socket we own.
+    let sock = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    // SAFETY: a NUL-terminated name.
+    let ifindex = unsafe { libc::if_nametoindex(c"a0".as_ptr()) };
+    if ifindex == 0 {
+        return Err(format!("a0 missing in {ns}"));
+    }
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt with a valid int option.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_QDISC_BYPASS,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+    // SAFETY: sockaddr_ll is plain data.
+    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    addr.sll_family = libc::AF_PACKET as u16;
+    addr.sll_protocol = 0x0800u16.to_be();
+    addr.sll_ifindex = ifindex as i32;
+    addr.sll_halen = 6;
+    addr.sll_addr[..6].copy_from_slice(&DUT_MAC);
+    let mut frame = frame(port);
+    let mut iov: Vec<libc::iovec> = (0..BATCH)
+        .map(|_| libc::iovec {
+            iov_base: frame.as_mut_ptr().cast(),
+            iov_len: frame.len(),
+        })
+        .collect();
+    // SAFETY: mmsghdr is plain data; zeroed is a valid "no address, no control" header.
+    let mut msgs: Vec<libc::mmsghdr> = (0..BATCH)
+        .map(|_| unsafe { std::mem::zeroed::<libc::mmsghdr>() })
+        .collect();
+    for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
+        m.msg_hdr.msg_name = (&mut addr as *mut libc::sockaddr_ll).cast();
+        m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+        m.msg_hdr.msg_iov = v;
+        m.msg_hdr.msg_iovlen = 1;
+    }
+    let start = Instant::now();
+    while !stop.load(Ordering::Relaxed) && start.elapsed() < limit {
+        // SAFETY: msgs, iov, addr and frame outlive the call and describe valid buffers.
+        let n = unsafe {
+            libc::sendmmsg(
+                sock.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                BATCH as libc::c_uint,
+                0,
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::ENOBUFS) && e.raw_os_error() != Some(libc::EAGAIN) {
+                return Err(format!("sendmmsg on a0 in {ns}: {e}"));
+            }
+            std::thread::yield_now();
+        }
+    }
+    Ok(())
+}
+
+/// The flood's sender threads; dropping it stops and joins them.
+struct Flood {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<Result<(), String>>>,
+}
+
+impl Flood {
+    fn start(router: &Router, senders: usize, limit: Duration) -> Flood {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..senders)
+            .map(|i| {
+                let (ns, stop) = (router.ns("a"), stop.clone());
+                std::thread::spawn(move || sender(ns, 9 + i as u16, stop, limit))
+            })
+            .collect();
+        Flood { stop, threads }
+    }
+
+    fn stop(mut self) -> Result<(), String> {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            t.join().map_err(|_| "sender panicked".to_string())??;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Flood {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    Untraced,
+    AlwaysOn,
+    Packets,
+}
+
+impl Mode {
+    fn letter(self) -> &'static str {
+        match self {
+            Mode::Untraced => "A",
+            Mode::AlwaysOn => "B",
+            Mode::Packets => "C",
+        }
+    }
+}
+
+/// What a mode loads; dropping it unloads everything.
+struct Tier {
+    _always_on: Option<AlwaysOn>,
+    packets: Option<PacketTrace>,
+}
+
+fn load(mode: Mode) -> Result<Tier, String> {
+    let always_on = match mode {
+        Mode::Untraced => None,
+        _ => Some(
+            AlwaysOn::start(&TraceOptions::default())
+                .map_err(|e| format!("cannot load the always-on tier: {e}"))?,
+        ),
+    };
+    let packets = match mode {
+        Mode::Packets => Some(
+            PacketTrace::start(&PacketOptions::default())
+                .map_err(|e| format!("cannot load the per-packet tier: {e}"))?,
+        ),
+        _ => None,
+    };
+    Ok(Tier {
+        _always_on: always_on,
+        packets,
+    })
+}
+
+#[derive(Clone, Copy, Default)]
+struct Round {
+    /// Forwarded packets per second.
+    rate: f64,
+    /// DUT kthread CPU ns per forwarded packet.
+    ns_per_packet: f64,
+}
+
+fn round(router: &Router, senders: usize, seconds: f64) -> Result<Round, String> {
+    let flood = Flood::start(router, senders, Duration::from_secs_f64(seconds + 5.0));
+    std::thread::sleep(Duration::from_millis(300)); // warm-up: rings full, caches hot
+    let f0 = router.forwarded()?;
+    let c0 = router.dut_cpu_ns()?;
+    let start = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(seconds));
+    let f1 = router.forwarded()?;
+    let c1 = router.dut_cpu_ns()?;
+    let elapsed = start.elapsed().as_secs_f64();
+    flood.stop()?;
+    let forwarded = f1.saturating_sub(f0);
+    Ok(Round {
+        rate: forwarded as f64 / elapsed,
+        ns_per_packet: c1.saturating_sub(c0) as f64 / forwarded.max(1) as f64,
+    })
+}
+
+/// Mean, median, minimum and maximum. The median is printed too because one round
+/// disturbed by another process on this shared machine can move the mean far.
+fn summary(v: &[f64]) -> (f64, f64, f64, f64) {
+    let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let mut sorted = v.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let median = match sorted.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    };
+    let min = sorted.first().copied().unwrap_or(f64::NAN);
+    let max = sorted.last().copied().unwrap_or(f64::NAN);
+    (mean, median, min, max)
+}
+
+const ORDERS: [[Mode; 3]; 6] = {
+    use Mode::{AlwaysOn as B, Packets as C, Untraced as A};
+    [
+        [A, B, C],
+        [C, B, A],
+        [B, A, C],
+        [C, A, B],
+        [A, C, B],
+        [B, C, A],
+    ]
+};
+
+/// The round with BPF run-time statistics: per per-packet program, runs per forwarded
+/// packet and ns per run; and what the tier saw in the DUT's namespace.
+fn stats_round(router: &Router, senders: usize, seconds: f64) -> Result<(), String> {
+    let tier = load(Mode::Packets)?;
+    let packets = tier
+        .packets
+        .as_ref()
+        .ok_or("the per-packet tier did not load")?;
+    let Some(stats) = enable_run_time_stats() else {
+        return Err("the kernel refused BPF_ENABLE_STATS".into());
+    };
+    let costs0 = packets.program_costs();
+    let snap0 = packets.snapshot();
+    let started = Instant::now();
+    let r = round(router, senders, seconds)?;
+    let elapsed = started.elapsed().as_secs_f64();
+    let costs1 = packets.program_costs();
+    let snap1 = packets.snapshot();
+    drop(stats);
+    println!(
+        "\nper-packet programs with BPF run-time statistics on (one {seconds} s round, {:.0} forwarded pkt/s). The programs see every namespace, so runs also count the generator's side and any other traffic on the machine:",
+        r.rate
+    );
+    println!("{:<34} {:>10} {:>8}", "program", "runs/s", "ns/run");
+    let (mut total_runs, mut total_ns) = (0u64, 0u64);
+    for ((name, runs1, ns1), (_, runs0, ns0)) in costs1.iter().zip(&costs0) {
+        let (runs, ns) = (runs1.saturating_sub(*runs0), ns1.saturating_sub(*ns0));
+        total_runs += runs;
+        total_ns += ns;
+        if runs == 0 {
+            continue;
+        }
+        println!(
+            "{name:<34} {:>10.0} {:>8.0}",
+            runs as f64 / elapsed,
+            ns as f64 / runs as f64
+        );
+    }
+    println!(
+        "all per-packet programs: {:.0} ns per run on average, {:.1}% of one CPU",
+        total_ns as f64 / total_runs.max(1) as f64,
+        total_ns as f64 / (elapsed * 1e9) * 100.0
+    );
+    // Sanity: the tier saw the DUT's packets (pairs with one end in the router's ns).
+    let dut_ns = std::fs::metadata(format!("/var/run/netns/{}", router.ns("r")))
+        .ok()
+        .and_then(|m| u32::try_from(std::os::unix::fs::MetadataExt::ino(&m)).ok());
+    let (pairs, drops) = packet_interval(&snap0, &snap1, elapsed, &packets.reasons, dut_ns);
+    println!("what the tier measured in the DUT's namespace over that round:");
+    for p in pairs.iter().filter(|p| p.rate.value > r.rate * 0.01) {
+        println!(
+            "  {} {} -> {} {}: {:.0} pkt/s, p50 {:.0} ns, p99 {:.0} ns",
+            p.from_device, p.from, p.device, p.to, p.rate.value, p.p50_ns, p.p99_ns
+        );
+    }
+    for d in drops.iter().take(5) {
+        println!(
+            "  drop {} on {} ({}, after {}): {:.0}/s",
+            d.reason,
+            d.device,
+            d.protocol,
+            d.last_stage.as_deref().unwrap_or("no traced stage"),
+            d.rate.value
+        );
+    }
+    Ok(())
+}
+
+fn run() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize, default: f64| -> Result<f64, String> {
+        args.get(i).map_or(Ok(default), |v| {
+            v.parse::<f64>()
+                .ok()
+                .filter(|x| *x > 0.0)
+                .ok_or_else(|| format!("argument {} ({v:?}) must be a positive number", i + 1))
+        })
+    };
+    let rounds = arg(0, 6.0)? as usize;
+    let seconds = arg(1, 3.0)?;
+    let senders = arg(2, 3.0)? as usize;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("needs root (namespaces and BPF)".into());
+    }
+    let online = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if online < 2 {
+        return Err(format!(
+            "needs two online CPUs (generator on {GEN_CPU}, DUT on {DUT_CPU}); {online} available"
+        ));
+    }
+    let router = Router::create()?;
+    // Check every mode loads before measuring anything.
+    for mode in [Mode::AlwaysOn, Mode::Packets] {
+        drop(load(mode)?);
+    }
+    pin(0, GEN_CPU)?;
+    println!(
+        "{rounds} rounds x 3 modes x {seconds} s, {senders} sender thread(s) on CPU {GEN_CPU}, DUT kthread on CPU {DUT_CPU}"
+    );
+    println!("A untraced, B always-on tier, C always-on + per-packet tier");
+    println!(
+        "{:<6} {:<6} {:>11} {:>11} {:>11} {:>7} {:>7} {:>7} {:>9} {:>9} {:>9}",
+        "round",
+        "order",
+        "A pkt/s",
+        "B pkt/s",
+        "C pkt/s",
+        "B/A",
+        "C/A",
+        "C/B",
+        "A ns/pkt",
+        "B ns/pkt",
+        "C ns/pkt"
+    );
+    let mut results: Vec<[Round; 3]> = Vec::new();
+    for r in 0..rounds {
+        let order = ORDERS[r % ORDERS.len()];
+        let mut row = [Round::default(); 3];
+        for mode in order {
+            let tier = load(mode)?;
+            let res = round(&router, senders, seconds)?;
+            drop(tier);
+            row[mode as usize] = res;
+        }
+        println!(
+            "{:<6} {:<6} {:>11.0} {:>11.0} {:>11.0} {:>7.3} {:>7.3} {:>7.3} {:>9.0} {:>9.0} {:>9.0}",
+            r + 1,
+            order.iter().map(|m| m.letter()).collect::<String>(),
+            row[0].rate,
+            row[1].rate,
+            row[2].rate,
+            row[1].rate / row[0].rate,
+            row[2].rate / row[0].rate,
+            row[2].rate / row[1].rate,
+            row[0].ns_per_packet,
+            row[1].ns_per_packet,
+            row[2].ns_per_packet,
+        );
+        results.push(row);
+    }
+    let ratio = |num: usize, den: usize| -> Vec<f64> {
+        results.iter().map(|r| r[num].rate / r[den].rate).collect()
+    };
+    println!("\nforwarding rate ratios of the same round: mean, median (min..max):");
+    for (label, num, den) in [
+        ("B/A always-on", 1, 0),
+        ("C/A always-on + per-packet", 2, 0),
+        ("C/B per-packet alone", 2, 1),
+    ] {
+        let (mean, median, min, max) = summary(&ratio(num, den));
+        println!("  {label:<28} {mean:.3}, {median:.3} ({min:.3}..{max:.3})");
+    }
+    println!("DUT kthread CPU ns per forwarded packet: mean, median (min..max):");
+    for (i, label) in ["A untraced", "B always-on", "C always-on + per-packet"]
+        .iter()
+        .enumerate()
+    {
+        let v: Vec<f64> = results.iter().map(|r| r[i].ns_per_packet).collect();
+        let (mean, median, min, max) = summary(&v);
+        println!("  {label:<28} {mean:.0}, {median:.0} ({min:.0}..{max:.0})");
+    }
+    println!("DUT CPU per forwarded packet, ratio of the same round: mean, median (min..max):");
+    for (label, num, den) in [("B/A", 1, 0), ("C/A", 2, 0), ("C/B", 2, 1)] {
+        let v: Vec<f64> = results
+            .iter()
+            .map(|r| r[num].ns_per_packet / r[den].ns_per_packet)
+            .collect();
+        let (mean, median, min, max) = summary(&v);
+        println!("  {label:<28} {mean:.3}, {median:.3} ({min:.3}..{max:.3})");
+    }
+    stats_round(&router, senders, seconds)?;
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("packets-overhead: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,493 @@
+//! Root tests of the per-packet tier (`bpf/packets.bpf.c`, `src/packets.rs`).
+//!
+//! Each test builds a veth router `napilab-pkt-<pid>-<tag>-{a,r,b}`:
+//! a0 (10.83.1.1) <-> r0 (10.83.1.254) | r1 (10.83.2.254) <-> b0 (10.83.2.2), with GRO
+//! on the receiving ends (so they have a NAPI instance and use napi_gro_receive),
+//! static neighbours and IPv6 off so that only the test's datagrams cross it, and
+//! NAPI not threaded: every datagram is processed by the sender's bottom-half enable
+//! after its transmit returned, so each packet meets the stages in order. The
+//! namespaces are removed on drop, also when a test fails. Results are filtered to the
+//! three namespaces (by their inode), so traffic of other processes does not count.
+//! Without root or BPF each test prints `SKIPPED <name>: <reason>` and returns.
+
+use std::net::UdpSocket;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use napilab_core::trace::{DropReasonCount, StageLatency};
+use napilab_trace::packets::{packet_interval, PacketOptions, PacketTrace};
+use napilab_trace::StartError;
+
+/// The tests check that their programs are gone from the kernel afterwards, so they
+/// must not overlap.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn sh(script: &str) -> Result<String, String> {
+    let out = Command::new("sh")
+        .args(["-ec", script])
+        .output()
+        .map_err(|e| format!("cannot run sh: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+struct Router {
+    base: String,
+}
+
+impl Router {
+    fn ns(&self, n: &str) -> String {
+        format!("{}-{n}", self.base)
+    }
+
+    fn create(tag: &str) -> Result<Router, String> {
+        if !napilab_testkit::is_root() {
+            return Err("needs root for namespaces and BPF".into());
+        }
+        let r = Router {
+            base: format!("napilab-pkt-{}-{tag}", std::process::id()),
+        };
+        let (a, m, b) = (r.ns("a"), r.ns("r"), r.ns("b"));
+        sh(&format!(
+            "for n in {a} {m} {b}; do ip netns add $n
+               ip netns exec $n sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+               ip -n $n link set lo up; done
+             ip link add a0 netns {a} type veth peer name r0 netns {m}
+             ip link add r1 netns {m} type veth peer name b0 netns {b}
+             ip -n {a} addr add 10.83.1.1/24 dev a0; ip -n {a} link set a0 up
+             ip -n {m} addr add 10.83.1.254/24 dev r0; ip -n {m} link set r0 up
+             ip -n {m} addr add 10.83.2.254/24 dev r1; ip -n {m} link set r1 up
+             ip -n {b} addr add 10.83.2.2/24 dev b0; ip -n {b} link set b0 up
+             ip -n {a} route add default via 10.83.1.254
+             ip -n {b} route add default via 10.83.2.254
+             ip netns exec {m} sysctl -qw net.ipv4.ip_forward=1
+             ip netns exec {a} ethtool -K a0 tso off gso off >/dev/null
+             ip netns exec {m} ethtool -K r0 gro on >/dev/null
+             ip netns exec {m} ethtool -K r1 tso off gso off >/dev/null
+             ip netns exec {b} ethtool -K b0 gro on >/dev/null
+             ip -n {a} neigh replace 10.83.1.254 lladdr $(ip netns exec {m} cat /sys/class/net/r0/address) dev a0 nud permanent
+             ip -n {m} neigh replace 10.83.1.1 lladdr $(ip netns exec {a} cat /sys/class/net/a0/address) dev r0 nud permanent
+             ip -n {m} neigh replace 10.83.2.2 lladdr $(ip netns exec {b} cat /sys/class/net/b0/address) dev r1 nud permanent
+             ip -n {b} neigh replace 10.83.2.254 lladdr $(ip netns exec {m} cat /sys/class/net/r1/address) dev b0 nud permanent"
+        ))
+        .inspect_err(|_| drop(Router { base: r.base.clone() }))?;
+        Ok(r)
+    }
+
+    /// The namespace's inode: what the BPF side records as `netns`.
+    fn inode(&self, n: &str) -> Result<u32, String> {
+        let path = format!("/var/run/netns/{}", self.ns(n));
+        let meta = std::fs::metadata(&path).map_err(|e| format!("{path}: {e}"))?;
+        u32::try_from(meta.ino()).map_err(|_| format!("{path}: inode {} too large", meta.ino()))
+    }
+
+    fn inodes(&self) -> Result<[u32; 3], String> {
+        Ok([self.inode("a")?, self.inode("r")?, self.inode("b")?])
+    }
+}
+
+impl Drop for Router {
+    fn drop(&mut self) {
+        for n in ["a", "r", "b"] {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &self.ns(n)])
+                .status();
+        }
+    }
+}
+
+/// Runs `f` on a thread inside namespace `ns` (network namespaces are per thread).
+fn in_ns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    let ns = ns.to_string();
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(format!("/var/run/netns/{ns}"))
+            .map_err(|e| format!("/var/run/netns/{ns}: {e}"))?;
+        // SAFETY: setns on a valid namespace fd affects only this thread.
+        if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            return Err(format!("setns {ns}: {}", std::io::Error::last_os_error()));
+        }
+        f()
+    })
+    .join()
+    .map_err(|_| "namespace thread panicked".to_string())?
+}
+
+/// Sends `n` 64-byte datagrams from namespace a to 10.83.2.2:`port`, one at a time.
+fn send(router: &Router, n: u32, port: u16) -> Result<(), String> {
+    in_ns(&router.ns("a"), move || {
+        let s = UdpSocket::bind("10.83.1.1:0").map_err(|e| format!("bind in a: {e}"))?;
+        for i in 0..n {
+            let mut payload = [0u8; 64];
+            payload[..4].copy_from_slice(&i.to_be_bytes());
+            s.send_to(&payload, ("10.83.2.2", port))
+                .map_err(|e| format!("send {i}: {e}"))?;
+        }
+        Ok(())
+    })
+}
+
+/// Starts the tier or says why the test is skipped.
+fn start(name: &str, options: &PacketOptions) -> Option<PacketTrace> {
+    match PacketTrace::start(options) {
+        Ok(t) => Some(t),
+        Err(e @ (StartError::NoBtf | StartError::NoPrivilege(_))) => {
+            println!("SKIPPED {name}: {e}");
+            None
+        }
+        // Anything else is a bug of the tier (verifier, CO-RE): fail.
+        Err(e) => panic!("{name}: {e}"),
+    }
+}
+
+/// Names of every BPF program loaded in the kernel (BPF_PROG_GET_NEXT_ID).
+fn kernel_program_names() -> Vec<String> {
+    libbpf_rs::query::ProgInfoIter::default()
+        .map(|p| p.name.to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Drops the tier and checks that none of its programs is left in the kernel.
+fn assert_unloaded(trace: PacketTrace) {
+    let names = trace.program_names();
+    assert!(!names.is_empty(), "the tier loaded no programs");
+    let before = kernel_program_names();
+    assert!(
+        names.iter().any(|n| before.contains(n)),
+        "the kernel's program list does not show ours ({names:?}): the check below would prove nothing"
+    );
+    drop(trace);
+    // Freeing a program after its last fd closes is deferred (RCU): wait, bounded.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left: Vec<String> = kernel_program_names()
+            .into_iter()
+            .filter(|n| names.contains(n))
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "BPF programs still loaded 5 s after the tier was dropped: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn ours<'a>(rows: &'a [StageLatency], inodes: &[u32; 3]) -> Vec<&'a StageLatency> {
+    rows.iter()
+        .filter(|s| inodes.contains(&s.netns) && inodes.contains(&s.from_netns))
+        .collect()
+}
+
+fn pair_count(rows: &[&StageLatency], from_dev: &str, from: &str, dev: &str, to: &str) -> u64 {
+    rows.iter()
+        .filter(|s| s.from_device == from_dev && s.from == from && s.device == dev && s.to == to)
+        .map(|s| s.count)
+        .sum()
+}
+
+fn forwarding(name: &str, options: &PacketOptions) {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let router = match Router::create(name) {
+        Ok(r) => r,
+        Err(e) => {
+            println!("SKIPPED {name}: {e}");
+            return;
+        }
+    };
+    let Some(trace) = start(name, options) else {
+        return;
+    };
+    assert!(
+        trace.attached() >= 9,
+        "only {} hooks attached: {:?}",
+        trace.attached(),
+        trace.notices
+    );
+    let inodes = router.inodes().expect("namespace inodes");
+    const N: u32 = 2000;
+    const PORT: u16 = 7001;
+    let sink = in_ns(&router.ns("b"), || {
+        let s = UdpSocket::bind(("10.83.2.2", PORT)).map_err(|e| format!("bind in b: {e}"))?;
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .map_err(|e| e.to_string())?;
+        Ok(s)
+    })
+    .expect("sink socket");
+    let before = trace.snapshot();
+    let t0 = Instant::now();
+    // Batches small enough for the sink's receive buffer, each drained before the next
+    // (bounded): every datagram must arrive, else the test's premise (no loss) fails.
+    const BATCH: u32 = 100;
+    let mut received = 0u32;
+    let mut buf = [0u8; 128];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for _ in 0..N / BATCH {
+        let goal = received + BATCH;
+        send(&router, BATCH, PORT).expect("send");
+        while received < goal && Instant::now() < deadline {
+            if sink.recv(&mut buf).is_ok() {
+                received += 1;
+            }
+        }
+    }
+    let after = trace.snapshot();
+    let (stages, drops) = packet_interval(
+        &before,
+        &after,
+        t0.elapsed().as_secs_f64(),
+        &trace.reasons,
+        None,
+    );
+    assert_eq!(received, N, "the sink received {received} of {N} datagrams");
+    let rows = ours(&stages, &inodes);
+    let expect = [
+        ("a0", "net_dev_queue", "a0", "net_dev_start_xmit"),
+        ("a0", "net_dev_start_xmit", "a0", "net_dev_xmit"),
+        ("a0", "net_dev_xmit", "r0", "napi_gro_receive_entry"),
+        ("r0", "napi_gro_receive_entry", "r0", "netif_receive_skb"),
+        ("r0", "netif_receive_skb", "r1", "net_dev_queue"),
+        ("r1", "net_dev_queue", "r1", "net_dev_start_xmit"),
+        ("r1", "net_dev_start_xmit", "r1", "net_dev_xmit"),
+        ("r1", "net_dev_xmit", "b0", "napi_gro_receive_entry"),
+        ("b0", "napi_gro_receive_entry", "b0", "netif_receive_skb"),
+    ];
+    for (fd, from, d, to) in expect {
+        let n = pair_count(&rows, fd, from, d, to);
+        assert_eq!(
+            n,
+            u64::from(N),
+            "{fd} {from} -> {d} {to}: {n} packets, expected {N}; rows: {:#?}",
+            rows.iter()
+                .map(|s| format!(
+                    "{} {} -> {} {}: {}",
+                    s.from_device, s.from, s.device, s.to, s.count
+                ))
+                .collect::<Vec<_>>()
+        );
+    }
+    // And no other pair: a recycled sk_buff address must not pair one packet's stage
+    // with another's (e.g. b0 netif_receive_skb -> a0 net_dev_queue).
+    for s in &rows {
+        assert!(
+            expect.iter().any(|(fd, from, d, to)| s.from_device == *fd
+                && s.from == *from
+                && s.device == *d
+                && s.to == *to),
+            "unexpected stage pair {} {} -> {} {} ({} packets)",
+            s.from_device,
+            s.from,
+            s.device,
+            s.to,
+            s.count
+        );
+        assert!(s.mean_ns > 0.0 && s.p50_ns <= s.p99_ns, "{s:?}");
+        assert!(
+            s.p50_ns <= s.max_bucket_ns as f64,
+            "p50 beyond the histogram: {s:?}"
+        );
+    }
+    // Nothing of ours was dropped: every datagram reached the socket.
+    let dropped: Vec<&DropReasonCount> = drops
+        .iter()
+        .filter(|d| inodes.contains(&d.netns) && d.protocol == "ipv4")
+        .collect();
+    assert!(dropped.is_empty(), "unexpected drops: {dropped:?}");
+    println!(
+        "{name}: {} hooks ({}), {N} datagrams, pairs: {}",
+        trace.attached(),
+        trace.attach_kind,
+        rows.iter()
+            .map(|s| format!(
+                "{} {}->{} {} n={} p50={:.0}ns",
+                s.from_device, s.from, s.device, s.to, s.count, s.p50_ns
+            ))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    assert_unloaded(trace);
+}
+
+#[test]
+fn stage_pairs_count_every_forwarded_packet() {
+    forwarding(
+        "stage_pairs_count_every_forwarded_packet",
+        &PacketOptions::default(),
+    );
+}
+
+#[test]
+fn raw_tp_fallback_counts_every_forwarded_packet() {
+    forwarding(
+        "raw_tp_fallback_counts_every_forwarded_packet",
+        &PacketOptions { force_raw_tp: true },
+    );
+}
+
+#[test]
+fn drops_to_a_closed_port_are_no_socket() {
+    let name = "drops_to_a_closed_port_are_no_socket";
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let router = match Router::create("drop") {
+        Ok(r) => r,
+        Err(e) => {
+            println!("SKIPPED {name}: {e}");
+            return;
+        }
+    };
+    let Some(trace) = start(name, &PacketOptions::default()) else {
+        return;
+    };
+    assert!(
+        trace.reasons.len() > 10,
+        "drop reasons were not named: {}",
+        trace.reasons.origin
+    );
+    let b = router.inode("b").expect("namespace inode");
+    const M: u32 = 500;
+    let before = trace.snapshot();
+    let t0 = Instant::now();
+    // Nothing listens on this port in b: UDP drops each datagram as NO_SOCKET.
+    send(&router, M, 7999).expect("send");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut no_socket = 0;
+    let mut drops = Vec::new();
+    while Instant::now() < deadline {
+        let (_, d) = packet_interval(
+            &before,
+            &trace.snapshot(),
+            t0.elapsed().as_secs_f64(),
+            &trace.reasons,
+            Some(b),
+        );
+        drops = d;
+        no_socket = drops
+            .iter()
+            .filter(|d| d.netns == b && d.reason == "NO_SOCKET")
+            .map(|d| d.count)
+            .sum();
+        if no_socket >= u64::from(M) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ours: Vec<&DropReasonCount> = drops.iter().filter(|d| d.netns == b).collect();
+    assert_eq!(
+        no_socket,
+        u64::from(M),
+        "NO_SOCKET drops in b: {no_socket}, expected {M}; b's drops: {ours:?}"
+    );
+    for d in ours.iter().filter(|d| d.reason == "NO_SOCKET") {
+        assert_eq!(d.device, "b0", "{d:?}");
+        assert_eq!(d.protocol, "ipv4", "{d:?}");
+        assert_eq!(d.last_stage.as_deref(), Some("netif_receive_skb"), "{d:?}");
+    }
+    println!("{name}: {ours:?}");
+    assert_unloaded(trace);
+}
+
+#[test]
+fn a_tiny_token_bucket_drops_and_dequeues() {
+    let name = "a_tiny_token_bucket_drops_and_dequeues";
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let router = match Router::create("tbf") {
+        Ok(r) => r,
+        Err(e) => {
+            println!("SKIPPED {name}: {e}");
+            return;
+        }
+    };
+    // 1 Mbit/s with a 3000-byte queue on the router's egress: a burst of datagrams
+    // mostly overflows it. The qdisc lives in the test's namespace and goes with it.
+    if let Err(e) = sh(&format!(
+        "ip netns exec {} tc qdisc replace dev r1 root tbf rate 1mbit burst 1600 limit 3000",
+        router.ns("r")
+    )) {
+        println!("SKIPPED {name}: this kernel has no tbf qdisc ({e})");
+        return;
+    }
+    let Some(trace) = start(name, &PacketOptions::default()) else {
+        return;
+    };
+    let r = router.inode("r").expect("namespace inode");
+    const N: u32 = 300;
+    const PORT: u16 = 7002;
+    let sink = in_ns(&router.ns("b"), || {
+        let s = UdpSocket::bind(("10.83.2.2", PORT)).map_err(|e| format!("bind in b: {e}"))?;
+        s.set_read_timeout(Some(Duration::from_millis(100)))
+            .map_err(|e| e.to_string())?;
+        Ok(s)
+    })
+    .expect("sink socket");
+    let before = trace.snapshot();
+    let t0 = Instant::now();
+    send(&router, N, PORT).expect("send");
+    // Drain what the token bucket lets through (bounded): stop after 1 s of silence.
+    let mut received = 0u32;
+    let mut buf = [0u8; 128];
+    let mut last = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline && last.elapsed() < Duration::from_secs(1) {
+        if sink.recv(&mut buf).is_ok() {
+            received += 1;
+            last = Instant::now();
+        }
+    }
+    let (stages, drops) = packet_interval(
+        &before,
+        &trace.snapshot(),
+        t0.elapsed().as_secs_f64(),
+        &trace.reasons,
+        Some(r),
+    );
+    assert!(
+        received > 0 && received < N,
+        "{received} of {N} datagrams passed the token bucket: expected some, not all"
+    );
+    let qdisc_drops: u64 = drops
+        .iter()
+        .filter(|d| d.device == "r1" && d.reason.starts_with("QDISC"))
+        .map(|d| d.count)
+        .sum();
+    assert_eq!(
+        qdisc_drops,
+        u64::from(N - received),
+        "qdisc drops on r1 vs datagrams that did not arrive; drops: {drops:?}"
+    );
+    for d in drops.iter().filter(|d| d.device == "r1") {
+        assert_eq!(d.last_stage.as_deref(), Some("net_dev_queue"), "{d:?}");
+        assert_eq!(d.protocol, "ipv4", "{d:?}");
+    }
+    let rows: Vec<&StageLatency> = stages.iter().collect();
+    for (from, to) in [
+        ("net_dev_queue", "qdisc_dequeue"),
+        ("qdisc_dequeue", "net_dev_start_xmit"),
+    ] {
+        let n = pair_count(&rows, "r1", from, "r1", to);
+        assert_eq!(
+            n,
+            u64::from(received),
+            "r1 {from} -> r1 {to}: {n}, expected the {received} datagrams that passed"
+        );
+    }
+    println!(
+        "{name}: {received}/{N} passed; drops {:?}",
+        drops
+            .iter()
+            .map(|d| (d.reason.as_str(), d.device.as_str(), d.count))
+            .collect::<Vec<_>>()
+    );
+    assert_unloaded(trace);
+}
