@@ -6,13 +6,36 @@
 //! flag saying whether it departed inside the measurement window. The sink counts only
 //! packets of the current point that departed in the window, so warm-up and late
 //! stragglers never mix into a point.
+//!
+//! Sending. The generator keeps a schedule (CBR or Poisson per class). Each time round
+//! its loop it takes the departures that are due: one when it keeps up, more only while
+//! it is behind schedule, at most [`TX_BATCH`]. It reads CLOCK_MONOTONIC once, writes
+//! that reading as the departure stamp into every packet of the batch and hands the
+//! batch to one `sendmmsg`. With [`TxPath::UdpGso`] (the default) consecutive packets
+//! of one class travel as one message with `UDP_SEGMENT`: the UDP/IP send path, the
+//! route lookup and the system call are paid once per batch, and the generator's own
+//! stack cuts the message into ordinary packets in front of its veth (the veth's
+//! `tx-udp-segmentation` is switched off for that, so the DUT receives single packets
+//! exactly as with one `sendmsg` each). [`TxPath::Sendmmsg`], one message per packet,
+//! is the earlier path, kept for side-by-side benchmarks and as the fallback.
+//!
+//! Timestamp bound: the stamp is read after the batch was chosen and before its
+//! `sendmmsg` starts, and every packet of the batch has entered the kernel (been handed
+//! to the veth) when the call returns. A stamp is therefore early by at most the
+//! duration of one `sendmmsg` call; the generator measures every call and reports the
+//! longest as `max_stamp_age_us`. Packets of one batch share one stamp, so the
+//! resolution of departure times is one batch (one packet while on schedule).
+//!
+//! Scheduling ([`GenSched`]): SCHED_FIFO when the generator has its CPU to itself
+//! within the lab, SCHED_OTHER otherwise. Receiving: one socket per class port, read
+//! with recvmmsg; optionally with UDP GRO ([`SinkOptions`]).
 
 use std::io;
 use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -20,17 +43,24 @@ use napilab_core::scenario::Pattern;
 use napilab_core::EngineStats;
 
 use crate::histogram::Histogram;
-use crate::netns::{enter, mono_ns, pin, thread_cpu_ns};
+use crate::netns::{cmd, enter, mono_ns, pin, thread_cpu_ns};
 
 const MAGIC: u32 = 0x4e4c_4142; // "NLAB"
 const HEADER: usize = 28;
 const FLAG_MEASURED: u16 = 1;
-/// Largest batch handed to sendmmsg / taken from recvmmsg.
-const BATCH: usize = 64;
+/// Most departures handed to one sendmmsg. It bounds the stamp error (one call's
+/// duration: about 1 us per packet with UDP GSO on the project's VM, when the call is
+/// not interrupted) and lets the generator catch up after being stopped at several
+/// times the requested rate.
+pub const TX_BATCH: usize = 32;
+/// Largest batch taken from one recvmmsg.
+const RX_BATCH: usize = 64;
 /// A departure later than this after its scheduled time counts as late.
 pub const LATE_NS: u64 = 100_000;
 /// IP + UDP header bytes: a class's `size` is the IP packet size.
 const IP_UDP: u32 = 28;
+/// Payload bytes of one UDP GSO message: the kernel refuses datagrams above 64 KiB.
+const GSO_MAX_BYTES: usize = 60_000;
 
 #[derive(Clone, Debug)]
 pub struct ClassSpec {
@@ -56,6 +86,17 @@ pub struct GenSpec {
     pub seed: u64,
 }
 
+/// How the generator hands its packets to the kernel (see the module documentation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TxPath {
+    /// One sendmmsg message per packet.
+    Sendmmsg,
+    /// Consecutive packets of a class as one `UDP_SEGMENT` message, segmented by the
+    /// generator's stack in front of its veth.
+    #[default]
+    UdpGso,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct GenResult {
     /// Packets per class that departed in the measurement window.
@@ -71,6 +112,33 @@ pub struct GenResult {
     /// Thread CPU time / wall time over the whole run (warm-up included).
     pub cpu_busy: f64,
     pub interrupted: bool,
+    /// Departures scheduled inside the window that had not left when it closed (the
+    /// generator was that far behind).
+    pub behind_at_end: u64,
+    /// sendmmsg calls in the window, and the most departures one of them carried.
+    pub batches: u64,
+    pub max_batch: u64,
+    /// Longest sendmmsg call in the window, ns: the bound on how early a departure
+    /// stamp is (module documentation).
+    pub max_stamp_age_ns: u64,
+    /// sendmmsg calls in the window that took longer than [`LATE_NS`] (the thread was
+    /// preempted or interrupted inside the call): their packets' stamps may be early by
+    /// up to `max_stamp_age_ns`.
+    pub slow_sends: u64,
+    /// Fraction of the wall time spent preparing and sending batches (the rest is
+    /// waiting for the next departure, spinning or sleeping): the generator's headroom,
+    /// which `cpu_busy` hides when it spins.
+    pub send_busy: f64,
+    /// The path actually used (UDP GSO falls back to Sendmmsg when unavailable).
+    pub tx_path: TxPath,
+    /// Why the path or scheduling differ from the ones asked for, if they do.
+    pub tx_note: Option<String>,
+    /// The SCHED_FIFO priority the generator ran at (None: SCHED_OTHER).
+    pub fifo_priority: Option<u32>,
+    /// Steal time of the generator's CPUs over the run, ms (/proc/stat, 10 ms ticks):
+    /// time the hypervisor gave the virtual CPU to others. No priority inside the
+    /// guest prevents it; late departures and `behind_at_end` then count its effect.
+    pub stolen_ms: u64,
 }
 
 /// xorshift64*: a small deterministic generator for Poisson departures.
@@ -124,13 +192,258 @@ fn sockaddr(ip: Ipv4Addr, port: u16) -> libc::sockaddr_in {
     }
 }
 
-/// Starts the generator thread; join it for the result.
+/// The generator thread's scheduling.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GenSched {
+    /// SCHED_OTHER: it shares its CPU fairly with whatever else runs there.
+    Other,
+    /// SCHED_FIFO at this priority: other processes on its CPU cannot delay departures.
+    Fifo(u32),
+    /// SCHED_FIFO at [`AUTO_FIFO_PRIORITY`] when the generator has its CPUs to itself
+    /// within the lab (no NAPI kthread of the run, no sink thread of this process and
+    /// no RPS of the DUT may run there, and the DUT's ingress polls in its own
+    /// kthread), so that real-time priority cannot starve the DUT or the sink;
+    /// SCHED_OTHER otherwise.
+    #[default]
+    Auto,
+}
+
+/// Real-time priority of an automatically promoted generator: below the sink veth's
+/// NAPI kthread (`topology::SINK_NAPI_FIFO`).
+pub const AUTO_FIFO_PRIORITY: u32 = 5;
+
+/// How the generator runs, beyond what it sends ([`GenSpec`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GenOptions {
+    pub path: TxPath,
+    pub sched: GenSched,
+    /// When the next departure is less than this far away the thread spins instead of
+    /// sleeping (shorter sleeps cost a timer wake-up each and wake late). None: 20 us
+    /// under SCHED_OTHER; 3 us under SCHED_FIFO, where wake-ups are prompt and a
+    /// spinning real-time thread would take the whole CPU.
+    pub spin_ns: Option<u64>,
+}
+
+/// Starts the generator thread with the default [`GenOptions`]; join it for the result.
 pub fn start_generator(spec: GenSpec, stop: Arc<AtomicBool>) -> JoinHandle<io::Result<GenResult>> {
+    start_generator_with(spec, GenOptions::default(), stop)
+}
+
+/// Starts the generator thread with `opts`; join it for the result.
+pub fn start_generator_with(
+    spec: GenSpec,
+    opts: GenOptions,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<io::Result<GenResult>> {
     std::thread::spawn(move || {
         pin(0, &spec.cpus)?;
         enter(&spec.ns)?;
-        generate(&spec, &stop)
+        let mut notes = Vec::new();
+        let path = match opts.path {
+            TxPath::UdpGso => match prepare_gso(&spec.ns, spec.dst) {
+                Ok(()) => TxPath::UdpGso,
+                Err(e) => {
+                    notes.push(format!("UDP GSO not used, one message per packet: {e}"));
+                    TxPath::Sendmmsg
+                }
+            },
+            TxPath::Sendmmsg => TxPath::Sendmmsg,
+        };
+        let prio = match opts.sched {
+            GenSched::Other => None,
+            GenSched::Fifo(p) => Some(p),
+            GenSched::Auto => match cpus_to_itself(&spec.ns, &spec.cpus) {
+                Ok(()) => Some(AUTO_FIFO_PRIORITY),
+                Err(why) => {
+                    notes.push(format!("SCHED_OTHER: {why}"));
+                    None
+                }
+            },
+        };
+        let mut fifo = None;
+        if let Some(p) = prio {
+            let param = libc::sched_param {
+                sched_priority: p as i32,
+            };
+            // SAFETY: pid 0 is the calling thread; valid sched_param. The policy ends
+            // with the thread.
+            if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } == 0 {
+                fifo = Some(p);
+            } else {
+                notes.push(format!(
+                    "SCHED_FIFO {p} refused ({}): the generator runs SCHED_OTHER",
+                    io::Error::last_os_error()
+                ));
+            }
+        }
+        let spin_ns = opts
+            .spin_ns
+            .unwrap_or(if fifo.is_some() { 3_000 } else { 20_000 });
+        let mut r = generate(&spec, path, spin_ns, &stop)?;
+        r.fifo_priority = fifo;
+        if let Some(n) = r.tx_note.take() {
+            notes.push(n);
+        }
+        if !notes.is_empty() {
+            r.tx_note = Some(notes.join("; "));
+        }
+        Ok(r)
     })
+}
+
+/// CPUs the sink threads of this process may run on, one entry per live [`Sink`].
+static SINK_CPUS: Mutex<Vec<Vec<u32>>> = Mutex::new(Vec::new());
+
+/// `0-2,5` (a kernel CPU list, as in /proc/PID/status) as CPU numbers.
+fn parse_cpu_list(s: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(a), Ok(b)) = (a.trim().parse::<u32>(), b.trim().parse::<u32>()) {
+            out.extend(a..=b.min(a.saturating_add(4096)));
+        }
+    }
+    out
+}
+
+/// Ok when, within the lab run that `gen_ns` belongs to, nothing but the generator may
+/// run on `cpus`: the reason otherwise.
+fn cpus_to_itself(gen_ns: &str, cpus: &[u32]) -> Result<(), String> {
+    if cpus.is_empty() {
+        return Err("the generator is not pinned".into());
+    }
+    let run = crate::netns::run_id_of_ns(gen_ns)
+        .ok_or_else(|| format!("{gen_ns} is not a lab namespace"))?;
+    let overlaps = |list: &[u32]| list.iter().any(|c| cpus.contains(c));
+    if SINK_CPUS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .any(|l| l.is_empty() || overlaps(l))
+    {
+        return Err("a sink thread may run on the generator's CPU".into());
+    }
+    // The run's NAPI kthreads are `napi/n<last 4 of the run id>-<dev>-<id>`.
+    let prefix = format!("napi/n{}-", &run[run.len() - 4..]);
+    let sink_prefix = format!("{prefix}sink");
+    let mut dut_kthread = false;
+    let dir = std::fs::read_dir("/proc").map_err(|e| format!("/proc: {e}"))?;
+    for e in dir.flatten() {
+        let pid = e.file_name();
+        let Some(pid) = pid
+            .to_str()
+            .filter(|p| p.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let Ok(comm) = std::fs::read_to_string(format!("/proc/{pid}/comm")) else {
+            continue;
+        };
+        if !comm.starts_with(&prefix) {
+            continue;
+        }
+        dut_kthread |= !comm.starts_with(&sink_prefix);
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let allowed = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .map(parse_cpu_list)
+            .unwrap_or_default();
+        if allowed.is_empty() || overlaps(&allowed) {
+            return Err(format!("{} may run on the generator's CPU", comm.trim()));
+        }
+    }
+    if !dut_kthread {
+        return Err(
+            "the DUT's ingress polls in softirq context, on the generator's CPU when it sends"
+                .into(),
+        );
+    }
+    // RPS moves the DUT's receive work to other CPUs' softirqs.
+    let dut_ns = crate::netns::ns_name(run, "dut");
+    let masks = crate::netns::sh_in(
+        &dut_ns,
+        "cat /sys/class/net/*/queues/rx-*/rps_cpus 2>/dev/null; true",
+    )
+    .map_err(|e| format!("reading RPS masks in {dut_ns}: {e}"))?;
+    for m in masks.lines() {
+        let hex: String = m.chars().filter(|c| c.is_ascii_hexdigit()).collect();
+        // The lowest 64 CPUs are the last 16 hex digits.
+        let low = &hex[hex.len().saturating_sub(16)..];
+        let bits = u64::from_str_radix(if low.is_empty() { "0" } else { low }, 16).unwrap_or(0);
+        if cpus.iter().any(|&c| c < 64 && bits & (1 << c) != 0) {
+            return Err(format!(
+                "the DUT's RPS mask {} includes the generator's CPU",
+                m.trim()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Devices (namespace, device) whose `tx-udp-segmentation` this process switched off.
+static GSO_READY: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
+
+/// Makes sure a UDP GSO message leaves `ns` towards `dst` as single packets: the
+/// egress device must not accept GSO packets (`tx-udp-segmentation` off), or veth would
+/// pass the whole message to the DUT as one packet. The device lives in the lab's own
+/// namespace and disappears with it.
+fn prepare_gso(ns: &str, dst: Ipv4Addr) -> io::Result<()> {
+    let route = cmd("ip", &["-n", ns, "-j", "route", "get", &dst.to_string()])?;
+    let v: serde_json::Value = serde_json::from_str(&route)
+        .map_err(|e| io::Error::other(format!("`ip -n {ns} -j route get {dst}`: {e}")))?;
+    let dev = v[0]["dev"]
+        .as_str()
+        .ok_or_else(|| io::Error::other(format!("`ip -n {ns} route get {dst}` names no device")))?;
+    let key = (ns.to_string(), dev.to_string());
+    let mut ready = GSO_READY.lock().unwrap_or_else(|p| p.into_inner());
+    if ready.contains(&key) {
+        return Ok(());
+    }
+    let state = |text: &str| -> Option<String> {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix("tx-udp-segmentation:"))
+            .map(|s| s.trim().to_string())
+    };
+    let k = cmd("ip", &["netns", "exec", ns, "ethtool", "-k", dev])?;
+    if state(&k).is_some_and(|s| s.starts_with("on")) {
+        cmd(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                ns,
+                "ethtool",
+                "-K",
+                dev,
+                "tx-udp-segmentation",
+                "off",
+            ],
+        )?;
+        let k = cmd("ip", &["netns", "exec", ns, "ethtool", "-k", dev])?;
+        if let Some(s) = state(&k).filter(|s| s.starts_with("on")) {
+            return Err(io::Error::other(format!(
+                "{dev} in {ns} keeps tx-udp-segmentation {s}: the DUT would receive whole GSO messages"
+            )));
+        }
+    }
+    ready.push(key);
+    Ok(())
+}
+
+/// Steal ticks (USER_HZ, 10 ms) summed over `cpus`, from /proc/stat.
+fn steal_ticks(cpus: &[u32]) -> u64 {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let cpu: u32 = f.next()?.strip_prefix("cpu")?.parse().ok()?;
+            if !cpus.contains(&cpu) {
+                return None;
+            }
+            f.nth(7)?.parse::<u64>().ok()
+        })
+        .sum()
 }
 
 fn sleep_until(t_ns: u64) {
@@ -149,12 +462,28 @@ fn sleep_until(t_ns: u64) {
     };
 }
 
-fn generate(spec: &GenSpec, stop: &AtomicBool) -> io::Result<GenResult> {
+/// One message of a batch: `count` packets of `class` from packet `first` on, laid out
+/// contiguously from byte `off` of the batch buffer.
+#[derive(Clone, Copy, Default)]
+struct Msg {
+    class: usize,
+    first: usize,
+    count: usize,
+    off: usize,
+}
+
+fn generate(
+    spec: &GenSpec,
+    path: TxPath,
+    spin_ns: u64,
+    stop: &AtomicBool,
+) -> io::Result<GenResult> {
     // Precise sleeps: the default 50 us timer slack would add lateness.
     // SAFETY: prctl with an integer argument.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64) };
     let sock = udp_socket()?;
     setsockopt_int(&sock, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20)?;
+    let mut gso = path == TxPath::UdpGso;
     let n = spec.classes.len();
     let mut rng = Rng(spec.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let mean_gap: Vec<f64> = spec
@@ -172,11 +501,27 @@ fn generate(spec: &GenSpec, stop: &AtomicBool) -> io::Result<GenResult> {
         .iter()
         .map(|c| (c.size.saturating_sub(IP_UDP) as usize).max(HEADER))
         .collect();
+    let max_segs: Vec<usize> = payload
+        .iter()
+        .map(|p| (GSO_MAX_BYTES / p).clamp(1, TX_BATCH))
+        .collect();
     let max_payload = payload.iter().copied().max().unwrap_or(HEADER);
-    let mut bufs = vec![vec![0u8; max_payload]; BATCH];
+    // Scratch of one batch, allocated once: packets are laid out back to back so that
+    // a run of one class is one contiguous GSO buffer.
+    let mut buf = vec![0u8; TX_BATCH * max_payload];
+    let mut pk_class = [0usize; TX_BATCH];
+    let mut pk_sched = [0u64; TX_BATCH];
+    let mut pk_measured = [false; TX_BATCH];
+    let mut batch = [Msg::default(); TX_BATCH];
+    // Control buffers for the UDP_SEGMENT cmsg (u64 for cmsghdr alignment).
+    let mut ctrl = [[0u64; 4]; TX_BATCH];
+    // SAFETY: iovec and mmsghdr are plain data; all-zero is a valid empty value.
+    let mut iov: Vec<libc::iovec> = vec![unsafe { std::mem::zeroed() }; TX_BATCH];
+    let mut msgs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; TX_BATCH];
     let mut seq = vec![0u64; n];
     let mut res = GenResult {
         sent: vec![0; n],
+        tx_path: path,
         ..GenResult::default()
     };
     let start = mono_ns() + 5_000_000;
@@ -186,10 +531,14 @@ fn generate(spec: &GenSpec, stop: &AtomicBool) -> io::Result<GenResult> {
     let mut next: Vec<f64> = (0..n)
         .map(|i| start as f64 + mean_gap[i] * i as f64 / n as f64)
         .collect();
+    let gap = |c: usize, rng: &mut Rng| match spec.classes[c].pattern {
+        Pattern::Cbr => mean_gap[c],
+        Pattern::Poisson => -mean_gap[c] * rng.next_f64().ln(),
+    };
     let cpu0 = thread_cpu_ns();
     let wall0 = mono_ns();
-    let mut batch_class = [0usize; BATCH];
-    let mut batch_measured = [false; BATCH];
+    let steal0 = steal_ticks(&spec.cpus);
+    let mut work_ns = 0u64;
     let mut iter: u64 = 0;
     loop {
         iter += 1;
@@ -201,9 +550,10 @@ fn generate(spec: &GenSpec, stop: &AtomicBool) -> io::Result<GenResult> {
         if now >= end {
             break;
         }
-        // Collect due departures, earliest first.
+        // The due departures, earliest first: one when on schedule, more only while
+        // behind.
         let mut k = 0;
-        while k < BATCH {
+        while k < TX_BATCH {
             let (c, t) =
                 next.iter()
                     .enumerate()
@@ -211,96 +561,178 @@ fn generate(spec: &GenSpec, stop: &AtomicBool) -> io::Result<GenResult> {
             if t > now as f64 || t >= end as f64 {
                 break;
             }
-            let sched = t as u64;
-            let measured = sched >= measure_from;
-            if measured {
-                let late = now.saturating_sub(sched);
-                if late > LATE_NS {
-                    res.late += 1;
-                }
-                res.max_lateness_ns = res.max_lateness_ns.max(late);
-            }
-            let gap = match spec.classes[c].pattern {
-                Pattern::Cbr => mean_gap[c],
-                Pattern::Poisson => -mean_gap[c] * rng.next_f64().ln(),
-            };
-            next[c] = t + gap;
-            batch_class[k] = c;
-            batch_measured[k] = measured;
+            pk_class[k] = c;
+            pk_sched[k] = t as u64;
+            pk_measured[k] = t as u64 >= measure_from;
+            next[c] = t + gap(c, &mut rng);
             k += 1;
         }
         if k == 0 {
             let t = next.iter().copied().fold(f64::MAX, f64::min) as u64;
             let wait_to = t.min(end);
-            if wait_to > now + 20_000 {
+            if wait_to > now + spin_ns {
                 sleep_until(wait_to.min(now + 10_000_000));
             } else {
                 std::hint::spin_loop();
             }
             continue;
         }
+        // The departure stamp: read once, after the batch was chosen and right before
+        // it is written and sent.
         let tx = mono_ns();
-        let mut iov: Vec<libc::iovec> = Vec::with_capacity(k);
+        let mut m = 0;
+        let mut off = 0;
+        let mut measured_batch = false;
         for i in 0..k {
-            let c = batch_class[i];
+            let c = pk_class[i];
             seq[c] += 1;
-            let b = &mut bufs[i];
+            let b = &mut buf[off..off + HEADER];
             b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
             b[4..8].copy_from_slice(&spec.point.to_le_bytes());
             b[8..16].copy_from_slice(&seq[c].to_le_bytes());
             b[16..24].copy_from_slice(&tx.to_le_bytes());
             b[24..26].copy_from_slice(&spec.classes[c].id.to_le_bytes());
-            let flags = if batch_measured[i] { FLAG_MEASURED } else { 0 };
+            let flags = if pk_measured[i] { FLAG_MEASURED } else { 0 };
             b[26..28].copy_from_slice(&flags.to_le_bytes());
-            iov.push(libc::iovec {
-                iov_base: b.as_mut_ptr().cast(),
-                iov_len: payload[c],
-            });
+            if pk_measured[i] {
+                measured_batch = true;
+                let late = tx.saturating_sub(pk_sched[i]);
+                if late > LATE_NS {
+                    res.late += 1;
+                }
+                res.max_lateness_ns = res.max_lateness_ns.max(late);
+            }
+            let extend =
+                gso && m > 0 && batch[m - 1].class == c && batch[m - 1].count < max_segs[c];
+            if extend {
+                batch[m - 1].count += 1;
+            } else {
+                batch[m] = Msg {
+                    class: c,
+                    first: i,
+                    count: 1,
+                    off,
+                };
+                m += 1;
+            }
+            off += payload[c];
         }
-        // SAFETY: mmsghdr is plain data; every pointer below stays valid until
-        // sendmmsg returns (iov, addrs and bufs outlive the call).
-        let mut msgs: Vec<libc::mmsghdr> = (0..k)
-            .map(|i| {
-                let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                h.msg_hdr.msg_name = (&addrs[batch_class[i]] as *const libc::sockaddr_in)
-                    .cast_mut()
-                    .cast();
-                h.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
-                h.msg_hdr.msg_iov = &mut iov[i];
-                h.msg_hdr.msg_iovlen = 1;
-                h
-            })
-            .collect();
+        for j in 0..m {
+            let g = batch[j];
+            iov[j] = libc::iovec {
+                // SAFETY: off + count * payload stays inside `buf` (at most TX_BATCH
+                // packets of at most max_payload bytes).
+                iov_base: unsafe { buf.as_mut_ptr().add(g.off) }.cast(),
+                iov_len: g.count * payload[g.class],
+            };
+            let h = &mut msgs[j].msg_hdr;
+            h.msg_name = (&addrs[g.class] as *const libc::sockaddr_in)
+                .cast_mut()
+                .cast();
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
+            h.msg_iov = &mut iov[j];
+            h.msg_iovlen = 1;
+            if g.count > 1 {
+                h.msg_control = ctrl[j].as_mut_ptr().cast();
+                // SAFETY: CMSG_SPACE(2) = 24 bytes fit the 32-byte, 8-aligned buffer;
+                // the header and the u16 segment size are written inside it.
+                unsafe {
+                    h.msg_controllen = libc::CMSG_SPACE(2) as _;
+                    let c = libc::CMSG_FIRSTHDR(h);
+                    (*c).cmsg_level = libc::SOL_UDP;
+                    (*c).cmsg_type = libc::UDP_SEGMENT;
+                    (*c).cmsg_len = libc::CMSG_LEN(2) as _;
+                    std::ptr::write_unaligned(
+                        libc::CMSG_DATA(c).cast::<u16>(),
+                        payload[g.class] as u16,
+                    );
+                }
+            } else {
+                h.msg_control = std::ptr::null_mut();
+                h.msg_controllen = 0;
+            }
+            msgs[j].msg_len = 0;
+        }
         let mut done = 0;
-        while done < k {
-            // SAFETY: msgs[done..k] are valid mmsghdrs (see above).
+        let mut retries = 0;
+        while done < m {
+            // SAFETY: msgs[done..m] are valid mmsghdrs whose pointers (iov, addrs,
+            // buf, ctrl) outlive the call.
             let rc = unsafe {
                 libc::sendmmsg(
                     sock.as_raw_fd(),
                     msgs[done..].as_mut_ptr(),
-                    (k - done) as u32,
+                    (m - done) as u32,
                     0,
                 )
             };
             if rc <= 0 {
-                // The first message failed (e.g. ENOBUFS): count it as not sent and
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted && retries < 3 {
+                    retries += 1;
+                    continue;
+                }
+                // The first message failed (e.g. ENOBUFS): its packets were not sent;
                 // go on with the rest.
-                res.send_errors += 1;
+                let g = batch[done];
+                res.send_errors += g.count as u64;
+                if g.count > 1
+                    && matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINVAL | libc::EIO | libc::ENOPROTOOPT | libc::EOPNOTSUPP)
+                    )
+                {
+                    // The kernel refuses UDP GSO here: one message per packet from now on.
+                    gso = false;
+                    res.tx_path = TxPath::Sendmmsg;
+                    res.tx_note = Some(format!(
+                        "UDP GSO refused by the kernel ({e}); {} packets lost, then one message per packet",
+                        g.count
+                    ));
+                }
                 done += 1;
                 continue;
             }
-            for i in done..done + rc as usize {
-                res.sent_total += 1;
-                if batch_measured[i] {
-                    res.sent[batch_class[i]] += 1;
-                }
+            for g in &batch[done..done + rc as usize] {
+                res.sent_total += g.count as u64;
+                res.sent[g.class] += pk_measured[g.first..g.first + g.count]
+                    .iter()
+                    .filter(|m| **m)
+                    .count() as u64;
             }
             done += rc as usize;
+        }
+        let t_done = mono_ns();
+        work_ns += t_done.saturating_sub(now);
+        if measured_batch {
+            let age = t_done.saturating_sub(tx);
+            res.max_stamp_age_ns = res.max_stamp_age_ns.max(age);
+            if age > LATE_NS {
+                res.slow_sends += 1;
+            }
+            res.batches += 1;
+            res.max_batch = res.max_batch.max(k as u64);
         }
     }
     let wall = mono_ns().saturating_sub(wall0).max(1);
     res.cpu_busy = thread_cpu_ns().saturating_sub(cpu0) as f64 / wall as f64;
+    res.send_busy = work_ns as f64 / wall as f64;
+    res.stolen_ms = steal_ticks(&spec.cpus).saturating_sub(steal0) * 10;
     res.window_s = (mono_ns().min(end).saturating_sub(measure_from)) as f64 / 1e9;
+    if !res.interrupted {
+        // What the schedule still held for the window when it closed; bounded by the
+        // number of departures the window can hold.
+        let cap = (spec.rate_pps * spec.duration.as_secs_f64() * 2.0) as u64 + 1000;
+        for (c, t0) in next.iter().enumerate() {
+            let mut t = *t0;
+            while t < end as f64 && res.behind_at_end < cap {
+                if t >= measure_from as f64 {
+                    res.behind_at_end += 1;
+                }
+                t += gap(c, &mut rng);
+            }
+        }
+    }
     Ok(res)
 }
 
@@ -311,6 +743,7 @@ impl GenResult {
         let mut out = GenResult {
             sent: vec![0; classes],
             window_s: f64::MAX,
+            tx_path: parts.first().map(|p| p.tx_path).unwrap_or_default(),
             ..GenResult::default()
         };
         for (p, ids) in parts.iter().zip(ids) {
@@ -326,6 +759,20 @@ impl GenResult {
             out.window_s = out.window_s.min(p.window_s);
             out.cpu_busy += p.cpu_busy / parts.len() as f64;
             out.interrupted |= p.interrupted;
+            out.behind_at_end += p.behind_at_end;
+            out.batches += p.batches;
+            out.max_batch = out.max_batch.max(p.max_batch);
+            out.max_stamp_age_ns = out.max_stamp_age_ns.max(p.max_stamp_age_ns);
+            out.slow_sends += p.slow_sends;
+            out.send_busy += p.send_busy / parts.len() as f64;
+            if p.tx_path != out.tx_path {
+                out.tx_path = TxPath::Sendmmsg;
+            }
+            if out.tx_note.is_none() {
+                out.tx_note = p.tx_note.clone();
+            }
+            out.fifo_priority = out.fifo_priority.max(p.fifo_priority);
+            out.stolen_ms = out.stolen_ms.max(p.stolen_ms);
         }
         if parts.is_empty() {
             out.window_s = 0.0;
@@ -333,18 +780,43 @@ impl GenResult {
         out
     }
 
+    /// True when the generator did not keep its schedule: more than 1% of the window's
+    /// departures left more than [`LATE_NS`] late, or more than 1% never left.
+    pub fn saturated(&self) -> bool {
+        let sent: u64 = self.sent.iter().sum();
+        let scheduled = sent + self.behind_at_end;
+        self.late * 100 > sent.max(1) || self.behind_at_end * 100 > scheduled.max(1)
+    }
+
     pub fn engine_stats(&self, cpus: &[u32]) -> EngineStats {
         EngineStats {
             backend: "paced-udp".into(),
             cpus: cpus.to_vec(),
             cpu_busy: Some(self.cpu_busy),
-            // Behind schedule by more than LATE_NS for more than 1% of departures.
-            saturated: self.late * 100 > self.sent.iter().sum::<u64>().max(1),
+            saturated: self.saturated(),
             counters: vec![
                 ("late_departures".into(), self.late),
                 ("max_lateness_us".into(), self.max_lateness_ns / 1000),
+                ("behind_at_end".into(), self.behind_at_end),
                 ("send_errors".into(), self.send_errors),
                 ("sent_including_warmup".into(), self.sent_total),
+                ("send_calls".into(), self.batches),
+                ("max_batch".into(), self.max_batch),
+                (
+                    "max_stamp_age_us".into(),
+                    self.max_stamp_age_ns.div_ceil(1000),
+                ),
+                ("slow_sends".into(), self.slow_sends),
+                (
+                    "send_busy_percent".into(),
+                    (self.send_busy * 100.0).round() as u64,
+                ),
+                ("udp_gso".into(), u64::from(self.tx_path == TxPath::UdpGso)),
+                ("cpu_stolen_ms".into(), self.stolen_ms),
+                (
+                    "sched_fifo_priority".into(),
+                    u64::from(self.fifo_priority.unwrap_or(0)),
+                ),
             ],
         }
     }
@@ -362,6 +834,14 @@ pub struct SinkClass {
     max_seq: u64,
 }
 
+impl SinkClass {
+    /// The highest sequence number received: with no warm-up (every packet measured)
+    /// and no loss it equals the number of packets the class sent.
+    pub fn max_seq(&self) -> u64 {
+        self.max_seq
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct SinkResult {
     pub classes: Vec<SinkClass>,
@@ -370,6 +850,23 @@ pub struct SinkResult {
     /// Packets without a kernel receive timestamp (their latency ends at the read).
     pub unstamped: u64,
     pub cpu_busy: f64,
+    /// recvmmsg calls that returned a full batch: the socket held a backlog, the sink
+    /// was reading behind the arrivals (drops follow once the buffer is full).
+    pub full_reads: u64,
+    /// Packets that arrived before their departure stamp (after converting the kernel's
+    /// realtime receive timestamp to CLOCK_MONOTONIC); should stay 0.
+    pub negative_latency: u64,
+}
+
+/// How the sink receives.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SinkOptions {
+    /// UDP_GRO on the sink sockets: the sink veth's GRO merges consecutive packets of
+    /// a class into one datagram (one socket delivery, one read), which the sink cuts
+    /// back into packets. The kernel receive timestamp is then that of the merged
+    /// datagram (taken when GRO delivers it, at most one NAPI poll after its first
+    /// packet arrived), so latency can be overstated by up to one poll.
+    pub udp_gro: bool,
 }
 
 enum SinkCtl {
@@ -388,6 +885,16 @@ pub struct Sink {
 impl Sink {
     /// Binds one socket per class port in `ns` and starts receiving.
     pub fn start(ns: &str, ports: &[u16], cpus: &[u32]) -> io::Result<Sink> {
+        Sink::start_with(ns, ports, cpus, SinkOptions::default())
+    }
+
+    /// [`Sink::start`] with `opts`.
+    pub fn start_with(
+        ns: &str,
+        ports: &[u16],
+        cpus: &[u32],
+        opts: SinkOptions,
+    ) -> io::Result<Sink> {
         let (ctl_tx, ctl_rx) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::channel::<io::Result<()>>();
         let stop = Arc::new(AtomicBool::new(false));
@@ -399,7 +906,7 @@ impl Sink {
             let socks = (|| -> io::Result<Vec<OwnedFd>> {
                 pin(0, &cpus2)?;
                 enter(&ns)?;
-                ports.iter().map(|p| bind_sink(*p)).collect()
+                ports.iter().map(|p| bind_sink(*p, opts.udp_gro)).collect()
             })();
             let socks = match socks {
                 Ok(s) => {
@@ -416,12 +923,19 @@ impl Sink {
             Ok(())
         });
         match ready_rx.recv_timeout(Duration::from_secs(10)) {
-            Ok(Ok(())) => Ok(Sink {
-                ctl: ctl_tx,
-                stop,
-                handle: Some(handle),
-                cpus: cpus.to_vec(),
-            }),
+            Ok(Ok(())) => {
+                // Known to generators deciding whether they have their CPU to themselves.
+                SINK_CPUS
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(cpus.to_vec());
+                Ok(Sink {
+                    ctl: ctl_tx,
+                    stop,
+                    handle: Some(handle),
+                    cpus: cpus.to_vec(),
+                })
+            }
             Ok(Err(e)) => Err(e),
             Err(_) => Err(io::Error::other("the sink did not start within 10 s")),
         }
@@ -449,25 +963,34 @@ impl Drop for Sink {
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
+        let mut reg = SINK_CPUS.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = reg.iter().position(|c| *c == self.cpus) {
+            reg.remove(i);
+        }
     }
 }
 
-/// The SCM_TIMESTAMPNS receive timestamp of a received message, ns (CLOCK_REALTIME).
-fn rx_timestamp(m: &libc::mmsghdr) -> Option<u64> {
+/// The SCM_TIMESTAMPNS receive timestamp (ns, CLOCK_REALTIME) and the UDP_GRO
+/// segment size of a received message, when the kernel attached them.
+fn rx_cmsgs(m: &libc::mmsghdr) -> (Option<u64>, Option<usize>) {
+    let (mut stamp, mut seg) = (None, None);
     // SAFETY: the control buffer was filled by recvmmsg; the CMSG macros walk it
-    // within msg_controllen, and the timespec is read unaligned.
+    // within msg_controllen, and the payloads are read unaligned.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(&m.msg_hdr);
         while !c.is_null() {
             if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
                 let ts: libc::timespec =
                     std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::timespec>());
-                return Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+                stamp = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+            } else if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
+                let g: i32 = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<i32>());
+                seg = usize::try_from(g).ok().filter(|g| *g > 0);
             }
             c = libc::CMSG_NXTHDR(&m.msg_hdr, c);
         }
     }
-    None
+    (stamp, seg)
 }
 
 fn realtime_ns() -> u64 {
@@ -480,8 +1003,11 @@ fn realtime_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-fn bind_sink(port: u16) -> io::Result<OwnedFd> {
+fn bind_sink(port: u16, udp_gro: bool) -> io::Result<OwnedFd> {
     let s = udp_socket()?;
+    if udp_gro {
+        setsockopt_int(&s, libc::SOL_UDP, libc::UDP_GRO, 1)?;
+    }
     // Kernel receive timestamps: latency ends when the sink's veth received the frame.
     setsockopt_int(&s, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
     // Root may exceed rmem_max; fall back to SO_RCVBUF otherwise.
@@ -539,9 +1065,37 @@ fn receive(socks: &[OwnedFd], ctl: &mpsc::Receiver<SinkCtl>, stop: &AtomicBool) 
     let mut drops0: Vec<u64> = socks.iter().map(socket_drops).collect();
     let mut cpu0 = thread_cpu_ns();
     let mut wall0 = mono_ns();
-    let mut bufs = vec![[0u8; 64]; BATCH];
-    // Control buffers for the kernel's receive timestamps (u64 for alignment).
-    let mut ctrl = vec![[0u64; 8]; BATCH];
+    // Receive buffers, control buffers for the kernel's receive timestamps (u64 for
+    // alignment), iovecs and message headers: allocated once, re-armed per call.
+    // A plain datagram is read up to its header's end (64 bytes); a GRO datagram
+    // (several packets) whole, as every packet's header is needed.
+    let gro = socks.iter().any(|s| {
+        let mut v = 0i32;
+        let mut len = std::mem::size_of::<i32>() as u32;
+        // SAFETY: valid fd and an int-sized buffer.
+        let rc = unsafe {
+            libc::getsockopt(
+                s.as_raw_fd(),
+                libc::SOL_UDP,
+                libc::UDP_GRO,
+                (&mut v as *mut i32).cast(),
+                &mut len,
+            )
+        };
+        rc == 0 && v != 0
+    });
+    let slot = if gro { 65_536 } else { 64 };
+    let mut bufs = vec![0u8; slot * RX_BATCH];
+    let mut ctrl = vec![[0u64; 8]; RX_BATCH];
+    let mut iov: Vec<libc::iovec> = bufs
+        .chunks_mut(slot)
+        .map(|b| libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: b.len(),
+        })
+        .collect();
+    // SAFETY: mmsghdr is plain data; all-zero is a valid empty header.
+    let mut msgs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; RX_BATCH];
     let mut pfds: Vec<libc::pollfd> = socks
         .iter()
         .map(|s| libc::pollfd {
@@ -576,33 +1130,23 @@ fn receive(socks: &[OwnedFd], ctl: &mpsc::Receiver<SinkCtl>, stop: &AtomicBool) 
         }
         let mut got = 0;
         for (ci, s) in socks.iter().enumerate() {
-            // SAFETY: zeroed mmsghdrs pointing at iovecs into `bufs`, which outlive the
-            // call; truncation of longer datagrams is intended (we read the header).
-            let mut iov: Vec<libc::iovec> = bufs
-                .iter_mut()
-                .map(|b| libc::iovec {
-                    iov_base: b.as_mut_ptr().cast(),
-                    iov_len: b.len(),
-                })
-                .collect();
-            let mut msgs: Vec<libc::mmsghdr> = iov
-                .iter_mut()
-                .zip(ctrl.iter_mut())
-                .map(|(v, c)| {
-                    let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                    h.msg_hdr.msg_iov = v;
-                    h.msg_hdr.msg_iovlen = 1;
-                    h.msg_hdr.msg_control = c.as_mut_ptr().cast();
-                    h.msg_hdr.msg_controllen = std::mem::size_of_val(c) as _;
-                    h
-                })
-                .collect();
-            // SAFETY: see above.
+            for ((h, v), c) in msgs.iter_mut().zip(iov.iter_mut()).zip(ctrl.iter_mut()) {
+                h.msg_hdr.msg_iov = v;
+                h.msg_hdr.msg_iovlen = 1;
+                h.msg_hdr.msg_control = c.as_mut_ptr().cast();
+                // The kernel shrinks msg_controllen to what it wrote: re-arm it.
+                h.msg_hdr.msg_controllen = std::mem::size_of_val(c) as _;
+                h.msg_hdr.msg_flags = 0;
+                h.msg_len = 0;
+            }
+            // SAFETY: the mmsghdrs point at iovecs into `bufs` and at `ctrl`, all of
+            // which outlive the call; truncation of longer datagrams is intended (we
+            // read the header only).
             let rc = unsafe {
                 libc::recvmmsg(
                     s.as_raw_fd(),
                     msgs.as_mut_ptr(),
-                    BATCH as u32,
+                    RX_BATCH as u32,
                     libc::MSG_DONTWAIT,
                     std::ptr::null_mut(),
                 )
@@ -610,54 +1154,68 @@ fn receive(socks: &[OwnedFd], ctl: &mpsc::Receiver<SinkCtl>, stop: &AtomicBool) 
             if rc <= 0 {
                 continue;
             }
+            if rc as usize == RX_BATCH {
+                res.full_reads += 1;
+            }
             let now = mono_ns();
             // CLOCK_REALTIME - CLOCK_MONOTONIC, to convert the kernel's receive
             // timestamps (realtime) to the departure stamps' clock.
             let offset = realtime_ns() as i128 - mono_ns() as i128;
             got += rc;
-            for (m, b) in msgs.iter().zip(bufs.iter()).take(rc as usize) {
-                if (m.msg_len as usize) < HEADER {
-                    continue;
-                }
-                let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-                let u64_at = |o: usize| {
-                    let mut a = [0u8; 8];
-                    a.copy_from_slice(&b[o..o + 8]);
-                    u64::from_le_bytes(a)
-                };
-                if u32_at(0) != MAGIC {
-                    continue;
-                }
-                let flags = u16::from_le_bytes([b[26], b[27]]);
-                if Some(u32_at(4)) != point {
-                    res.stale += 1;
-                    continue;
-                }
-                if flags & FLAG_MEASURED == 0 {
-                    continue;
-                }
-                let class = u16::from_le_bytes([b[24], b[25]]) as usize;
-                let c = &mut res.classes[if class < n { class } else { ci }];
-                let seq = u64_at(8);
-                if seq < c.max_seq {
-                    c.reordered += 1;
-                } else if seq == c.max_seq {
-                    c.duplicates_or_stale += 1;
-                    continue;
-                } else {
-                    c.max_seq = seq;
-                }
-                c.received += 1;
+            for (m, dgram) in msgs.iter().zip(bufs.chunks(slot)).take(rc as usize) {
+                let len = (m.msg_len as usize).min(slot);
+                let (stamp, seg) = rx_cmsgs(m);
                 // Arrival: when the sink's veth received it (kernel software
                 // timestamp), so the sink thread's own scheduling delay is excluded;
                 // the read time if the kernel gave none.
-                let arrival = rx_timestamp(m)
-                    .map(|t| (t as i128 - offset).max(0) as u64)
-                    .unwrap_or(now);
-                if rx_timestamp(m).is_none() {
-                    res.unstamped += 1;
+                let arrival = stamp.map(|t| (t as i128 - offset).max(0) as u64);
+                let seg = seg.filter(|g| *g >= HEADER).unwrap_or(len.max(1));
+                for b in dgram[..len].chunks(seg) {
+                    if b.len() < HEADER {
+                        continue;
+                    }
+                    let u32_at =
+                        |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+                    let u64_at = |o: usize| {
+                        let mut a = [0u8; 8];
+                        a.copy_from_slice(&b[o..o + 8]);
+                        u64::from_le_bytes(a)
+                    };
+                    if u32_at(0) != MAGIC {
+                        continue;
+                    }
+                    let flags = u16::from_le_bytes([b[26], b[27]]);
+                    if Some(u32_at(4)) != point {
+                        res.stale += 1;
+                        continue;
+                    }
+                    if flags & FLAG_MEASURED == 0 {
+                        continue;
+                    }
+                    let class = u16::from_le_bytes([b[24], b[25]]) as usize;
+                    let c = &mut res.classes[if class < n { class } else { ci }];
+                    let seq = u64_at(8);
+                    if seq < c.max_seq {
+                        c.reordered += 1;
+                    } else if seq == c.max_seq {
+                        c.duplicates_or_stale += 1;
+                        continue;
+                    } else {
+                        c.max_seq = seq;
+                    }
+                    c.received += 1;
+                    let arrival = arrival.unwrap_or_else(|| {
+                        res.unstamped += 1;
+                        now
+                    });
+                    let departed = u64_at(16);
+                    if arrival < departed {
+                        // Cannot happen with one clock and a stamp read before the
+                        // send; counted rather than folded into the histogram as 0.
+                        res.negative_latency += 1;
+                    }
+                    c.latency.record_ns(arrival.saturating_sub(departed));
                 }
-                c.latency.record_ns(arrival.saturating_sub(u64_at(16)));
             }
         }
         if got == 0 {
@@ -679,7 +1237,72 @@ impl SinkResult {
                 ("socket_drops".into(), drops),
                 ("stale_packets".into(), self.stale),
                 ("latency_without_kernel_timestamp".into(), self.unstamped),
+                ("full_reads".into(), self.full_reads),
+                ("negative_latency".into(), self.negative_latency),
             ],
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0-2,5\n"), vec![0, 1, 2, 5]);
+        assert_eq!(parse_cpu_list("1"), vec![1]);
+        assert_eq!(parse_cpu_list(""), Vec::<u32>::new());
+        assert_eq!(parse_cpu_list("x,3"), vec![3]);
+    }
+
+    #[test]
+    fn saturation_counts_late_and_unsent_departures() {
+        let mut g = GenResult {
+            sent: vec![600, 400],
+            ..GenResult::default()
+        };
+        assert!(!g.saturated());
+        g.late = 10; // 1% of 1000: not more than 1%
+        assert!(!g.saturated());
+        g.late = 11;
+        assert!(g.saturated());
+        g.late = 0;
+        g.behind_at_end = 11; // 11 of 1011 scheduled: more than 1%
+        assert!(g.saturated());
+        let s = g.engine_stats(&[0]);
+        assert!(s.saturated);
+        assert!(s
+            .counters
+            .iter()
+            .any(|(k, v)| k == "behind_at_end" && *v == 11));
+    }
+
+    #[test]
+    fn merge_keeps_the_worst_bound_and_sums_counts() {
+        let a = GenResult {
+            sent: vec![5],
+            sent_total: 6,
+            max_stamp_age_ns: 3_000,
+            slow_sends: 1,
+            tx_path: TxPath::UdpGso,
+            ..GenResult::default()
+        };
+        let b = GenResult {
+            sent: vec![7],
+            sent_total: 8,
+            max_stamp_age_ns: 9_000,
+            tx_path: TxPath::Sendmmsg,
+            tx_note: Some("fallback".into()),
+            ..GenResult::default()
+        };
+        let m = GenResult::merge(&[a, b], &[vec![1], vec![0]], 2);
+        assert_eq!(m.sent, vec![7, 5]);
+        assert_eq!(m.sent_total, 14);
+        assert_eq!(m.max_stamp_age_ns, 9_000);
+        assert_eq!(m.slow_sends, 1);
+        // One thread without GSO makes the merged path the fallback.
+        assert_eq!(m.tx_path, TxPath::Sendmmsg);
+        assert_eq!(m.tx_note.as_deref(), Some("fallback"));
     }
 }
