@@ -20,7 +20,7 @@ APT_OPTIONAL := linux-perf
 RESULTS ?= results
 FUZZ_SECONDS ?= 10
 
-.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-sampling bench-ingress bench-sim bench-trace bench-lab clean
+.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-sampling bench-ingress bench-sim bench-trace bench-trace-packets bench-lab bench-linerate clean
 
 all: build
 
@@ -103,13 +103,25 @@ bench-sim: deps
 # Cost of the always-on tracing tier and of 1 kHz stage sampling on a veth router,
 # alternating A/B rounds in one run (root).
 bench-trace: deps
-	$(CARGO) run --release -p napilab-trace --example overhead -- 6 3
+	$(CARGO) run --release -p napilab-trace --example overhead -- 40 0.25
+
+# Cost of the opt-in per-packet tier (--trace-packets) beside the always-on tier on a
+# saturated veth router: untraced / always-on / always-on + per-packet in rotating
+# order, 6 rounds of 3 s (root; docs/trace.md, "Per-packet tier").
+bench-trace-packets: deps
+	$(CARGO) run --release -p napilab-trace --example packets-overhead -- 6 3
 
 # The lab's own limits: paced generator accuracy and the spread of repeated maxima
 # (scenarios/bench-*.toml; see docs/lab.md). Root.
 bench-lab: build
 	./target/release/napilab lab run scenarios/bench-paced.toml --no-observe --out $(RESULTS)
 	./target/release/napilab lab run scenarios/bench-repeat.toml --no-observe --out $(RESULTS)
+
+# The line-rate back end (XDP live frames): offered Mpps from one core, requested vs
+# offered, and the DUT's maximum forwarding rate 5 times with its spread
+# (scenarios/line-rate.toml; see docs/lab.md). Root.
+bench-linerate: deps
+	$(CARGO) run --release -p napilab-lab --example linerate-bench -- 5 2
 
 clean:
 	$(CARGO) clean

@@ -6,6 +6,8 @@
 //! - [`topology`]: the gen -> DUT -> sink veth topology and the DUT's settings.
 //! - [`traffic`]: the paced UDP generator and the sink (loss, reordering, one-way
 //!   latency).
+//! - [`linerate`]: the line-rate back end (XDP live frames through `BPF_PROG_RUN`, an
+//!   in-kernel counting sink).
 //! - [`histogram`]: the sink's microsecond latency histogram.
 //! - [`counters`]: where the kernel counted lost packets.
 //! - [`search`]: the maximum-throughput bisection (RFC 2544).
@@ -15,6 +17,7 @@
 pub mod clean;
 pub mod counters;
 pub mod histogram;
+pub mod linerate;
 pub mod netns;
 pub mod runner;
 pub mod search;

@@ -14,15 +14,30 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use napilab_core::scenario::{self, Backend, Configuration, Scenario, TraceTier};
 use napilab_core::{
-    ClassResult, ConfigurationResult, EngineStats, Finding, MaxThroughput, Notice, Observation,
-    PointResult, PointRole, RunKind, RunRecord, RUN_SCHEMA,
+    ClassResult, ConfigurationResult, Finding, MaxThroughput, Notice, Observation, PointResult,
+    PointRole, RunKind, RunRecord, RUN_SCHEMA,
 };
 
 use crate::counters;
+use crate::linerate::{self, LineRate, LrClass, LrGenResult, LrGenSpec};
 use crate::netns::{self, new_run_id, pid_file, RUN_DIR};
 use crate::search::{bisect, Probe};
 use crate::topology::{Lab, SINK_ADDR};
 use crate::traffic::{start_generator, ClassSpec, GenResult, GenSpec, Sink};
+
+/// SCHED_FIFO priority of line-rate generator threads: below the sink's NAPI thread
+/// ([`crate::topology::SINK_NAPI_FIFO`]), so that the sink always gets its CPU first.
+pub const LR_GEN_FIFO: u32 = 5;
+
+/// The traffic back end of one configuration.
+enum Engine {
+    Paced(Sink),
+    LineRate {
+        lr: Box<LineRate>,
+        /// SCHED_FIFO priority of the generator threads, when they get one.
+        fifo: Option<u32>,
+    },
+}
 
 /// Profile-name prefix of the journals the lab writes (`lab clean` reverts them).
 pub const JOURNAL_PREFIX: &str = "lab-";
@@ -286,13 +301,6 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
         bar,
         observer_offset_noted: false,
     };
-    if scenario.traffic.backend == Backend::LineRate {
-        notice(
-            &mut ctx.notices,
-            "line-rate back end",
-            "not available in this version of napilab (XDP live frames are not built in): the paced UDP back end was used",
-        );
-    }
     if opts.observer.is_none() {
         notice(
             &mut ctx.notices,
@@ -374,8 +382,56 @@ fn run_configuration(
         );
     }
     let ports: Vec<u16> = s.traffic.classes.iter().map(|c| c.port).collect();
-    let sink =
-        Sink::start(&lab.sink_ns, &ports, &cfg.settings.sink_cpus).context("starting the sink")?;
+    let mut engine_notes = Vec::new();
+    let mut engine = None;
+    if s.traffic.backend == Backend::LineRate {
+        let classes: Vec<LrClass> = s
+            .traffic
+            .classes
+            .iter()
+            .enumerate()
+            .map(|(i, c)| LrClass {
+                id: i as u16,
+                port: c.port,
+                size: c.size,
+                share: c.share,
+            })
+            .collect();
+        match LineRate::start(&lab, &classes, cfg.settings.gro) {
+            Ok(lr) => {
+                engine_notes.extend(lr.applied.iter().cloned());
+                let fifo = line_rate_fifo(&cfg.settings);
+                engine_notes.push((
+                    "line-rate generator sched".into(),
+                    match fifo {
+                        Some(p) => format!("SCHED_FIFO {p}"),
+                        None => "normal: it shares a CPU with the DUT's NAPI or RPS work".into(),
+                    },
+                ));
+                notice(
+                    &mut ctx.notices,
+                    "line-rate back end",
+                    "frames made in the kernel (XDP live frames through BPF_PROG_RUN) and counted by an XDP program at the sink: latency is not measured (points carry none), and each class is sent at a constant rate in batches (pattern = \"poisson\" is not followed)",
+                );
+                engine = Some(Engine::LineRate {
+                    lr: Box::new(lr),
+                    fifo,
+                });
+            }
+            Err(e) => notice(
+                &mut ctx.notices,
+                "line-rate back end",
+                format!("cannot run here: {e}; the paced UDP back end was used"),
+            ),
+        }
+    }
+    let mut engine = match engine {
+        Some(e) => e,
+        None => Engine::Paced(
+            Sink::start(&lab.sink_ns, &ports, &cfg.settings.sink_cpus)
+                .context("starting the sink")?,
+        ),
+    };
     let mut settings = vec![
         (
             "topology".to_string(),
@@ -391,6 +447,7 @@ fn run_configuration(
     for n in sysctl_notes {
         settings.push(("sysctl".into(), n));
     }
+    settings.extend(engine_notes);
     let mut result = ConfigurationResult {
         name: cfg.name.clone(),
         settings,
@@ -404,7 +461,7 @@ fn run_configuration(
         for repeat in 0..m.repeats {
             ctx.bar
                 .set_message(format!("{} @ {:.0} pps", cfg.name, load));
-            match measure_point(ctx, &lab, &sink, cfg, load, PointRole::Sweep, repeat)? {
+            match measure_point(ctx, &lab, &mut engine, cfg, load, PointRole::Sweep, repeat)? {
                 Some(p) => {
                     known.push((load, passes(&p, m.loss_threshold)));
                     result.points.push(p);
@@ -430,7 +487,7 @@ fn run_configuration(
             |load| {
                 ctx.bar
                     .set_message(format!("{} search @ {:.0} pps", cfg.name, load));
-                match measure_point(ctx, &lab, &sink, cfg, load, PointRole::Search, 0) {
+                match measure_point(ctx, &lab, &mut engine, cfg, load, PointRole::Search, 0) {
                     Ok(Some(p)) => {
                         let ok = passes(&p, m.loss_threshold);
                         probes.push(first_probe + points.len());
@@ -471,7 +528,9 @@ fn run_configuration(
     }
     ctx.bar.set_position(pos0 + per_config);
     result.findings = findings_of(&result.points);
-    drop(sink);
+    // Detaches and unloads the BPF programs (line rate) or stops the sink thread
+    // before the namespaces go.
+    drop(engine);
     lab.teardown()
         .context("deleting the namespaces (run `napilab lab clean`)")?;
     sysctls.revert()?;
@@ -514,11 +573,35 @@ fn findings_of(points: &[PointResult]) -> Vec<Finding> {
     out
 }
 
+/// The line-rate generator's SCHED_FIFO priority: only when its CPUs do no DUT work
+/// (threaded NAPI elsewhere, no RPS there); a real-time generator at full speed would
+/// otherwise starve the DUT it measures.
+fn line_rate_fifo(s: &scenario::DutSettings) -> Option<u32> {
+    let dut_cpus: Vec<u32> = s.napi_cpus.iter().chain(&s.rps_cpus).copied().collect();
+    let apart = s.napi == scenario::NapiContext::Threaded
+        && !s.napi_cpus.is_empty()
+        && s.generator_cpus.iter().all(|c| !dut_cpus.contains(c));
+    apart.then_some(LR_GEN_FIFO)
+}
+
+/// The generator threads of one point.
+enum Gens {
+    Paced(Vec<std::thread::JoinHandle<std::io::Result<GenResult>>>),
+    LineRate(Vec<std::thread::JoinHandle<std::io::Result<LrGenResult>>>),
+}
+
+/// The line-rate counters at the start of a point.
+struct LineRateStart {
+    counts: linerate::Counts,
+    sink_cpu_ns: Option<u64>,
+    at: Instant,
+}
+
 /// Measures one point; None when the run was stopped during it.
 fn measure_point(
     ctx: &mut Ctx<'_>,
     lab: &Lab,
-    sink: &Sink,
+    engine: &mut Engine,
     cfg: &Configuration,
     load: f64,
     role: PointRole,
@@ -535,7 +618,8 @@ fn measure_point(
     let warmup = Duration::from_secs_f64(m.warmup_s);
     let duration = Duration::from_secs_f64(m.duration_s);
     // One generator thread per ingress queue, on generator_cpus[queue] (XPS steers
-    // its packets to that queue), with the classes of that queue.
+    // its packets to that queue; XDP frames land on the RX queue of the sending CPU
+    // modulo the queue count), with the classes of that queue.
     let queues = s.topology.ingress_queues.max(1);
     let gcpus = &cfg.settings.generator_cpus;
     let mut specs = Vec::new();
@@ -585,12 +669,55 @@ fn measure_point(
         .iter()
         .map(|g| g.classes.iter().map(|c| c.id).collect())
         .collect();
-    sink.begin(point);
-    let before = counters::snapshot(lab);
-    let gens: Vec<_> = specs
-        .into_iter()
-        .map(|spec| start_generator(spec, stop.clone()))
-        .collect();
+    let mut lr_start = None;
+    let before;
+    let gens = match &mut *engine {
+        Engine::Paced(sink) => {
+            sink.begin(point);
+            before = counters::snapshot(lab);
+            Gens::Paced(
+                specs
+                    .into_iter()
+                    .map(|spec| start_generator(spec, stop.clone()))
+                    .collect(),
+            )
+        }
+        Engine::LineRate { lr, fifo } => {
+            lr.begin(point);
+            before = counters::snapshot(lab);
+            lr_start = Some(LineRateStart {
+                counts: lr.counts().context("reading the line-rate BPF counters")?,
+                sink_cpu_ns: lr.sink_cpu_ns(),
+                at: Instant::now(),
+            });
+            Gens::LineRate(
+                specs
+                    .into_iter()
+                    .map(|g| {
+                        let spec = LrGenSpec {
+                            classes: g
+                                .classes
+                                .iter()
+                                .map(|c| LrClass {
+                                    id: c.id,
+                                    port: c.port,
+                                    size: c.size,
+                                    share: c.share,
+                                })
+                                .collect(),
+                            rate_pps: g.rate_pps,
+                            warmup,
+                            duration,
+                            point,
+                            cpus: g.cpus,
+                            fifo: *fifo,
+                        };
+                        lr.start_generator(spec, stop.clone())
+                    })
+                    .collect(),
+            )
+        }
+    };
     // The observer covers the measurement window (warm-up excluded).
     let t_measure = Instant::now() + warmup + Duration::from_millis(5);
     while Instant::now() < t_measure && !stop.load(Ordering::Relaxed) {
@@ -611,20 +738,66 @@ fn measure_point(
         }
         _ => None,
     };
-    let mut parts = Vec::new();
-    for h in gens {
-        parts.push(
-            h.join()
-                .map_err(|_| anyhow::anyhow!("the generator thread panicked"))?
-                .context("generator")?,
-        );
-    }
-    let g = GenResult::merge(&parts, &class_ids, s.traffic.classes.len());
-    if g.interrupted || stop.load(Ordering::Relaxed) {
+    let (g, lr_gen) = match gens {
+        Gens::Paced(handles) => {
+            let mut parts = Vec::new();
+            for h in handles {
+                parts.push(
+                    h.join()
+                        .map_err(|_| anyhow::anyhow!("the generator thread panicked"))?
+                        .context("generator")?,
+                );
+            }
+            (
+                Some(GenResult::merge(
+                    &parts,
+                    &class_ids,
+                    s.traffic.classes.len(),
+                )),
+                None,
+            )
+        }
+        Gens::LineRate(handles) => {
+            let mut parts = Vec::new();
+            for h in handles {
+                parts.push(
+                    h.join()
+                        .map_err(|_| anyhow::anyhow!("the line-rate generator thread panicked"))?
+                        .context("line-rate generator (XDP live frames)")?,
+                );
+            }
+            (None, Some(LrGenResult::merge(&parts)))
+        }
+    };
+    let interrupted =
+        g.as_ref().is_some_and(|g| g.interrupted) || lr_gen.as_ref().is_some_and(|g| g.interrupted);
+    if interrupted || stop.load(Ordering::Relaxed) {
         return Ok(None);
     }
+    if let Some(e) = lr_gen.as_ref().and_then(|g| g.first_error.clone()) {
+        notice(
+            &mut ctx.notices,
+            "line-rate generator errors",
+            format!("some BPF_PROG_RUN calls failed (their frames were not sent; the point's offered load shows it): {e}"),
+        );
+    }
     std::thread::sleep(Duration::from_millis(m.drain_ms));
-    let sk = sink.collect()?;
+    let collected = match &*engine {
+        Engine::Paced(sink) => Collected::Paced(sink.collect()?),
+        Engine::LineRate { lr, .. } => {
+            let start = lr_start.context("internal: line-rate point without a start")?;
+            let counts = lr
+                .counts()
+                .context("reading the line-rate BPF counters")?
+                .since(&start.counts);
+            let wall = start.at.elapsed().as_nanos().max(1) as f64;
+            let busy = match (start.sink_cpu_ns, lr.sink_cpu_ns()) {
+                (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / wall),
+                _ => None,
+            };
+            Collected::LineRate { counts, busy }
+        }
+    };
     let after = counters::snapshot(lab);
     let observation = match observer {
         Some(o) => match o.finish(duration + Duration::from_secs(10), &stop) {
@@ -654,49 +827,108 @@ fn measure_point(
     if stop.load(Ordering::Relaxed) {
         return Ok(None);
     }
-    let shared = counters::deltas(&before, &after);
+    let mut shared = counters::deltas(&before, &after);
+    if let Collected::LineRate { .. } = collected {
+        // The sink's own XDP_DROPs are how it discards what it counted, not loss.
+        shared.retain(|(k, _)| !(k.starts_with(&lab.sink_dev) && k.contains("xdp_drops")));
+    }
     let n = s.traffic.classes.len();
-    let classes: Vec<ClassResult> = s
-        .traffic
-        .classes
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            let sc = &sk.classes[i];
-            let mut loss_counters = Vec::new();
-            if sc.socket_drops > 0 {
-                loss_counters.push((
-                    format!("sink socket drops port {} (SO_MEMINFO)", c.port),
-                    sc.socket_drops,
-                ));
-            }
-            for (k, v) in &shared {
-                let k = if n > 1 {
-                    format!("{k} (all classes)")
-                } else {
-                    k.clone()
-                };
-                loss_counters.push((k, *v));
-            }
-            ClassResult {
-                name: c.name.clone(),
-                packet_bytes: c.size,
-                sent: g.sent[i],
-                received: sc.received,
-                reordered: sc.reordered,
-                loss_counters,
-                latency: Some(sc.latency.summary()),
-            }
-        })
-        .collect();
-    let window = if g.window_s > 0.0 {
-        g.window_s
-    } else {
-        m.duration_s
+    let shared_counters = |loss_counters: &mut Vec<(String, u64)>| {
+        for (k, v) in &shared {
+            let k = if n > 1 {
+                format!("{k} (all classes)")
+            } else {
+                k.clone()
+            };
+            loss_counters.push((k, *v));
+        }
     };
-    let sent: u64 = g.sent.iter().sum();
-    let generator: EngineStats = g.engine_stats(&used_cpus);
-    let sink_stats = sk.engine_stats(&cfg.settings.sink_cpus);
+    let (classes, sent, window, generator, sink_stats) = match (&collected, g, lr_gen) {
+        (Collected::Paced(sk), Some(g), _) => {
+            let classes: Vec<ClassResult> = s
+                .traffic
+                .classes
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let sc = &sk.classes[i];
+                    let mut loss_counters = Vec::new();
+                    if sc.socket_drops > 0 {
+                        loss_counters.push((
+                            format!("sink socket drops port {} (SO_MEMINFO)", c.port),
+                            sc.socket_drops,
+                        ));
+                    }
+                    shared_counters(&mut loss_counters);
+                    ClassResult {
+                        name: c.name.clone(),
+                        packet_bytes: c.size,
+                        sent: g.sent[i],
+                        received: sc.received,
+                        reordered: sc.reordered,
+                        loss_counters,
+                        latency: Some(sc.latency.summary()),
+                    }
+                })
+                .collect();
+            let window = if g.window_s > 0.0 {
+                g.window_s
+            } else {
+                m.duration_s
+            };
+            let sent: u64 = g.sent.iter().sum();
+            (
+                classes,
+                sent,
+                window,
+                g.engine_stats(&used_cpus),
+                sk.engine_stats(&cfg.settings.sink_cpus),
+            )
+        }
+        (Collected::LineRate { counts, busy }, _, Some(g)) => {
+            let classes: Vec<ClassResult> = s
+                .traffic
+                .classes
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let mut loss_counters = Vec::new();
+                    shared_counters(&mut loss_counters);
+                    ClassResult {
+                        name: c.name.clone(),
+                        packet_bytes: c.size,
+                        sent: counts.gen.get(i).map_or(0, |x| x[1]),
+                        received: counts.sink.get(i).copied().unwrap_or(0),
+                        // Frames carry no sequence numbers, and no departure times:
+                        // neither reordering nor latency is measured.
+                        reordered: 0,
+                        loss_counters,
+                        latency: None,
+                    }
+                })
+                .collect();
+            let window = if g.window_s > 0.0 {
+                g.window_s
+            } else {
+                m.duration_s
+            };
+            let sent: u64 = classes.iter().map(|c| c.sent).sum();
+            let emitted: u64 = counts.gen.iter().map(|x| x[0] + x[1]).sum();
+            let ring_drops = shared
+                .iter()
+                .filter(|(k, _)| k.as_str() == format!("{} tx_dropped", lab.dut_out))
+                .map(|(_, v)| *v)
+                .sum();
+            (
+                classes,
+                sent,
+                window,
+                g.engine_stats(&used_cpus, load, sent as f64 / window, emitted),
+                linerate::sink_engine_stats(&cfg.settings.sink_cpus, *busy, ring_drops, counts),
+            )
+        }
+        _ => anyhow::bail!("internal: generator and sink results of different back ends"),
+    };
     Ok(Some(PointResult {
         role,
         requested_pps: load,
@@ -708,6 +940,16 @@ fn measure_point(
         sink: sink_stats,
         observation,
     }))
+}
+
+/// What the sink side gave for one point.
+enum Collected {
+    Paced(crate::traffic::SinkResult),
+    LineRate {
+        counts: linerate::Counts,
+        /// On-CPU share of the sink's NAPI kthread over the point.
+        busy: Option<f64>,
+    },
 }
 
 /// Deletes namespaces even when the caller forgets (kept for `clean`).

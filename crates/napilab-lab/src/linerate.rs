@@ -1,0 +1,881 @@
+//! The line-rate back end: frames made in the kernel by an XDP program run through
+//! `BPF_PROG_RUN` with `BPF_F_TEST_XDP_LIVE_FRAMES` in the generator namespace, and
+//! counted (then dropped) by an XDP program on the sink's veth. No per-packet work in
+//! userspace on either side, so neither end limits the rates it measures; latency is
+//! not measured (points carry `latency: None`).
+//!
+//! Path of a frame: `lr_gen` returns `XDP_TX`, which live-frames mode turns into a
+//! redirect to the context's ingress device (the generator's veth); veth's
+//! `ndo_xdp_xmit` puts the frame into the DUT ingress's ring (the RX queue of the
+//! sending CPU, modulo the queue count) and schedules its NAPI instance, which builds
+//! the skb from the frame, as a NIC driver does. veth accepts redirected frames only
+//! when the receiving device runs NAPI: GRO on, or an XDP program attached; with
+//! `gro = false` the lab attaches `lr_pass` (XDP_PASS) to the DUT ingress and says so.
+//!
+//! Rate control: each class has a schedule (`rate * share` frames per second); the
+//! generator thread issues the frames that are due in repeat-batches (one
+//! `BPF_PROG_RUN` call per class and batch) and sleeps until the next batch is due.
+//! A thread that falls more than [`BEHIND_LIMIT_NS`] behind does not burst to catch up:
+//! the frames it could not send are counted as `skipped`, so offered < requested says
+//! so honestly.
+
+use std::io;
+use std::mem::{ManuallyDrop, MaybeUninit};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use libbpf_rs::libbpf_sys;
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
+use napilab_core::EngineStats;
+
+use crate::netns::{enter, mono_ns, pin, sh_in, thread_cpu_ns};
+use crate::topology::{napi_threads, Lab, GEN_ADDR, SINK_ADDR};
+
+#[allow(
+    clippy::all,
+    clippy::pedantic,
+    clippy::unwrap_used,
+    unused_qualifications,
+    unsafe_op_in_unsafe_fn
+)]
+mod skel {
+    include!(concat!(env!("OUT_DIR"), "/linerate.skel.rs"));
+}
+
+use skel::{LinerateSkel, LinerateSkelBuilder};
+
+/// Most classes (src/bpf/linerate.h `LR_MAX_CLASSES`).
+pub const MAX_CLASSES: usize = 16;
+/// Ethernet + IPv4 + UDP header bytes (`LR_HDR_LEN`).
+const HDR_LEN: usize = 42;
+/// Payload magic (`LR_MAGIC`).
+const MAGIC: u32 = 0x5258_4c4e;
+const FLAG_MEASURED: u16 = 1;
+/// Ethernet header bytes: a class's `size` is the IP packet size.
+const ETH_LEN: u32 = 14;
+/// UDP source port of every generated frame.
+const SRC_PORT: u16 = 50_000;
+/// Most frames one `BPF_PROG_RUN` call sends (all classes of a thread share it by
+/// their shares); at 4 Mpps about 2 ms of traffic, so a stop is seen quickly.
+pub const MAX_CHUNK: u32 = 8192;
+/// A batch is issued when at least this much traffic (in time) is due. Each call
+/// costs about 20 us of fixed work (the run's page pool), and a call whose frames are
+/// still in flight when it returns keeps one of the kernel's 65534 XDP memory-model
+/// ids for about a second (the page pool's deferred release): calls must stay in the
+/// low thousands per second, or runs fail with ENOSPC. At 200 us a call's burst is
+/// below the DUT's 256-frame veth ring up to about 1.2 Mpps.
+pub const TICK_NS: u64 = 200_000;
+/// Frames more than this much behind schedule are skipped, not sent in a burst.
+pub const BEHIND_LIMIT_NS: u64 = 2_000_000;
+/// ... and never more than this many frames (half the DUT's 256-frame veth ring): a
+/// catch-up burst must not overflow the ring and pass for loss at the DUT.
+pub const BEHIND_LIMIT_FRAMES: u64 = 128;
+/// Frames per XDP batch inside one call (the kernel's default is 64, its maximum 256).
+pub const XDP_BATCH: u32 = 64;
+
+/// One class as the back end sends it.
+#[derive(Clone, Debug)]
+pub struct LrClass {
+    /// The class's index in the scenario: its counter slot and payload class id.
+    pub id: u16,
+    pub port: u16,
+    /// IP packet size, bytes.
+    pub size: u32,
+    /// Fraction of its generator thread's rate.
+    pub share: f64,
+}
+
+/// One generator thread's job.
+#[derive(Clone, Debug)]
+pub struct LrGenSpec {
+    pub classes: Vec<LrClass>,
+    /// Requested packets per second (all of the thread's classes).
+    pub rate_pps: f64,
+    pub warmup: Duration,
+    pub duration: Duration,
+    pub point: u32,
+    pub cpus: Vec<u32>,
+    /// SCHED_FIFO priority of the generator thread (None: normal scheduling). Other
+    /// load on the generator's CPU would otherwise make it offer less than asked.
+    pub fifo: Option<u32>,
+}
+
+/// What a generator thread saw from userspace; the authoritative frame counts come
+/// from the program's own counters ([`Counts`]).
+#[derive(Clone, Debug, Default)]
+pub struct LrGenResult {
+    /// Frames issued in the measurement window, per class of the spec.
+    pub issued: Vec<u64>,
+    /// Frames issued in the whole run (warm-up included).
+    pub issued_total: u64,
+    /// Frames skipped because the thread was more than BEHIND_LIMIT_NS behind.
+    pub skipped: u64,
+    /// `BPF_PROG_RUN` calls and failed calls.
+    pub calls: u64,
+    pub errors: u64,
+    pub first_error: Option<String>,
+    /// 50 ms waits after ENOSPC (no XDP memory-model id left).
+    pub enospc_waits: u64,
+    /// Measurement window actually covered, seconds.
+    pub window_s: f64,
+    /// Thread CPU time / wall time over the whole run.
+    pub cpu_busy: f64,
+    pub interrupted: bool,
+}
+
+/// Frame and byte counters of the programs, summed over CPUs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Counts {
+    /// Generator: frames emitted per class, `[warm-up, measured]`.
+    pub gen: Vec<[u64; 2]>,
+    pub gen_bytes: u64,
+    /// Sink: measured frames of the current point per class.
+    pub sink: Vec<u64>,
+    pub sink_bytes: u64,
+    /// Sink: other frames to a class's port (warm-up, earlier points).
+    pub sink_other: Vec<u64>,
+}
+
+impl Counts {
+    /// `self - before`, per counter.
+    pub fn since(&self, before: &Counts) -> Counts {
+        let d = |a: u64, b: u64| a.saturating_sub(b);
+        Counts {
+            gen: self
+                .gen
+                .iter()
+                .zip(&before.gen)
+                .map(|(a, b)| [d(a[0], b[0]), d(a[1], b[1])])
+                .collect(),
+            gen_bytes: d(self.gen_bytes, before.gen_bytes),
+            sink: self
+                .sink
+                .iter()
+                .zip(&before.sink)
+                .map(|(a, b)| d(*a, *b))
+                .collect(),
+            sink_bytes: d(self.sink_bytes, before.sink_bytes),
+            sink_other: self
+                .sink_other
+                .iter()
+                .zip(&before.sink_other)
+                .map(|(a, b)| d(*a, *b))
+                .collect(),
+        }
+    }
+}
+
+/// The loaded programs of one configuration, attached to its lab. Dropping it
+/// detaches the programs (the links) and unloads them (the object).
+pub struct LineRate {
+    // Drop order matters: the links before the skeleton, the skeleton before the
+    // storage it borrows.
+    links: Vec<Link>,
+    skel: ManuallyDrop<LinerateSkel<'static>>,
+    storage: *mut MaybeUninit<OpenObject>,
+    gen_fd: OwnedFd,
+    gen_ns: String,
+    gen_dev: String,
+    sink_dev: String,
+    dut_mac: [u8; 6],
+    gen_mac: [u8; 6],
+    classes: usize,
+    /// What the back end changed in the lab, as (setting, how) notes.
+    pub applied: Vec<(String, String)>,
+}
+
+// SAFETY: the skeleton is Send + Sync (libbpf-cargo); `storage` is only touched in
+// Drop, by the owner.
+unsafe impl Send for LineRate {}
+
+impl Drop for LineRate {
+    fn drop(&mut self) {
+        self.links.clear();
+        // SAFETY: the skeleton is dropped once, here, before the storage it borrows;
+        // `storage` came from Box::into_raw in `start` and is freed once.
+        unsafe {
+            ManuallyDrop::drop(&mut self.skel);
+            drop(Box::from_raw(self.storage));
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Prog {
+    Gen,
+    Sink,
+    Pass,
+}
+
+/// Why the back end cannot run here (the runner falls back to paced and says so).
+#[derive(Debug)]
+pub struct Unavailable(pub String);
+
+impl std::fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn mac_of(ns: &str, dev: &str) -> io::Result<[u8; 6]> {
+    let text = sh_in(ns, &format!("cat /sys/class/net/{dev}/address"))?;
+    parse_mac(text.trim())
+        .ok_or_else(|| io::Error::other(format!("{dev} in {ns}: unreadable MAC {text:?}")))
+}
+
+fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut out = [0u8; 6];
+    let mut parts = s.split(':');
+    for b in &mut out {
+        *b = u8::from_str_radix(parts.next()?, 16).ok()?;
+    }
+    parts.next().is_none().then_some(out)
+}
+
+fn checksum(words: &[u8]) -> u16 {
+    let mut sum: u32 = words
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// One generated frame: Ethernet (gen -> DUT ingress), IPv4 (gen -> sink, DF, TTL 64,
+/// header checksum), UDP (no checksum, allowed for IPv4) and the payload header.
+pub fn build_frame(
+    dst_mac: [u8; 6],
+    src_mac: [u8; 6],
+    class: &LrClass,
+    point: u32,
+    measured: bool,
+) -> Vec<u8> {
+    let ip_len = class.size.max(HDR_LEN as u32 - ETH_LEN + 12) as usize;
+    let mut f = vec![0u8; ETH_LEN as usize + ip_len];
+    f[0..6].copy_from_slice(&dst_mac);
+    f[6..12].copy_from_slice(&src_mac);
+    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    let ip = &mut f[14..34];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&(ip_len as u16).to_be_bytes());
+    ip[6..8].copy_from_slice(&0x4000u16.to_be_bytes());
+    ip[8] = 64;
+    ip[9] = 17;
+    ip[12..16].copy_from_slice(&GEN_ADDR.octets());
+    ip[16..20].copy_from_slice(&SINK_ADDR.octets());
+    let c = checksum(ip);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    let udp = &mut f[34..42];
+    udp[0..2].copy_from_slice(&SRC_PORT.to_be_bytes());
+    udp[2..4].copy_from_slice(&class.port.to_be_bytes());
+    udp[4..6].copy_from_slice(&((ip_len - 20) as u16).to_be_bytes());
+    let p = &mut f[42..54];
+    p[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+    p[4..8].copy_from_slice(&point.to_le_bytes());
+    p[8..10].copy_from_slice(&class.id.to_le_bytes());
+    let flags = if measured { FLAG_MEASURED } else { 0 };
+    p[10..12].copy_from_slice(&flags.to_le_bytes());
+    f
+}
+
+/// One `BPF_PROG_RUN` in live-frames mode: `repeat` copies of `frame` through `fd`,
+/// entering the stack as if received on `ifindex` (so XDP_TX leaves through it).
+///
+/// Hand-written on libbpf's C call rather than libbpf-rs's `Program::test_run`:
+/// that one has no `batch_size`, and generator threads hold only a program fd.
+fn prog_run(fd: &OwnedFd, frame: &[u8], ifindex: u32, repeat: u32) -> io::Result<()> {
+    let mut ctx = libbpf_sys::xdp_md {
+        data: 0,
+        data_end: frame.len() as u32,
+        ingress_ifindex: ifindex,
+        ..Default::default()
+    };
+    // SAFETY: bpf_test_run_opts is plain data; zero is "not set" for every field.
+    let mut opts: libbpf_sys::bpf_test_run_opts = unsafe { std::mem::zeroed() };
+    opts.sz = std::mem::size_of::<libbpf_sys::bpf_test_run_opts>() as _;
+    opts.data_in = frame.as_ptr().cast();
+    opts.data_size_in = frame.len() as u32;
+    opts.ctx_in = (&mut ctx as *mut libbpf_sys::xdp_md).cast();
+    opts.ctx_size_in = std::mem::size_of::<libbpf_sys::xdp_md>() as u32;
+    opts.repeat = repeat as _;
+    opts.flags = libbpf_sys::BPF_F_TEST_XDP_LIVE_FRAMES;
+    opts.batch_size = XDP_BATCH;
+    // SAFETY: valid program fd; data and ctx outlive the call, sizes match.
+    let rc = unsafe { libbpf_sys::bpf_prog_test_run_opts(fd.as_raw_fd(), &mut opts) };
+    if rc < 0 {
+        return Err(io::Error::from_raw_os_error(-rc));
+    }
+    Ok(())
+}
+
+fn ifindex_of(dev: &str) -> io::Result<u32> {
+    let c = std::ffi::CString::new(dev).map_err(io::Error::other)?;
+    // SAFETY: valid NUL-terminated name.
+    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if i == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(i)
+}
+
+/// What a live-frames error means here.
+fn explain_run_error(e: &io::Error, gen_dev: &str) -> String {
+    match e.raw_os_error() {
+        Some(libc::EINVAL) => format!("BPF_PROG_RUN with BPF_F_TEST_XDP_LIVE_FRAMES failed with EINVAL: this kernel does not support XDP live frames (Linux 5.18 or later; {e})"),
+        Some(libc::EOPNOTSUPP) => format!("{gen_dev} cannot transmit XDP frames (ndo_xdp_xmit, EOPNOTSUPP): the DUT ingress must run NAPI (GRO on or an XDP program)"),
+        Some(libc::ENOSPC) => format!("BPF_PROG_RUN on {gen_dev} failed with ENOSPC: the kernel ran out of XDP memory-model ids (each call whose frames are still in flight keeps one for about a second); fewer, larger calls avoid it ({e})"),
+        Some(libc::EPERM) | Some(libc::EACCES) => format!("BPF_PROG_RUN was refused ({e}): the line-rate back end needs root (CAP_BPF, CAP_NET_ADMIN)"),
+        _ => format!("BPF_PROG_RUN (XDP live frames) on {gen_dev} failed: {e}"),
+    }
+}
+
+/// Schedulers' nanoseconds sleep (absolute, CLOCK_MONOTONIC).
+fn sleep_until(t_ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (t_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (t_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: absolute sleep with a valid timespec.
+    unsafe {
+        libc::clock_nanosleep(
+            libc::CLOCK_MONOTONIC,
+            libc::TIMER_ABSTIME,
+            &ts,
+            std::ptr::null_mut(),
+        )
+    };
+}
+
+/// Total on-CPU time of tasks, ns (`/proc/<pid>/schedstat`, first field).
+fn tasks_cpu_ns(pids: &[i32]) -> u64 {
+    pids.iter()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+impl LineRate {
+    /// Loads the programs, attaches the sink counter (and, with the DUT's GRO off,
+    /// the pass-through program on its ingress), and sends one probe frame to check
+    /// the whole path. `classes[i].id` must be `i` (scenario order).
+    pub fn start(lab: &Lab, classes: &[LrClass], dut_gro: bool) -> Result<LineRate, Unavailable> {
+        let un = |s: String| Unavailable(s);
+        if classes.is_empty() || classes.len() > MAX_CLASSES {
+            return Err(un(format!(
+                "the line-rate back end sends 1 to {MAX_CLASSES} classes, the scenario has {}",
+                classes.len()
+            )));
+        }
+        let storage = Box::into_raw(Box::new(MaybeUninit::<OpenObject>::uninit()));
+        // SAFETY: `storage` stays allocated until LineRate's Drop (or the error path
+        // below) frees it, after the skeleton that borrows it is gone.
+        let storage_ref: &'static mut MaybeUninit<OpenObject> = unsafe { &mut *storage };
+        let loaded = LinerateSkelBuilder::default()
+            .open(storage_ref)
+            .and_then(|o| o.load());
+        let skel = match loaded {
+            Ok(s) => s,
+            Err(e) => {
+                // SAFETY: nothing borrows the storage any more (open/load failed and
+                // dropped what they made).
+                drop(unsafe { Box::from_raw(storage) });
+                return Err(un(format!("cannot load the line-rate BPF programs (src/bpf/linerate.bpf.c): {e}: the back end needs root (CAP_BPF) and a kernel with XDP")));
+            }
+        };
+        let gen_fd = match skel.progs.lr_gen.as_fd().try_clone_to_owned() {
+            Ok(fd) => fd,
+            Err(e) => {
+                drop(skel);
+                // SAFETY: as above.
+                drop(unsafe { Box::from_raw(storage) });
+                return Err(un(format!("duplicating the generator program's fd: {e}")));
+            }
+        };
+        let mut lr = LineRate {
+            links: Vec::new(),
+            skel: ManuallyDrop::new(skel),
+            storage,
+            gen_fd,
+            gen_ns: lab.gen_ns.clone(),
+            gen_dev: lab.gen_dev.clone(),
+            sink_dev: lab.sink_dev.clone(),
+            dut_mac: [0; 6],
+            gen_mac: [0; 6],
+            classes: classes.len(),
+            applied: Vec::new(),
+        };
+        lr.dut_mac = mac_of(&lab.dut_ns, &lab.dut_in).map_err(|e| un(e.to_string()))?;
+        lr.gen_mac = mac_of(&lab.gen_ns, &lab.gen_dev).map_err(|e| un(e.to_string()))?;
+        {
+            let Some(bss) = lr.skel.maps.bss_data.as_deref_mut() else {
+                return Err(un("the line-rate BPF object has no mmapped .bss (kernel without BPF_F_MMAPABLE arrays?)".into()));
+            };
+            for (i, c) in classes.iter().enumerate() {
+                if usize::from(c.id) != i {
+                    return Err(un(format!("class {i} has id {}", c.id)));
+                }
+                let f = build_frame(lr.dut_mac, lr.gen_mac, c, 0, false);
+                bss.gen_tmpl[i].hdr.copy_from_slice(&f[..HDR_LEN]);
+                bss.sink_ports[i] = c.port;
+            }
+            bss.sink_point = 0;
+            bss.sink_nports = classes.len() as u32;
+        }
+        if !dut_gro {
+            let link = lr
+                .attach_in(&lab.dut_ns, &lab.dut_in, Prog::Pass)
+                .map_err(|e| un(format!("attaching the pass-through XDP program to {} (needed because its GRO is off): {e}", lab.dut_in)))?;
+            lr.links.push(link);
+            lr.applied.push((
+                format!("{} xdp", lab.dut_in),
+                "lr_pass (XDP_PASS): veth takes XDP frames only into a NAPI-enabled peer; GRO is off".into(),
+            ));
+        }
+        let link = lr
+            .attach_in(&lab.sink_ns, &lab.sink_dev, Prog::Sink)
+            .map_err(|e| {
+                un(format!(
+                    "attaching the counting XDP program to the sink's {}: {e}",
+                    lab.sink_dev
+                ))
+            })?;
+        lr.links.push(link);
+        lr.applied.push((
+            format!("{} xdp", lab.sink_dev),
+            "lr_sink (count per class, XDP_DROP)".into(),
+        ));
+        // BPF_PROG_RUN with repeat > 1 adds the program to the kernel's XDP
+        // dispatcher before the run and removes it after, and each change waits for
+        // an RCU grace period: 16-48 ms per call on this machine, which would cap the
+        // calls at a few dozen per second. A program that is attached somewhere stays
+        // in the dispatcher, so the run changes nothing: attach lr_gen (generic
+        // mode) to the generator namespace's lo, where it passes everything that is
+        // not a generated frame and nothing is sent anyway.
+        let link = lr.attach_in(&lab.gen_ns, "lo", Prog::Gen).map_err(|e| {
+            un(format!(
+                "attaching the generator program to lo in {}: {e}",
+                lab.gen_ns
+            ))
+        })?;
+        lr.links.push(link);
+        lr.applied.push((
+            format!("{} lo xdp", lab.gen_ns),
+            "lr_gen (generic XDP; keeps the program in the XDP dispatcher between BPF_PROG_RUN calls)".into(),
+        ));
+        lr.probe(&classes[0]).map_err(un)?;
+        Ok(lr)
+    }
+
+    /// Attaches `lr_pass` (pass) or `lr_sink` to `dev` in `ns`, from a thread that
+    /// entered the namespace (the ifindex is resolved there).
+    fn attach_in(&self, ns: &str, dev: &str, which: Prog) -> io::Result<Link> {
+        let skel = &*self.skel;
+        std::thread::scope(|s| {
+            s.spawn(|| -> io::Result<Link> {
+                enter(ns)?;
+                let ifindex = ifindex_of(dev)?;
+                let prog = match which {
+                    Prog::Pass => &skel.progs.lr_pass,
+                    Prog::Sink => &skel.progs.lr_sink,
+                    Prog::Gen => &skel.progs.lr_gen,
+                };
+                prog.attach_xdp(ifindex as i32)
+                    .map_err(|e| io::Error::other(e.to_string()))
+            })
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the attaching thread panicked")))
+        })
+    }
+
+    /// Sends one warm-up frame of `class` and waits (up to 2 s) for the sink to count
+    /// it: checks kernel support, MACs, routes and both programs at once.
+    fn probe(&self, class: &LrClass) -> Result<(), String> {
+        let before = self.counts().map_err(|e| e.to_string())?;
+        let frame = build_frame(self.dut_mac, self.gen_mac, class, 0, false);
+        let fd = self
+            .gen_fd
+            .try_clone()
+            .map_err(|e| format!("duplicating the program fd: {e}"))?;
+        let (ns, dev) = (self.gen_ns.clone(), self.gen_dev.clone());
+        let sent = std::thread::spawn(move || -> io::Result<()> {
+            enter(&ns)?;
+            prog_run(&fd, &frame, ifindex_of(&dev)?, 1)
+        })
+        .join()
+        .unwrap_or_else(|_| Err(io::Error::other("the probe thread panicked")));
+        if let Err(e) = sent {
+            return Err(explain_run_error(&e, &self.gen_dev));
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            let d = self.counts().map_err(|e| e.to_string())?.since(&before);
+            if d.sink_other[class.id as usize] >= 1 {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "a probe frame sent by XDP live frames on {} (generator counted {}) did not reach the sink's XDP counter on {} within 2 s",
+                    self.gen_dev, d.gen[class.id as usize][0], self.sink_dev
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Makes the sink count the measured frames of `point` from now on.
+    pub fn begin(&mut self, point: u32) {
+        if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
+            // SAFETY: a u32 in the mmapped .bss; the BPF program reads it concurrently,
+            // which an aligned volatile store keeps whole.
+            unsafe { std::ptr::write_volatile(&mut bss.sink_point, point) };
+        }
+    }
+
+    /// Reads both programs' counters (summed over CPUs).
+    pub fn counts(&self) -> libbpf_rs::Result<Counts> {
+        let read = |map: &libbpf_rs::MapMut<'_>, key: u32| -> libbpf_rs::Result<(u64, u64)> {
+            let per_cpu = map
+                .lookup_percpu(&key.to_ne_bytes(), MapFlags::ANY)?
+                .unwrap_or_default();
+            Ok(per_cpu.iter().fold((0, 0), |(p, b), v| {
+                let word = |o: usize| {
+                    v.get(o..o + 8)
+                        .and_then(|s| s.try_into().ok())
+                        .map_or(0, u64::from_ne_bytes)
+                };
+                (p + word(0), b + word(8))
+            }))
+        };
+        let maps = &self.skel.maps;
+        let mut c = Counts::default();
+        for i in 0..self.classes as u32 {
+            let (w, wb) = read(&maps.gen_counts, i * 2)?;
+            let (m, mb) = read(&maps.gen_counts, i * 2 + 1)?;
+            c.gen.push([w, m]);
+            c.gen_bytes += wb + mb;
+            let (s, sb) = read(&maps.sink_counts, i)?;
+            c.sink.push(s);
+            c.sink_bytes += sb;
+            let (o, _) = read(&maps.sink_counts, MAX_CLASSES as u32 + i)?;
+            c.sink_other.push(o);
+        }
+        Ok(c)
+    }
+
+    /// On-CPU time of the sink veth's NAPI kthreads (where `lr_sink` runs), ns; None
+    /// when they are not found (sink NAPI not threaded).
+    pub fn sink_cpu_ns(&self) -> Option<u64> {
+        let pids: Vec<i32> = napi_threads(&self.sink_dev)
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect();
+        (!pids.is_empty()).then(|| tasks_cpu_ns(&pids))
+    }
+
+    /// Starts a generator thread; join it for the userspace view of the run.
+    pub fn start_generator(
+        &self,
+        spec: LrGenSpec,
+        stop: Arc<AtomicBool>,
+    ) -> JoinHandle<io::Result<LrGenResult>> {
+        let fd = self.gen_fd.try_clone();
+        let (ns, dev) = (self.gen_ns.clone(), self.gen_dev.clone());
+        let (dst, src) = (self.dut_mac, self.gen_mac);
+        std::thread::spawn(move || {
+            let fd = fd?;
+            pin(0, &spec.cpus)?;
+            if let Some(p) = spec.fifo {
+                let param = libc::sched_param {
+                    sched_priority: p as i32,
+                };
+                // SAFETY: this thread (0), a valid sched_param; the policy ends with
+                // the thread.
+                if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            enter(&ns)?;
+            let ifindex = ifindex_of(&dev)?;
+            generate(&fd, ifindex, &dev, dst, src, &spec, &stop)
+        })
+    }
+}
+
+fn generate(
+    fd: &OwnedFd,
+    ifindex: u32,
+    dev: &str,
+    dst: [u8; 6],
+    src: [u8; 6],
+    spec: &LrGenSpec,
+    stop: &AtomicBool,
+) -> io::Result<LrGenResult> {
+    // Precise wake-ups: the default 50 us timer slack would bunch batches.
+    // SAFETY: prctl with an integer argument.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64) };
+    let n = spec.classes.len();
+    let rate: Vec<f64> = spec
+        .classes
+        .iter()
+        .map(|c| (spec.rate_pps * c.share).max(0.0))
+        .collect();
+    // Per call, at most MAX_CHUNK frames over all classes, split by share: at full
+    // speed the classes then get their shares of what the CPU can send.
+    let cap: Vec<u64> = spec
+        .classes
+        .iter()
+        .map(|c| ((f64::from(MAX_CHUNK) * c.share).round() as u64).max(1))
+        .collect();
+    let min_batch: Vec<u64> = (0..n)
+        .map(|i| ((rate[i] * TICK_NS as f64 / 1e9) as u64).clamp(1, cap[i]))
+        .collect();
+    let behind: Vec<u64> = (0..n)
+        .map(|i| {
+            ((rate[i] * BEHIND_LIMIT_NS as f64 / 1e9) as u64)
+                .min(BEHIND_LIMIT_FRAMES)
+                .max(min_batch[i])
+        })
+        .collect();
+    let mut res = LrGenResult {
+        issued: vec![0; n],
+        ..LrGenResult::default()
+    };
+    let start = mono_ns() + 2_000_000;
+    let measure_from = start + spec.warmup.as_nanos() as u64;
+    let end = measure_from + spec.duration.as_nanos() as u64;
+    let cpu0 = thread_cpu_ns();
+    let wall0 = mono_ns();
+    'phases: for (measured, p_start, p_end) in
+        [(false, start, measure_from), (true, measure_from, end)]
+    {
+        if p_end <= p_start {
+            continue;
+        }
+        let frames: Vec<Vec<u8>> = spec
+            .classes
+            .iter()
+            .map(|c| build_frame(dst, src, c, spec.point, measured))
+            .collect();
+        let mut issued = vec![0u64; n];
+        let mut skipped = vec![0u64; n];
+        let mut due = vec![0u64; n];
+        sleep_until(p_start);
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                res.interrupted = true;
+                break 'phases;
+            }
+            let now = mono_ns();
+            if now >= p_end {
+                break;
+            }
+            let elapsed = (now - p_start) as f64 / 1e9;
+            let mut ready = false;
+            let mut wake = p_end;
+            for i in 0..n {
+                let target = (rate[i] * elapsed) as u64;
+                let mut d = target.saturating_sub(issued[i] + skipped[i]);
+                if d > behind[i] {
+                    skipped[i] += d - behind[i];
+                    d = behind[i];
+                }
+                due[i] = d;
+                if d >= min_batch[i] {
+                    ready = true;
+                } else if rate[i] > 0.0 {
+                    let at = (issued[i] + skipped[i] + min_batch[i]) as f64 / rate[i];
+                    wake = wake.min(p_start + (at * 1e9) as u64);
+                }
+            }
+            // Frames due but fewer than a batch are sent when the phase would end
+            // before the next batch is due.
+            let last_chance = wake >= p_end && due.iter().any(|d| *d > 0);
+            if !(ready || last_chance) {
+                sleep_until(wake.min(now + 10_000_000));
+                continue;
+            }
+            for i in 0..n {
+                let k = due[i].min(cap[i]);
+                if k == 0 {
+                    continue;
+                }
+                res.calls += 1;
+                match prog_run(fd, &frames[i], ifindex, k as u32) {
+                    Ok(()) => {
+                        issued[i] += k;
+                        res.issued_total += k;
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
+                        // A signal (Ctrl-C): the frames sent so far are in the
+                        // program's counters; the loop sees `stop` next.
+                        res.errors += 1;
+                    }
+                    Err(e) => {
+                        res.errors += 1;
+                        if res.first_error.is_none() {
+                            res.first_error = Some(explain_run_error(&e, dev));
+                        }
+                        if e.raw_os_error() == Some(libc::ENOSPC) {
+                            // Memory-model ids come back as earlier calls' page pools
+                            // are released (about a second): wait instead of failing;
+                            // the frames not sent show in the offered load.
+                            sleep_until(mono_ns() + 50_000_000);
+                            res.enospc_waits += 1;
+                            if res.enospc_waits < 200 {
+                                continue;
+                            }
+                        }
+                        if res.errors > 100 {
+                            return Err(io::Error::other(
+                                res.first_error.clone().unwrap_or_default(),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        res.skipped += skipped.iter().sum::<u64>() * u64::from(measured);
+        if measured {
+            res.issued = issued;
+        }
+    }
+    let wall = mono_ns().saturating_sub(wall0).max(1);
+    res.cpu_busy = thread_cpu_ns().saturating_sub(cpu0) as f64 / wall as f64;
+    res.window_s = mono_ns().min(end).saturating_sub(measure_from) as f64 / 1e9;
+    Ok(res)
+}
+
+impl LrGenResult {
+    /// Merges the results of one thread per queue (CPU use: mean over threads).
+    pub fn merge(parts: &[LrGenResult]) -> LrGenResult {
+        let mut out = LrGenResult {
+            window_s: if parts.is_empty() { 0.0 } else { f64::MAX },
+            ..LrGenResult::default()
+        };
+        for p in parts {
+            out.issued_total += p.issued_total;
+            out.skipped += p.skipped;
+            out.calls += p.calls;
+            out.errors += p.errors;
+            out.enospc_waits += p.enospc_waits;
+            if out.first_error.is_none() {
+                out.first_error.clone_from(&p.first_error);
+            }
+            out.window_s = out.window_s.min(p.window_s);
+            out.cpu_busy += p.cpu_busy / parts.len() as f64;
+            out.interrupted |= p.interrupted;
+        }
+        out
+    }
+
+    /// The generator's EngineStats: saturated when it offered less than 99% of the
+    /// request (it could not go faster, or fell behind schedule).
+    pub fn engine_stats(
+        &self,
+        cpus: &[u32],
+        requested_pps: f64,
+        offered_pps: f64,
+        emitted_total: u64,
+    ) -> EngineStats {
+        EngineStats {
+            backend: "xdp-live-frames".into(),
+            cpus: cpus.to_vec(),
+            cpu_busy: Some(self.cpu_busy.min(1.0)),
+            saturated: offered_pps < 0.99 * requested_pps,
+            counters: vec![
+                ("skipped_behind_schedule".into(), self.skipped),
+                ("prog_run_calls".into(), self.calls),
+                ("prog_run_errors".into(), self.errors),
+                ("enospc_waits_50ms".into(), self.enospc_waits),
+                ("sent_including_warmup".into(), emitted_total),
+            ],
+        }
+    }
+}
+
+/// The sink's EngineStats: busy is the on-CPU share of the sink veth's NAPI kthread
+/// (where the counting program runs) over the window; saturated when its ring
+/// overflowed (`ring_drops`, the DUT egress veth's tx drops) or it was busy > 90%.
+pub fn sink_engine_stats(
+    cpus: &[u32],
+    busy: Option<f64>,
+    ring_drops: u64,
+    counts: &Counts,
+) -> EngineStats {
+    EngineStats {
+        backend: "xdp-sink".into(),
+        cpus: cpus.to_vec(),
+        cpu_busy: busy.map(|b| b.min(1.0)),
+        saturated: ring_drops > 0 || busy.is_some_and(|b| b > 0.9),
+        counters: vec![
+            ("ring_drops".into(), ring_drops),
+            (
+                "other_frames (warm-up, earlier points)".into(),
+                counts.sink_other.iter().sum(),
+            ),
+            ("received_bytes".into(), counts.sink_bytes),
+        ],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_have_valid_headers() {
+        let c = LrClass {
+            id: 3,
+            port: 9000,
+            size: 64,
+            share: 1.0,
+        };
+        let f = build_frame([2; 6], [4; 6], &c, 7, true);
+        assert_eq!(f.len(), 78);
+        assert_eq!(&f[0..6], &[2; 6]);
+        // A correct IPv4 header checksums to zero.
+        assert_eq!(checksum(&f[14..34]), 0);
+        assert_eq!(u16::from_be_bytes([f[16], f[17]]), 64);
+        assert_eq!(u16::from_be_bytes([f[36], f[37]]), 9000);
+        assert_eq!(u16::from_be_bytes([f[38], f[39]]), 44);
+        assert_eq!(u32::from_le_bytes([f[42], f[43], f[44], f[45]]), MAGIC);
+        assert_eq!(u32::from_le_bytes([f[46], f[47], f[48], f[49]]), 7);
+        assert_eq!(u16::from_le_bytes([f[50], f[51]]), 3);
+        assert_eq!(u16::from_le_bytes([f[52], f[53]]), FLAG_MEASURED);
+        let big = build_frame([2; 6], [4; 6], &LrClass { size: 1500, ..c }, 7, false);
+        assert_eq!(big.len(), 1514);
+        assert_eq!(u16::from_le_bytes([big[52], big[53]]), 0);
+    }
+
+    #[test]
+    fn macs_and_count_deltas() {
+        assert_eq!(
+            parse_mac("02:00:0a:ff:00:01"),
+            Some([2, 0, 0x0a, 0xff, 0, 1])
+        );
+        assert_eq!(parse_mac("02:00"), None);
+        let a = Counts {
+            gen: vec![[1, 2]],
+            gen_bytes: 10,
+            sink: vec![5],
+            sink_bytes: 7,
+            sink_other: vec![1],
+        };
+        let b = Counts {
+            gen: vec![[3, 9]],
+            gen_bytes: 30,
+            sink: vec![8],
+            sink_bytes: 9,
+            sink_other: vec![1],
+        };
+        let d = b.since(&a);
+        assert_eq!(d.gen, vec![[2, 7]]);
+        assert_eq!((d.sink[0], d.sink_other[0], d.gen_bytes), (3, 0, 20));
+    }
+}
