@@ -243,6 +243,10 @@ pub enum ThreadRole {
         device: Option<String>,
         napi_id: Option<u32>,
     },
+    /// An application thread (the twin's `[[apps]]`, named by the application).
+    Application {
+        name: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -77,18 +77,120 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     let ap = Profile::builtin("ap-cortex-a72-bcmgenet")?;
-    let mut c = SimConfig::from_toml_str(
-        include_str!("../scenarios/ap-e2w-single-core.toml"),
-        "scenarios/ap-e2w-single-core.toml",
+    let cycles = |r: &napilab_sim::SimResult, cpu: usize| {
+        // "RX SoftIRQ" stage of 5.1: __do_softirq + net_rx_action minus the poll, i.e.
+        // the per-run cost times the NET_RX runs on the Ethernet core.
+        r.model.totals.cpus[cpu].net_rx_softirqs_per_s * ap.fixed_cycles.softirq / 1e6
+    };
+    println!("access point E2W (domain.md 5.1), 5 s per point, seed 1");
+    for (name, toml, eth_cpu) in [
+        (
+            "single-core",
+            include_str!("../scenarios/ap-e2w-single-core.toml"),
+            0usize,
+        ),
+        (
+            "dual-core",
+            include_str!("../scenarios/ap-e2w-dual-core.toml"),
+            1usize,
+        ),
+    ] {
+        let mut c = SimConfig::from_toml_str(toml, name)?;
+        c.measurement.duration_ms = 5000.0;
+        for (mbit, pps) in [(100, 8_300.0), (500, 41_500.0)] {
+            c.traffic.rate_pps = pps;
+            let r = napilab_sim::run(&c, &ap, 1);
+            let t = &r.model.totals;
+            let eth = &t.cpus[eth_cpu];
+            let wifi_irqs: f64 = t.cpus.iter().map(|x| x.tx_completion_irqs_per_s).sum();
+            let rx_softirqs: f64 = t.cpus.iter().map(|x| x.net_rx_softirqs_per_s).sum();
+            println!(
+                "  {name} {mbit} Mbit/s: packets/s {:.0}, Ethernet RX IRQs/s {:.0}, RX softirqs/s {:.0} (all cores), WiFi TX IRQs/s {:.0}, busy {}, RX SoftIRQ stage {:.1} M cycles/s on the Ethernet core",
+                t.forwarded_pps,
+                eth.rx_irqs_per_s,
+                rx_softirqs,
+                wifi_irqs,
+                t.cpus
+                    .iter()
+                    .map(|x| format!("cpu{} {:.3}", x.cpu, x.busy))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                cycles(&r, eth_cpu)
+            );
+        }
+        c.measurement.duration_ms = 1000.0;
+        let (mt, points) =
+            napilab_sim::max_throughput(&c, &ap, 1, 0.001, 10_000.0, 200_000.0, 0.005);
+        println!(
+            "  {name}: predicted maximum (loss <= 0.1%, 1 s probes) {:.0} packets/s = {:.0} Mbit/s of 1,506-byte packets ({} probes, {})",
+            mt.pps,
+            mt.pps * 1506.0 * 8.0 / 1e6,
+            points.len(),
+            mt.stopped
+        );
+        // The same search with an unconstrained egress link: where the CPU gives out.
+        c.egress.link_mbps = 100_000.0;
+        let (mt, points) =
+            napilab_sim::max_throughput(&c, &ap, 1, 0.001, 10_000.0, 400_000.0, 0.005);
+        println!(
+            "  {name}: CPU-bound maximum (link unconstrained) {:.0} packets/s = {:.0} Mbit/s ({} probes, {})",
+            mt.pps,
+            mt.pps * 1506.0 * 8.0 / 1e6,
+            points.len(),
+            mt.stopped
+        );
+    }
+    let w2e = Profile::from_toml_str(
+        include_str!("../profiles/ap-cortex-a72-w2e.toml"),
+        "profiles/ap-cortex-a72-w2e.toml",
     )?;
-    c.measurement.duration_ms = 5000.0;
-    let r = napilab_sim::run(&c, &ap, 1);
-    let t = &r.model.totals;
-    let c = &t.cpus[0];
-    println!("access point E2W single-core at 100 Mbit/s (domain.md 5.1), 5 s");
-    println!(
-        "  packets/s {:.0} (published 8,300), Ethernet RX IRQs/s {:.0} (4,650), RX softirqs/s {:.0} (6,350), WiFi TX IRQs/s {:.0} (2,000)",
-        t.forwarded_pps, c.rx_irqs_per_s, c.net_rx_softirqs_per_s, c.tx_completion_irqs_per_s
-    );
+    println!("access point W2E (domain.md 5.1; profile and coalescing partly assumed), seed 1");
+    for (name, toml) in [
+        (
+            "single-core",
+            include_str!("../scenarios/ap-w2e-single-core.toml"),
+        ),
+        (
+            "dual-core",
+            include_str!("../scenarios/ap-w2e-dual-core.toml"),
+        ),
+    ] {
+        let mut c = SimConfig::from_toml_str(toml, name)?;
+        c.measurement.duration_ms = 5000.0;
+        let r = napilab_sim::run(&c, &w2e, 1);
+        let t = &r.model.totals;
+        println!(
+            "  {name} 500 Mbit/s: packets/s {:.0}, busy {}, NET_TX runs/s {:.0} (TX SoftIRQ stage {:.1} M cycles/s; published 23 M)",
+            t.forwarded_pps,
+            t.cpus
+                .iter()
+                .map(|x| format!("cpu{} {:.3}", x.cpu, x.busy))
+                .collect::<Vec<_>>()
+                .join(" "),
+            t.cpus.iter().map(|x| x.net_tx_softirqs_per_s).sum::<f64>(),
+            t.cpus.iter().map(|x| x.net_tx_softirqs_per_s).sum::<f64>() * w2e.fixed_cycles.tx_softirq / 1e6
+        );
+        c.measurement.duration_ms = 1000.0;
+        let (mt, points) =
+            napilab_sim::max_throughput(&c, &w2e, 1, 0.001, 10_000.0, 200_000.0, 0.005);
+        println!(
+            "  {name}: predicted maximum (loss <= 0.1%) {:.0} packets/s = {:.0} Mbit/s ({} probes, {})",
+            mt.pps,
+            mt.pps * 1506.0 * 8.0 / 1e6,
+            points.len(),
+            mt.stopped
+        );
+        c.egress.link_mbps = 100_000.0;
+        let (mt, points) =
+            napilab_sim::max_throughput(&c, &w2e, 1, 0.001, 10_000.0, 400_000.0, 0.005);
+        println!(
+            "  {name}: CPU-bound maximum (link unconstrained) {:.0} packets/s = {:.0} Mbit/s ({} probes, {})",
+            mt.pps,
+            mt.pps * 1506.0 * 8.0 / 1e6,
+            points.len(),
+            mt.stopped
+        );
+    }
+    println!("  published (5.1): 100 Mbit/s single-core 8,300 packets/s, 4,650 RX IRQs/s, 6,350 RX softirqs/s, 2,000 WiFi TX IRQs/s; 500 Mbit/s dual-core RX SoftIRQ stage 35 M cycles/s");
     Ok(())
 }

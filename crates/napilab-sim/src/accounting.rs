@@ -7,21 +7,34 @@
 
 use crate::event::Nanos;
 
-/// Who the CPU is working for during a batch.
+/// Who the CPU is working for during a batch. The first five are the coarse contexts
+/// of the model report; the rest split them further (same tick column) for the
+/// tracing-tier view of the Observation: which softirq entry, which kind of kernel
+/// thread work, which kind of hard IRQ.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ctx {
+    /// A device IRQ handler (NIC RX or TX completion vector).
     HardIrq = 0,
-    /// Softirq run inline on IRQ exit (or on `local_bh_enable`).
+    /// Softirq run inline on IRQ exit.
     Softirq = 1,
     /// Softirq run by `ksoftirqd/N`.
     Ksoftirqd = 2,
-    /// Kernel work outside softirq: threaded NAPI, context switches, an application's
-    /// system calls.
+    /// Other kernel work in thread context: context switches.
     KThread = 3,
     /// An application's own work.
     User = 4,
+    /// Softirq run inline on `local_bh_enable` (after a threaded poll or a busy poll).
+    SoftirqBh = 5,
+    /// A threaded-NAPI kthread's polls (and its cache penalty after interruption).
+    NapiThread = 6,
+    /// An application's busy-poll loop (system time).
+    BusyPoll = 7,
+    /// An application's system calls other than busy polling.
+    AppKernel = 8,
+    /// Hard IRQs that are not device vectors: the NAPI hrtimer and RPS IPIs.
+    OtherIrq = 9,
 }
-pub const N_CTX: usize = 5;
+pub const N_CTX: usize = 10;
 
 /// /proc/stat columns the model can produce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,9 +49,9 @@ pub const N_COL: usize = 5;
 
 fn column_of(ctx: Ctx) -> Column {
     match ctx {
-        Ctx::HardIrq => Column::Irq,
-        Ctx::Softirq | Ctx::Ksoftirqd => Column::Softirq,
-        Ctx::KThread => Column::System,
+        Ctx::HardIrq | Ctx::OtherIrq => Column::Irq,
+        Ctx::Softirq | Ctx::SoftirqBh | Ctx::Ksoftirqd => Column::Softirq,
+        Ctx::KThread | Ctx::NapiThread | Ctx::BusyPoll | Ctx::AppKernel => Column::System,
         Ctx::User => Column::User,
     }
 }

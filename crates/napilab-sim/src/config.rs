@@ -312,6 +312,11 @@ pub enum TxCompletion {
     /// completions alike (one-armed router, ixgbe/mlx5 combined channels). A CPU
     /// without an RX queue keeps a TX-completion vector.
     RxNapi,
+    /// As `tx_irq`, but every TX-completion vector has its affinity on this CPU, so
+    /// the reclaim runs there whichever CPU transmitted (`completion = { on_cpu = 0 }`;
+    /// the access point's dual-core configuration of domain.md 5.1: WiFi IRQ on core
+    /// 0, Ethernet IRQ on core 1).
+    OnCpu(u32),
 }
 
 fn default_egress_name() -> String {
@@ -527,6 +532,14 @@ impl SimConfig {
         }
         if e.tx_work_limit == 0 {
             return err("egress.tx_work_limit", "must be positive");
+        }
+        if let TxCompletion::OnCpu(c) = e.completion {
+            if c >= self.host.cpus {
+                return err(
+                    "egress.completion.on_cpu",
+                    &format!("CPU {c} does not exist (host.cpus = {})", self.host.cpus),
+                );
+            }
         }
         let t = &self.traffic;
         if !(t.rate_pps >= 0.0 && t.rate_pps.is_finite()) {

@@ -106,6 +106,87 @@ impl<E> EventQueue<E> {
     }
 }
 
+/// The measured window `[start, end)` cut into `n` intervals of `interval_ns` (the
+/// last one may be shorter), with a one-entry cache: consecutive look-ups almost always
+/// fall in the same interval, so the division is paid once per interval change rather
+/// than once per counted packet.
+#[derive(Clone, Copy, Debug)]
+pub struct Window {
+    start: Nanos,
+    end: Nanos,
+    interval_ns: Nanos,
+    n: usize,
+    /// Cached `[lo, hi)` and its answer (`usize::MAX`: outside the window).
+    lo: Nanos,
+    hi: Nanos,
+    idx: usize,
+}
+
+impl Window {
+    pub fn new(start: Nanos, end: Nanos, interval_ns: Nanos, n: usize) -> Self {
+        Window {
+            start,
+            end,
+            interval_ns: interval_ns.max(1),
+            n: n.max(1),
+            lo: 1,
+            hi: 0,
+            idx: usize::MAX,
+        }
+    }
+
+    /// Number of intervals.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Interval holding `t`, without touching the cache.
+    pub fn index(&self, t: Nanos) -> Option<usize> {
+        if t < self.start || t >= self.end {
+            return None;
+        }
+        Some((((t - self.start) / self.interval_ns) as usize).min(self.n - 1))
+    }
+
+    /// Interval holding `t`, through the cache.
+    #[inline]
+    pub fn lookup(&mut self, t: Nanos) -> Option<usize> {
+        if t < self.lo || t >= self.hi {
+            self.refill(t);
+        }
+        (self.idx != usize::MAX).then_some(self.idx)
+    }
+
+    /// The span `[lo, hi)` of equal answers holding `t`, and the answer.
+    #[inline]
+    pub fn span(&mut self, t: Nanos) -> (Nanos, Nanos, Option<usize>) {
+        let i = self.lookup(t);
+        (self.lo, self.hi, i)
+    }
+
+    #[cold]
+    fn refill(&mut self, t: Nanos) {
+        if t < self.start {
+            (self.lo, self.hi, self.idx) = (0, self.start, usize::MAX);
+        } else if t >= self.end {
+            (self.lo, self.hi, self.idx) = (self.end, Nanos::MAX, usize::MAX);
+        } else {
+            let i = (((t - self.start) / self.interval_ns) as usize).min(self.n - 1);
+            let lo = self.start + i as Nanos * self.interval_ns;
+            let hi = if i + 1 == self.n {
+                self.end
+            } else {
+                lo + self.interval_ns
+            };
+            (self.lo, self.hi, self.idx) = (lo, hi, i);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,6 +201,18 @@ mod tests {
         let order: Vec<_> = std::iter::from_fn(|| q.pop()).collect();
         assert_eq!(order, vec![(5, "a"), (7, "x"), (10, "b"), (10, "c")]);
         assert_eq!(q.popped(), 4);
+    }
+
+    #[test]
+    fn window_cache_agrees_with_division() {
+        let mut w = Window::new(100, 1_050, 100, 10);
+        for t in [
+            0, 99, 100, 150, 199, 200, 1_000, 1_049, 1_050, 5_000, 120, 99, 1_049,
+        ] {
+            assert_eq!(w.lookup(t), w.index(t), "t = {t}");
+        }
+        assert_eq!(w.index(1_049), Some(9));
+        assert_eq!(w.index(1_050), None);
     }
 
     #[test]

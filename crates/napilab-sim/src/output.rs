@@ -6,6 +6,7 @@
 // file compiling when they gain optional fields (hence needless_update is allowed).
 #![allow(clippy::needless_update)]
 
+use napilab_core::trace::{ContextShare, CpuTraceTime, ExecContext, TraceInterval};
 use napilab_core::{
     CpuAccounting, CpuInterval, CpuTimeShares, Device, DeviceInterval, HostFacts, HostInterval, Hz,
     Interval, IrqInfo, IrqInterval, IrqMatch, Metric, Napi as CoreNapi, Observation, Origin,
@@ -77,6 +78,16 @@ pub struct CpuReport {
     pub kthread: f64,
     /// Applications' own work.
     pub user: f64,
+    /// Finer split of the above: device IRQ handlers (in `hardirq`, with the NAPI
+    /// timer and RPS IPIs making up the rest), inline softirq entered from
+    /// `local_bh_enable` (in `softirq_inline`, the rest entered on IRQ exit), and the
+    /// parts of `kthread` spent in threaded-NAPI polls, in busy polling and in
+    /// applications' other system calls (the rest is context switches).
+    pub hardirq_device: f64,
+    pub softirq_bh_enable: f64,
+    pub napi_thread: f64,
+    pub busy_poll: f64,
+    pub app_system: f64,
     pub idle: f64,
     pub busy: f64,
     /// What /proc/stat would show (shares of the sum of its columns, as mpstat does).
@@ -92,6 +103,9 @@ pub struct CpuReport {
     pub net_rx_softirqs_per_s: f64,
     pub net_tx_softirqs_per_s: f64,
     pub polls_per_s: f64,
+    /// Polls by threaded-NAPI kthreads and by busy polling (included in `polls_per_s`).
+    pub napi_thread_polls_per_s: f64,
+    pub busy_polls_per_s: f64,
     pub packets_per_poll: f64,
     pub full_budget_polls_per_s: f64,
     pub time_squeeze_per_s: f64,
@@ -165,11 +179,16 @@ fn cpu_report(sim: &Sim, c: usize, k: &Counts, t: &CpuTime, secs: f64) -> CpuRep
     let rate = |x: u64| x as f64 / secs;
     CpuReport {
         cpu: c as u32,
-        hardirq: f(Ctx::HardIrq),
-        softirq_inline: f(Ctx::Softirq),
+        hardirq: f(Ctx::HardIrq) + f(Ctx::OtherIrq),
+        softirq_inline: f(Ctx::Softirq) + f(Ctx::SoftirqBh),
         ksoftirqd: f(Ctx::Ksoftirqd),
-        kthread: f(Ctx::KThread),
+        kthread: f(Ctx::KThread) + f(Ctx::NapiThread) + f(Ctx::BusyPoll) + f(Ctx::AppKernel),
         user: f(Ctx::User),
+        hardirq_device: f(Ctx::HardIrq),
+        softirq_bh_enable: f(Ctx::SoftirqBh),
+        napi_thread: f(Ctx::NapiThread),
+        busy_poll: f(Ctx::BusyPoll),
+        app_system: f(Ctx::AppKernel),
         idle: 1.0 - busy,
         busy,
         tick_irq: share(irq),
@@ -184,6 +203,8 @@ fn cpu_report(sim: &Sim, c: usize, k: &Counts, t: &CpuTime, secs: f64) -> CpuRep
         net_rx_softirqs_per_s: rate(cc.rx_softirqs),
         net_tx_softirqs_per_s: rate(cc.tx_softirqs),
         polls_per_s: rate(cc.polls),
+        napi_thread_polls_per_s: rate(cc.thread_polls),
+        busy_polls_per_s: rate(cc.busy_polls),
         packets_per_poll: if cc.polls > 0 {
             cc.poll_packets as f64 / cc.polls as f64
         } else {
@@ -602,24 +623,24 @@ fn observation_interval(sim: &Sim, mi: &ModelInterval, k: &Counts, secs: f64) ->
         .threads
         .iter()
         .enumerate()
-        .filter_map(|(t, th)| {
+        .map(|(t, th)| {
             let role = match th.kind {
                 ThreadKind::Ksoftirqd => ThreadRole::Ksoftirqd { cpu: th.cpu as u32 },
                 ThreadKind::Napi(n) => ThreadRole::NapiThread {
                     device: Some(cfg.ingress.name.clone()),
                     napi_id: Some(sim.napis[n].id),
                 },
-                // Application threads have no ThreadRole in core yet; their time is
-                // the user (and part of the system) time of the model report.
-                ThreadKind::App(_) => return None,
+                ThreadKind::App(a) => ThreadRole::Application {
+                    name: cfg.apps[a].name.clone(),
+                },
             };
-            Some(ThreadInterval {
+            ThreadInterval {
                 pid: th.pid,
                 name: th.name.clone(),
                 role,
                 last_cpu: Some(th.cpu as u32),
                 cpu: Some(m(k.thread_ns[t] as f64 / (secs * 1e9), Unit::CpuFraction)),
-            })
+            }
         })
         .collect();
     let rx_mbps = rate(k.rx_bytes) * 8.0 / 1e6;
@@ -632,7 +653,7 @@ fn observation_interval(sim: &Sim, mi: &ModelInterval, k: &Counts, secs: f64) ->
         devices: vec![ingress, egress],
         irqs,
         threads,
-        trace: None,
+        trace: Some(trace_interval(mi)),
         host: HostInterval {
             rx_bits: Some(m(rate(k.rx_bytes) * 8.0, Unit::BitsPerSecond)),
             cpu_per_mbps: (rx_mbps > 0.0).then(|| {
@@ -644,6 +665,53 @@ fn observation_interval(sim: &Sim, mi: &ModelInterval, k: &Counts, secs: f64) ->
                 )
             }),
         },
+    }
+}
+
+/// The tracing tier's view of an interval, as the model knows it exactly: per CPU the
+/// true softirq, ksoftirqd and device-IRQ time and the polls by kthreads and busy
+/// polling (`cpus`), and the time per execution context (`context_shares`, which the
+/// live tier estimates from stack samples; here `samples` is 0 because nothing was
+/// sampled). The model has no softirq vectors other than NET_RX and NET_TX, so
+/// `softirq` and `net_softirq` are the same time.
+fn trace_interval(mi: &ModelInterval) -> TraceInterval {
+    let share = |v: f64| m(v, Unit::CpuFraction);
+    let cpus = mi
+        .cpus
+        .iter()
+        .map(|r| CpuTraceTime {
+            cpu: r.cpu,
+            softirq: share(r.softirq_inline + r.ksoftirqd),
+            net_softirq: share(r.softirq_inline + r.ksoftirqd),
+            softirq_ksoftirqd: share(r.ksoftirqd),
+            hardirq: share(r.hardirq_device),
+            napi_thread_polls: m(r.napi_thread_polls_per_s, Unit::PerSecond),
+            busy_poll_polls: m(r.busy_polls_per_s, Unit::PerSecond),
+        })
+        .collect();
+    let context_shares = mi
+        .cpus
+        .iter()
+        .flat_map(|r| {
+            [
+                (ExecContext::Hardirq, r.softirq_inline - r.softirq_bh_enable),
+                (ExecContext::BhEnable, r.softirq_bh_enable),
+                (ExecContext::Ksoftirqd, r.ksoftirqd),
+                (ExecContext::NapiThread, r.napi_thread),
+                (ExecContext::BusyPoll, r.busy_poll),
+            ]
+            .map(|(context, v)| ContextShare {
+                cpu: r.cpu,
+                context,
+                samples: 0,
+                share: share(v.max(0.0)),
+            })
+        })
+        .collect();
+    TraceInterval {
+        cpus,
+        context_shares,
+        ..TraceInterval::default()
     }
 }
 

@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use crate::accounting::{Accounting, Ctx};
 use crate::config::{NapiContext, QdiscKind, SimConfig, TickMode};
 use crate::cpu::{pick_thread, Cpu, IrqSrc, Thread, ThreadKind};
-use crate::event::{EventQueue, Nanos};
+use crate::event::{EventQueue, Nanos, Window};
 use crate::latency::LatencyHistogram;
 use crate::napi::{Completion, Napi};
 use crate::nic::{IrqLine, LineKind, RxRing, TxQueue};
@@ -127,6 +127,9 @@ pub(crate) struct CpuCount {
     pub received_rps: u64,
     /// Packets dropped because an application's socket queue was full.
     pub socket_drops: u64,
+    /// Polls run by threaded-NAPI kthreads and by busy polling (part of `polls`).
+    pub thread_polls: u64,
+    pub busy_polls: u64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -146,6 +149,55 @@ pub(crate) struct Counts {
     pub tx_bytes: u64,
     pub qdisc_enqueued: u64,
     pub qdisc_drops: u64,
+}
+
+impl CpuCount {
+    fn add(&mut self, o: &CpuCount) {
+        self.hardirqs += o.hardirqs;
+        self.net_hardirqs += o.net_hardirqs;
+        self.rx_softirqs += o.rx_softirqs;
+        self.tx_softirqs += o.tx_softirqs;
+        self.polls += o.polls;
+        self.poll_packets += o.poll_packets;
+        self.full_polls += o.full_polls;
+        self.squeeze += o.squeeze;
+        self.tx_reclaimed += o.tx_reclaimed;
+        self.processed += o.processed;
+        self.backlog_drops += o.backlog_drops;
+        self.received_rps += o.received_rps;
+        self.socket_drops += o.socket_drops;
+        self.thread_polls += o.thread_polls;
+        self.busy_polls += o.busy_polls;
+    }
+}
+
+fn add_into(a: &mut [u64], b: &[u64]) {
+    for (x, y) in a.iter_mut().zip(b) {
+        *x += y;
+    }
+}
+
+impl Counts {
+    /// Add another interval's counters (same shape) to these.
+    fn add(&mut self, o: &Counts) {
+        for (a, b) in self.cpus.iter_mut().zip(&o.cpus) {
+            a.add(b);
+        }
+        add_into(&mut self.lines, &o.lines);
+        add_into(&mut self.thread_ns, &o.thread_ns);
+        add_into(&mut self.class_offered, &o.class_offered);
+        add_into(&mut self.class_forwarded, &o.class_forwarded);
+        add_into(&mut self.class_rx_dropped, &o.class_rx_dropped);
+        add_into(&mut self.class_tx_dropped, &o.class_tx_dropped);
+        self.rx_packets += o.rx_packets;
+        self.rx_bytes += o.rx_bytes;
+        add_into(&mut self.queue_rx_packets, &o.queue_rx_packets);
+        add_into(&mut self.queue_rx_dropped, &o.queue_rx_dropped);
+        self.tx_packets += o.tx_packets;
+        self.tx_bytes += o.tx_bytes;
+        self.qdisc_enqueued += o.qdisc_enqueued;
+        self.qdisc_drops += o.qdisc_drops;
+    }
 }
 
 pub(crate) struct Costs {
@@ -177,6 +229,15 @@ pub(crate) struct Sim<'a> {
     stop: Nanos,
     pub interval_ns: Nanos,
     pub n_intervals: usize,
+    /// The same window with a look-up cache, for per-packet counting.
+    win: Window,
+    /// TX queues whose qdisc each CPU's NET_TX softirq must run (`sd->output_queue`).
+    tx_sched: Vec<Vec<usize>>,
+    /// Serialization time of the last frame size sent (sizes repeat).
+    ser_memo: (u32, Nanos),
+    /// Per RX ring: every packet it carries is forwarded by the polling CPU (no RPS,
+    /// no local delivery, no closed-loop client), so `poll_ring_forward` applies.
+    ring_forwards: Vec<bool>,
     tick_ns: Nanos,
     hz: u32,
     skip_rule: bool,
@@ -405,11 +466,16 @@ impl<'a> Sim<'a> {
             let line = lines.len();
             txqs.push(TxQueue::new(cfg.egress.tx_ring_size as usize));
             tx_lines.push(line);
+            // The CPU taking this queue's completion IRQ, and so reclaiming.
+            let irq_cpu = match cfg.egress.completion {
+                crate::config::TxCompletion::OnCpu(k) => k as usize,
+                _ => c,
+            };
             lines.push(IrqLine {
                 number: 100 + line as u32,
                 name: format!("{}-TxRx-{c}", cfg.egress.name),
                 kind: LineKind::TxCompletion { txq: c },
-                cpu: c,
+                cpu: irq_cpu,
                 napi: napi_id,
                 enabled: true,
                 armed: false,
@@ -425,7 +491,7 @@ impl<'a> Sim<'a> {
                 ..Napi::idle(
                     8192 + napi_id as u32,
                     format!("{}-tx-{c}", cfg.egress.name),
-                    c,
+                    irq_cpu,
                 )
             });
         }
@@ -478,7 +544,7 @@ impl<'a> Sim<'a> {
                 vruntime: 0,
             });
         }
-        let class_app = cfg
+        let class_app: Vec<Option<usize>> = cfg
             .traffic
             .classes
             .iter()
@@ -524,6 +590,24 @@ impl<'a> Sim<'a> {
             end,
         );
         let weight = cfg.settings.weight;
+        let win = Window::new(start, end, interval_ns, n_intervals);
+        let mut ring_forwards = vec![true; rings.len()];
+        for (ci, rs) in class_rings.iter().enumerate() {
+            let cls = &cfg.traffic.classes[ci];
+            if class_app[ci].is_some() || cls.closed_loop.is_some() {
+                for &r in rs {
+                    ring_forwards[r] = false;
+                }
+            }
+        }
+        for (r, ring) in rings.iter().enumerate() {
+            if !rps_cpus[ring.queue].is_empty() {
+                ring_forwards[r] = false;
+            }
+        }
+        for r in rings.iter_mut() {
+            r.count_in(win, nclass);
+        }
         Sim {
             cfg,
             profile,
@@ -534,6 +618,10 @@ impl<'a> Sim<'a> {
             stop: end + DRAIN_NS,
             interval_ns,
             n_intervals,
+            win,
+            tx_sched: vec![Vec::new(); ncpu],
+            ser_memo: (u32::MAX, 0),
+            ring_forwards,
             tick_ns,
             hz,
             skip_rule: cfg.skip_inline_while_ksoftirqd(),
@@ -576,18 +664,12 @@ impl<'a> Sim<'a> {
         }
     }
 
-    fn interval_of(&self, t: Nanos) -> Option<usize> {
-        if t < self.start || t >= self.end {
-            return None;
-        }
-        Some((((t - self.start) / self.interval_ns) as usize).min(self.n_intervals - 1))
-    }
-
-    /// Apply `f` to the counters of the interval holding `t` and to the totals.
+    /// Apply `f` to the counters of the interval holding `t` (the totals are their
+    /// sum, taken at the end of the run).
+    #[inline(always)]
     fn count(&mut self, t: Nanos, f: impl Fn(&mut Counts)) {
-        if let Some(i) = self.interval_of(t) {
+        if let Some(i) = self.win.lookup(t) {
             f(&mut self.counts[i]);
-            f(&mut self.total);
         }
     }
 
@@ -638,31 +720,25 @@ impl<'a> Sim<'a> {
             }
         }
         // Arrivals nobody polled still count as offered (or dropped if the ring filled).
+        let nclass = self.latency.len();
         for r in 0..self.rings.len() {
             self.rings[r].admit_until(self.stop);
-            self.drain_ring_logs(r);
+            let ring = &self.rings[r];
+            for (i, k) in self.counts.iter_mut().enumerate() {
+                for c in 0..nclass {
+                    let (a, d) = (ring.admitted[i * nclass + c], ring.dropped[i * nclass + c]);
+                    k.class_offered[c] += a + d;
+                    k.class_rx_dropped[c] += d;
+                    k.queue_rx_dropped[ring.queue] += d;
+                }
+            }
         }
+        let mut total = self.total.clone();
+        for k in &self.counts {
+            total.add(k);
+        }
+        self.total = total;
         self.acct.finish();
-    }
-
-    fn drain_ring_logs(&mut self, r: usize) {
-        let mut adm = std::mem::take(&mut self.rings[r].admitted_log);
-        let mut drp = std::mem::take(&mut self.rings[r].dropped_log);
-        for &(t, c) in &adm {
-            self.count(t, |k| k.class_offered[c as usize] += 1);
-        }
-        let q = self.rings[r].queue;
-        for &(t, c) in &drp {
-            self.count(t, |k| {
-                k.class_offered[c as usize] += 1;
-                k.class_rx_dropped[c as usize] += 1;
-                k.queue_rx_dropped[q] += 1;
-            });
-        }
-        adm.clear();
-        drp.clear();
-        self.rings[r].admitted_log = adm;
-        self.rings[r].dropped_log = drp;
     }
 
     // ---- NIC side -------------------------------------------------------------
@@ -866,8 +942,13 @@ impl<'a> Sim<'a> {
             t += k as u64 * self.costs.reclaim;
             clean &= complete;
             self.count(t, |cn| cn.cpus[c].tx_reclaimed += k as u64);
-            // netif_tx_wake_queue: a stopped queue with a backlog reschedules the qdisc.
+            // netif_tx_wake_queue: a stopped queue with a backlog reschedules the qdisc
+            // on this CPU's output queue (the reclaiming CPU, which need not be the one
+            // that transmitted).
             if !self.txqs[x].qdisc.is_empty() && self.txqs[x].has_room() {
+                if !self.tx_sched[c].contains(&x) {
+                    self.tx_sched[c].push(x);
+                }
                 self.cpus[c].softirq_pending |= NET_TX;
             }
         }
@@ -880,6 +961,9 @@ impl<'a> Sim<'a> {
             let rb = self.rings[r].budget.min(weight - total);
             let q = self.rings[r].queue;
             let mut k = 0;
+            if self.ring_forwards[r] {
+                (t, k) = self.poll_ring_forward(c, r, t, rb);
+            }
             while k < rb {
                 let Some(p) = self.rings[r].pop_at(t) else {
                     break;
@@ -905,7 +989,6 @@ impl<'a> Sim<'a> {
                 clean = false;
             }
             total += k;
-            self.drain_ring_logs(r);
         }
         if let Some(b) = self.napis[n].backlog {
             // process_backlog: up to the weight, only what was queued by now.
@@ -926,6 +1009,104 @@ impl<'a> Sim<'a> {
         }
         let repoll = !clean;
         (t, total, repoll)
+    }
+
+    /// The ring loop of `poll` for a ring whose packets are all forwarded by this CPU
+    /// (no RPS, no local delivery, no closed-loop client): the same steps as
+    /// `forward` -> `egress` -> `send` per packet, written out so that the common case
+    /// of a router stays a tight loop. A packet that meets a non-empty qdisc or a full
+    /// TX ring takes the general `egress`. A dedicated TX-completion IRQ is armed once
+    /// after the loop rather than after each descriptor: the same fire time results
+    /// (the first pending completion plus tx-usecs, or the tx-frames-th completion),
+    /// since no completion is reclaimed inside the loop.
+    fn poll_ring_forward(&mut self, c: usize, r: usize, mut t: Nanos, rb: u32) -> (Nanos, u32) {
+        let (rx_poll, ip, xmit) = (self.costs.rx_poll, self.costs.ip, self.costs.xmit);
+        let q = self.rings[r].queue;
+        let noqueue = self.cfg.egress.qdisc == QdiscKind::None;
+        let arm_each = !matches!(
+            self.lines[self.tx_lines[c]].kind,
+            LineKind::TxCompletion { .. }
+        );
+        let mut sent = false;
+        let mut k = 0;
+        // Counters of the interval span holding the times seen so far, added to the
+        // interval at the end (or when a time leaves the span): rx packets, rx bytes,
+        // processed, tx packets, tx bytes.
+        let (_, mut hi, mut idx) = self.win.span(t);
+        let mut acc = [0u64; 5];
+        while k < rb {
+            let Some(p) = self.rings[r].pop_at(t) else {
+                break;
+            };
+            let size = p.size as u64;
+            let t_rx = t + rx_poll;
+            t = t_rx + ip;
+            if t < hi {
+                acc[0] += 1;
+                acc[1] += size;
+                acc[2] += 1;
+            } else {
+                self.flush_forward(c, q, idx, &mut acc);
+                self.count(t_rx, |cn| {
+                    cn.rx_packets += 1;
+                    cn.rx_bytes += size;
+                    cn.queue_rx_packets[q] += 1;
+                });
+                self.count(t, |cn| cn.cpus[c].processed += 1);
+                (_, hi, idx) = self.win.span(t);
+            }
+            let txq = &self.txqs[c];
+            if noqueue || txq.qdisc.is_empty() {
+                t += xmit;
+                if txq.has_room() {
+                    let done = self.send_wire(c, p, t);
+                    if t < hi {
+                        acc[3] += 1;
+                        acc[4] += size;
+                    } else {
+                        self.flush_forward(c, q, idx, &mut acc);
+                        self.count(t, |cn| {
+                            cn.tx_packets += 1;
+                            cn.tx_bytes += size;
+                        });
+                        (_, hi, idx) = self.win.span(t);
+                    }
+                    self.send_delivered(p, done);
+                    if arm_each {
+                        self.arm_tx_line(c);
+                    }
+                    sent = true;
+                } else if noqueue {
+                    self.count(p.arrival, |cn| cn.class_tx_dropped[p.class as usize] += 1);
+                } else {
+                    // A full TX ring: the qdisc takes it (undo the bypass cost).
+                    t = self.egress(c, p, t - xmit);
+                }
+            } else {
+                t = self.egress(c, p, t);
+            }
+            k += 1;
+        }
+        self.flush_forward(c, q, idx, &mut acc);
+        if sent && !arm_each {
+            self.arm_tx_line(c);
+        }
+        (t, k)
+    }
+
+    /// Add `poll_ring_forward`'s accumulated counters to interval `idx` and reset them.
+    #[inline]
+    fn flush_forward(&mut self, c: usize, q: usize, idx: Option<usize>, acc: &mut [u64; 5]) {
+        if let Some(i) = idx {
+            let k = &mut self.counts[i];
+            k.rx_packets += acc[0];
+            k.rx_bytes += acc[1];
+            k.queue_rx_packets[q] += acc[0];
+            k.cpus[c].processed += acc[2];
+            k.tx_packets += acc[3];
+            k.tx_bytes += acc[4];
+        }
+        *acc = [0; 5];
     }
 
     /// RPS: `enqueue_to_backlog` of the target CPU at time `t`.
@@ -965,6 +1146,7 @@ impl<'a> Sim<'a> {
     }
 
     /// One received packet through the IP stack (on CPU `c`) to the egress.
+    #[inline]
     fn forward(&mut self, c: usize, p: Packet, mut t: Nanos) -> Nanos {
         t += self.costs.ip;
         self.count(t, |k| k.cpus[c].processed += 1);
@@ -997,6 +1179,7 @@ impl<'a> Sim<'a> {
     }
 
     /// The transmit half: qdisc (or none) and the driver, on CPU `c`'s TX queue.
+    #[inline]
     fn egress(&mut self, c: usize, p: Packet, mut t: Nanos) -> Nanos {
         match self.cfg.egress.qdisc {
             QdiscKind::None => {
@@ -1042,12 +1225,9 @@ impl<'a> Sim<'a> {
     }
 
     /// The driver writes a TX descriptor at `t`; the NIC sends it at line rate.
+    #[inline]
     fn send(&mut self, c: usize, p: Packet, t: Nanos) {
-        let ser = ((p.size as f64 + 20.0) * self.ser_ns_per_byte).round() as Nanos;
-        let start = (t + self.lat_tx_dma).max(self.wire_free);
-        let done = start + ser;
-        self.wire_free = done;
-        self.txqs[c].inflight.push_back(done);
+        let done = self.send_wire(c, p, t);
         // A reply to a closed-loop client: its next request follows.
         let cls = p.class as usize;
         if let Some((cl, rng)) = self.closed[cls].as_mut() {
@@ -1059,23 +1239,58 @@ impl<'a> Sim<'a> {
             let next = done + (cl.rtt_us * 1e3) as Nanos + think;
             self.inject(cls, p.flow, next);
         }
+        self.send_count(p, t, done);
+        self.arm_tx_line(c);
+    }
+
+    /// The descriptor's DMA and serialization: when the frame has left the wire.
+    #[inline(always)]
+    fn send_wire(&mut self, c: usize, p: Packet, t: Nanos) -> Nanos {
+        if self.ser_memo.0 != p.size {
+            let ser = ((p.size as f64 + 20.0) * self.ser_ns_per_byte).round() as Nanos;
+            self.ser_memo = (p.size, ser);
+        }
+        let ser = self.ser_memo.1;
+        let start = (t + self.lat_tx_dma).max(self.wire_free);
+        let done = start + ser;
+        self.wire_free = done;
+        self.txqs[c].inflight.push_back(done);
+        done
+    }
+
+    /// TX counters at `t`, and the packet's delivery and latency by its arrival.
+    #[inline(always)]
+    fn send_count(&mut self, p: Packet, t: Nanos, done: Nanos) {
         let size = p.size as u64;
         self.count(t, |k| {
             k.tx_packets += 1;
             k.tx_bytes += size;
         });
-        if p.arrival >= self.start && p.arrival < self.end {
+        self.send_delivered(p, done);
+    }
+
+    /// The packet's delivery and latency, counted by its arrival.
+    #[inline(always)]
+    fn send_delivered(&mut self, p: Packet, done: Nanos) {
+        if let Some(i) = self.win.lookup(p.arrival) {
             let cls = p.class as usize;
-            self.total.class_forwarded[cls] += 1;
-            if let Some(i) = self.interval_of(p.arrival) {
-                self.counts[i].class_forwarded[cls] += 1;
-            }
+            self.counts[i].class_forwarded[cls] += 1;
             self.latency[cls].record(done + self.lat_rx_dma - p.arrival);
         }
+    }
+
+    /// A descriptor was written on CPU `c`'s TX queue: arm its completion IRQ.
+    #[inline(always)]
+    fn arm_tx_line(&mut self, c: usize) {
+        // Most sends find the completion IRQ masked (a poll is running) or already
+        // armed: test that here, without the calls.
         let l = self.tx_lines[c];
-        let now = self.q.now();
-        self.arm_line(l, now);
-        self.rearm_tx_frames(l);
+        let line = &self.lines[l];
+        if line.enabled && (!line.armed || line.frames > 0) {
+            let now = self.q.now();
+            self.arm_line(l, now);
+            self.rearm_tx_frames(l);
+        }
     }
 
     // ---- CPU ------------------------------------------------------------------
@@ -1118,11 +1333,24 @@ impl<'a> Sim<'a> {
     fn commit(&mut self, c: usize, start: Nanos, end: Nanos, ctx: Ctx, finish: Finish) {
         let end = end.max(start);
         let in_idle_loop = self.cpus[c].current.is_none();
-        if !in_idle_loop && matches!(ctx, Ctx::HardIrq | Ctx::Softirq) {
+        if !in_idle_loop
+            && matches!(
+                ctx,
+                Ctx::HardIrq | Ctx::OtherIrq | Ctx::Softirq | Ctx::SoftirqBh
+            )
+        {
             self.cpus[c].interrupted = true;
         }
         self.acct.record(c, start, end, ctx, in_idle_loop);
-        if matches!(ctx, Ctx::Ksoftirqd | Ctx::KThread | Ctx::User) {
+        if matches!(
+            ctx,
+            Ctx::Ksoftirqd
+                | Ctx::KThread
+                | Ctx::User
+                | Ctx::NapiThread
+                | Ctx::BusyPoll
+                | Ctx::AppKernel
+        ) {
             if let Some(t) = self.cpus[c].current {
                 self.threads[t].vruntime += end - start;
                 let d = end - start;
@@ -1230,6 +1458,7 @@ impl<'a> Sim<'a> {
                 skip,
             } => {
                 self.record_poll(now, c, work, repoll);
+                self.count(now, |k| k.cpus[c].busy_polls += 1);
                 // MISSED is cleared: this poll is the reschedule it asked for.
                 self.napis[napi].missed = false;
                 if repoll && skip {
@@ -1260,6 +1489,7 @@ impl<'a> Sim<'a> {
                 repoll,
             } => {
                 self.record_poll(now, c, work, repoll);
+                self.count(now, |k| k.cpus[c].thread_polls += 1);
                 if !repoll {
                     self.napi_complete(napi, work, now);
                     self.threads[thread].runnable = self.napis[napi].scheduled;
@@ -1279,7 +1509,7 @@ impl<'a> Sim<'a> {
             k.cpus[c].poll_packets += work as u64;
             k.cpus[c].full_polls += full;
         });
-        if self.interval_of(now).is_some() {
+        if self.win.index(now).is_some() {
             let i = (work as usize).min(self.poll_hist.len() - 1);
             self.poll_hist[i] += 1;
         }
@@ -1300,7 +1530,11 @@ impl<'a> Sim<'a> {
             if let Some(src) = self.cpus[c].pending_irqs.pop_front() {
                 let (start, pen) = self.begin(c, true);
                 let end = start + pen + self.costs.hardirq;
-                self.commit(c, start, end, Ctx::HardIrq, Finish::Irq(src));
+                let ctx = match src {
+                    IrqSrc::Line(_) => Ctx::HardIrq,
+                    IrqSrc::RpsIpi | IrqSrc::NapiTimer(_) => Ctx::OtherIrq,
+                };
+                self.commit(c, start, end, ctx, Finish::Irq(src));
                 return;
             }
             if let Some(kind) = self.exit[c].take() {
@@ -1311,8 +1545,9 @@ impl<'a> Sim<'a> {
                         kind == ExitKind::Irq && self.skip_rule && self.threads[ksoftirqd].runnable;
                     if !blocked {
                         let pending = std::mem::take(&mut self.cpus[c].softirq_pending);
-                        self.cpus[c].softirq =
-                            Some(SoftirqRun::new(false, now, self.tick_ns, self.hz, pending));
+                        let mut run = SoftirqRun::new(false, now, self.tick_ns, self.hz, pending);
+                        run.bh_enable = kind == ExitKind::BhEnable;
+                        self.cpus[c].softirq = Some(run);
                     }
                 }
             }
@@ -1341,7 +1576,7 @@ impl<'a> Sim<'a> {
                         let ctx = match self.threads[t].kind {
                             ThreadKind::App(_) => Ctx::User,
                             ThreadKind::Ksoftirqd => Ctx::Ksoftirqd,
-                            ThreadKind::Napi(_) => Ctx::KThread,
+                            ThreadKind::Napi(_) => Ctx::NapiThread,
                         };
                         let end = now + self.costs.after_interrupt;
                         self.commit(c, now, end, ctx, Finish::Nothing);
@@ -1389,7 +1624,7 @@ impl<'a> Sim<'a> {
                     c,
                     start,
                     end,
-                    Ctx::KThread,
+                    Ctx::NapiThread,
                     Finish::ThreadPoll {
                         thread: t,
                         napi: n,
@@ -1432,11 +1667,12 @@ impl<'a> Sim<'a> {
                 let (end, work, _) = self.poll(c, n, tt, bs.budget);
                 tt = end;
                 self.record_poll(end, c, work, work == bs.budget);
+                self.count(end, |k| k.cpus[c].busy_polls += 1);
             } else {
                 // Another context polls the instance: spin.
                 tt += self.costs.poll.max(1);
             }
-            self.commit(c, start, tt.max(start + 1), Ctx::KThread, Finish::Nothing);
+            self.commit(c, start, tt.max(start + 1), Ctx::BusyPoll, Finish::Nothing);
             return true;
         }
         self.apps[a].busy_deadline = None;
@@ -1459,7 +1695,7 @@ impl<'a> Sim<'a> {
             c,
             start,
             end,
-            Ctx::KThread,
+            Ctx::BusyPoll,
             Finish::BusyPollStop {
                 napi: n,
                 work,
@@ -1548,19 +1784,16 @@ impl<'a> Sim<'a> {
                     tt = self.egress(c, reply, tt);
                 }
                 None => {
-                    if p.arrival >= self.start && p.arrival < self.end {
+                    if let Some(i) = self.win.lookup(p.arrival) {
                         let cls = p.class as usize;
-                        self.total.class_forwarded[cls] += 1;
-                        if let Some(i) = self.interval_of(p.arrival) {
-                            self.counts[i].class_forwarded[cls] += 1;
-                        }
+                        self.counts[i].class_forwarded[cls] += 1;
                         self.latency[cls].record(tt + self.lat_rx_dma - p.arrival);
                     }
                 }
             }
         }
         // Kernel part (penalty, system calls, transmit) first, then user time.
-        self.commit_split(c, start, tt - user, tt, Ctx::KThread, Ctx::User);
+        self.commit_split(c, start, tt - user, tt, Ctx::AppKernel, Ctx::User);
         true
     }
 
@@ -1574,6 +1807,8 @@ impl<'a> Sim<'a> {
             };
             let ctx = if run.ksoftirqd {
                 Ctx::Ksoftirqd
+            } else if run.bh_enable {
+                Ctx::SoftirqBh
             } else {
                 Ctx::Softirq
             };
@@ -1638,10 +1873,16 @@ impl<'a> Sim<'a> {
                 self.count(now, |k| k.cpus[c].tx_softirqs += 1);
                 let (start, pen) = self.begin(c, false);
                 let t0 = start + pen + self.costs.tx_softirq;
-                // net_tx_action: run the qdisc of this CPU's TX queue, one quota.
-                let end = self.qdisc_run(c, t0, 64);
-                if !self.txqs[c].qdisc.is_empty() && self.txqs[c].has_room() {
-                    self.cpus[c].softirq_pending |= NET_TX;
+                // net_tx_action: run the qdiscs on this CPU's output queue, one quota
+                // each; one that still has a backlog and room stays scheduled.
+                let mut end = t0;
+                let scheduled = std::mem::take(&mut self.tx_sched[c]);
+                for &x in &scheduled {
+                    end = self.qdisc_run(x, end, 64);
+                    if !self.txqs[x].qdisc.is_empty() && self.txqs[x].has_room() {
+                        self.tx_sched[c].push(x);
+                        self.cpus[c].softirq_pending |= NET_TX;
+                    }
                 }
                 self.commit(c, start, end, ctx, Finish::Nothing);
                 return true;

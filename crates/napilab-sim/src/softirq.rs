@@ -31,6 +31,8 @@ pub fn max_softirq_jiffies(hz: u32) -> u64 {
 #[derive(Debug)]
 pub struct SoftirqRun {
     pub ksoftirqd: bool,
+    /// Run inline by `local_bh_enable` rather than on IRQ exit (accounting only).
+    pub bh_enable: bool,
     /// `end = jiffies + MAX_SOFTIRQ_TIME`: restart only while `jiffies < end`.
     pub end_jiffy: u64,
     pub restarts_left: u32,
@@ -44,6 +46,7 @@ impl SoftirqRun {
     pub fn new(ksoftirqd: bool, now: Nanos, tick_ns: Nanos, hz: u32, pending: u8) -> Self {
         SoftirqRun {
             ksoftirqd,
+            bh_enable: false,
             end_jiffy: jiffies(now, tick_ns) + max_softirq_jiffies(hz),
             restarts_left: MAX_SOFTIRQ_RESTART,
             todo: pending,

@@ -1,9 +1,15 @@
-//! Stretch goal: the WiFi access point of domain.md 5.1, E2W single-core at 100 Mbit/s.
-//! Published: about 8,300 packets/s, 4,650 Ethernet RX IRQs/s, 6,350 RX softirqs/s and
-//! 2,000 WiFi TX IRQs/s (the softirq excess is TX completion work: misreading 2).
-//! Checked within 20%. Two of the four (RX and TX IRQ rates) were used to set the
-//! scenario's coalescing (rx_usecs 70, tx_frames 4), so they check the calibration; the
-//! packet rate and the RX softirq rate then follow from the model.
+//! The WiFi access point of domain.md 5.1 (Cortex-A72, bcmgenet -> AX210/mac80211,
+//! Ethernet-to-WiFi). Published figures: at 100 Mbit/s single-core about 8,300
+//! packets/s, 4,650 Ethernet RX IRQs/s, 6,350 RX softirqs/s and 2,000 WiFi TX IRQs/s
+//! (the softirq excess is TX completion work: misreading 2), checked within 20%; two
+//! of the four (the IRQ rates) set the scenario's coalescing (rx_usecs 70, tx_frames
+//! 4), so they check the calibration, and the packet and softirq rates follow. At 500
+//! Mbit/s only per-stage cycles per second are published (dual-core), checked below,
+//! with the one the twin does not reproduce pinned and explained. Dual-core: the
+//! published qualitative findings. The twin's predicted maximum per path (E2W, W2E)
+//! and core configuration. W2E runs on its own profile built from the W2E stage
+//! figures; its one emergent published figure (TX softirq on the other core) is a
+//! pinned deviation, see docs/sim.md.
 
 mod common;
 use common::rel;
@@ -36,4 +42,206 @@ fn e2w_single_core_rates_at_100_mbit() {
     // E2W has no qdisc: everything stays on the one core, nothing is queued.
     assert_eq!(t.tx_dropped_pps, 0.0);
     assert!(c.net_rx_softirqs_per_s > c.rx_irqs_per_s);
+}
+
+fn ap(toml: &str, what: &str, pps: f64) -> napilab_sim::SimResult {
+    let mut cfg = SimConfig::from_toml_str(toml, what).expect("shipped scenario parses");
+    cfg.measurement.duration_ms = 1000.0;
+    cfg.traffic.rate_pps = pps;
+    let p = Profile::builtin("ap-cortex-a72-bcmgenet").expect("shipped profile parses");
+    napilab_sim::run(&cfg, &p, 1)
+}
+
+const SINGLE: &str = include_str!("../scenarios/ap-e2w-single-core.toml");
+const DUAL: &str = include_str!("../scenarios/ap-e2w-dual-core.toml");
+
+/// Dual-core (domain.md 5.1: WiFi IRQ on core 0, Ethernet IRQ on core 1): "E2W is
+/// processed entirely on the Ethernet IRQ core because mac80211 bypasses the qdisc"
+/// (core 0 only takes the WiFi TX-completion IRQs and reclaims), and "dual-core costs
+/// more ... (more IRQs ...)": with the completions on the other core they are no
+/// longer reclaimed in passing by the Ethernet core's polls. At 100 and 500 Mbit/s.
+#[test]
+fn e2w_dual_core_stays_on_the_ethernet_core_with_more_irqs() {
+    for pps in [8_300.0, 41_500.0] {
+        let s = ap(SINGLE, "ap-e2w-single-core.toml", pps);
+        let d = ap(DUAL, "ap-e2w-dual-core.toml", pps);
+        for r in [&s, &d] {
+            assert!(
+                rel(r.model.totals.forwarded_pps, pps) < 0.02,
+                "{pps}: forwarded {}",
+                r.model.totals.forwarded_pps
+            );
+        }
+        let (c0, c1) = (&d.model.totals.cpus[0], &d.model.totals.cpus[1]);
+        assert!(
+            c1.busy > 5.0 * c0.busy,
+            "{pps}: core 1 {:.3}, core 0 {:.3}",
+            c1.busy,
+            c0.busy
+        );
+        assert_eq!(c0.rx_irqs_per_s, 0.0);
+        assert_eq!(c1.tx_completion_irqs_per_s, 0.0);
+        assert!(c0.tx_completion_irqs_per_s > 0.0);
+        let irqs = |r: &napilab_sim::SimResult| -> f64 {
+            r.model.totals.cpus.iter().map(|c| c.hardirqs_per_s).sum()
+        };
+        assert!(
+            irqs(&d) > irqs(&s),
+            "{pps}: dual {} vs single {}",
+            irqs(&d),
+            irqs(&s)
+        );
+    }
+}
+
+/// 500 Mbit/s (41,500 packets/s), dual-core: the per-stage cycles per second of
+/// domain.md 5.1 (E2W: poll 125 M, IP stack 24 M, init xmit 546 M, TX reclaim 42 M),
+/// within 20%, from the twin's counts of the work each stage did (packets polled,
+/// through the IP stack, transmitted, descriptors reclaimed) times the profile's
+/// per-packet cycles. The profile's per-packet cycles were derived from these very
+/// figures, so this checks that the twin charges each stage once per packet at this
+/// load (no drop, no double reclaim), not the figures themselves.
+///
+/// The fifth figure, "RX SoftIRQ" 35 M cycles/s, is a per-run cost the profile takes
+/// as 1,100 cycles assuming 0.77 runs per packet (the 100 Mbit/s single-core ratio).
+/// The twin instead predicts about 5,400 NET_RX runs/s on the Ethernet core at 500
+/// Mbit/s (its 70 us RX coalescing collects about 7.6 packets per IRQ), which gives
+/// about 6 M cycles/s: known deviation, pinned here below half the published value
+/// (if it ever reaches the published figure, update docs/sim.md and this test). The
+/// published figure implies either about 32,000 runs/s (far less coalescing at 500
+/// Mbit/s than the 70 us that fits 100 Mbit/s) or about 6,400 cycles per run; no
+/// published IRQ or softirq rate at 500 Mbit/s decides between them.
+#[test]
+fn e2w_stage_cycles_at_500_mbit() {
+    let p = Profile::builtin("ap-cortex-a72-bcmgenet").expect("shipped profile parses");
+    let d = ap(DUAL, "ap-e2w-dual-core.toml", 41_500.0);
+    let t = &d.model.totals;
+    let obs = &d.observation.intervals[0];
+    let rx = obs.devices[0].rx_packets.as_ref().expect("rx").value;
+    let tx = obs.devices[1].tx_packets.as_ref().expect("tx").value;
+    let processed: f64 = obs
+        .cpus
+        .iter()
+        .map(|c| c.softnet_processed.as_ref().expect("processed").value)
+        .sum();
+    let s = &p.stage_cycles;
+    let stages = [
+        ("poll", rx * s.poll, 125e6),
+        ("IP stack", processed * s.ip_stack, 24e6),
+        ("init xmit", tx * s.xmit, 546e6),
+        // Every transmitted descriptor is reclaimed once, on core 0.
+        ("TX reclaim", tx * s.tx_reclaim, 42e6),
+    ];
+    for (what, twin, published) in stages {
+        assert!(
+            rel(twin, published) < 0.20,
+            "{what}: twin {:.1} M cycles/s, published {:.0} M",
+            twin / 1e6,
+            published / 1e6
+        );
+    }
+    let softirq_stage = t.cpus[1].net_rx_softirqs_per_s * p.fixed_cycles.softirq;
+    assert!(
+        softirq_stage > 0.0 && softirq_stage < 0.5 * 35e6,
+        "RX SoftIRQ stage {:.1} M cycles/s",
+        softirq_stage / 1e6
+    );
+}
+
+/// The twin's predicted maximum E2W throughput (RFC 2544 style search, loss <= 0.1%),
+/// per core configuration: both forward the Gigabit Ethernet line rate of 1,506-byte
+/// packets (the study forwarded 500 Mbit/s; it quotes no maximum), and with the link
+/// unconstrained the CPU gives out later in dual-core, where core 0 does the reclaim.
+#[test]
+fn e2w_predicted_maximum_per_core_configuration() {
+    let p = Profile::builtin("ap-cortex-a72-bcmgenet").expect("shipped profile parses");
+    let max = |toml: &str, link: f64| {
+        let mut cfg = SimConfig::from_toml_str(toml, "ap").expect("parses");
+        cfg.measurement.duration_ms = 300.0;
+        cfg.egress.link_mbps = link;
+        napilab_sim::max_throughput(&cfg, &p, 1, 0.001, 10_000.0, 400_000.0, 0.01)
+            .0
+            .pps
+    };
+    let line = 1e9 / ((1506.0 + 20.0) * 8.0);
+    for toml in [SINGLE, DUAL] {
+        let m = max(toml, 1000.0);
+        assert!(
+            m > 0.97 * line && m <= 1.01 * line,
+            "{m} vs line rate {line}"
+        );
+    }
+    let (s, d) = (max(SINGLE, 100_000.0), max(DUAL, 100_000.0));
+    assert!(
+        s > line && d > 1.03 * s,
+        "CPU-bound: single {s:.0}, dual {d:.0}"
+    );
+}
+
+/// Wi-Fi-to-Ethernet (W2E) with the W2E per-stage cycles of 5.1
+/// (`profiles/ap-cortex-a72-w2e.toml`; coalescing assumed as for E2W). Predicted:
+/// 500 Mbit/s forwarded without loss in both core configurations; in dual-core the
+/// Ethernet IRQ core takes the TX completions and the reclaim; the maximum is the
+/// Gigabit line rate in both, and with the link unconstrained the CPU gives out later
+/// in dual-core. Known deviation, pinned: the published "TX SoftIRQ" 23 M cycles/s
+/// (the Ethernet qdisc running on the other core) does not appear, because the twin's
+/// FIFO is bypassed while empty and the TX ring never fills at 500 Mbit/s; FQ-CoDel,
+/// which is never bypassed, is not modelled (docs/sim.md).
+#[test]
+fn w2e_single_and_dual_core() {
+    let p = Profile::from_toml_str(
+        include_str!("../profiles/ap-cortex-a72-w2e.toml"),
+        "profiles/ap-cortex-a72-w2e.toml",
+    )
+    .expect("shipped profile parses");
+    let cfg = |toml: &str| SimConfig::from_toml_str(toml, "w2e").expect("parses");
+    let single = cfg(include_str!("../scenarios/ap-w2e-single-core.toml"));
+    let dual = cfg(include_str!("../scenarios/ap-w2e-dual-core.toml"));
+    let (s, d) = (
+        napilab_sim::run(&single, &p, 1),
+        napilab_sim::run(&dual, &p, 1),
+    );
+    for r in [&s, &d] {
+        let t = &r.model.totals;
+        assert!(rel(t.forwarded_pps, 41_500.0) < 0.02, "{}", t.forwarded_pps);
+        assert_eq!(t.rx_dropped_pps + t.tx_dropped_pps, 0.0);
+        let net_tx: f64 = t.cpus.iter().map(|c| c.net_tx_softirqs_per_s).sum();
+        assert_eq!(
+            net_tx, 0.0,
+            "pinned deviation: no NET_TX work with a bypassed FIFO"
+        );
+    }
+    let (s0, d0, d1) = (
+        &s.model.totals.cpus[0],
+        &d.model.totals.cpus[0],
+        &d.model.totals.cpus[1],
+    );
+    assert!(d1.tx_completion_irqs_per_s > 0.0 && d0.tx_completion_irqs_per_s == 0.0);
+    assert!(
+        d1.busy > 0.01 && d0.busy < s0.busy,
+        "{} {} {}",
+        s0.busy,
+        d0.busy,
+        d1.busy
+    );
+    let max = |mut c: SimConfig, link: f64| {
+        c.measurement.duration_ms = 300.0;
+        c.egress.link_mbps = link;
+        napilab_sim::max_throughput(&c, &p, 1, 0.001, 10_000.0, 400_000.0, 0.01)
+            .0
+            .pps
+    };
+    let line = 1e9 / ((1506.0 + 20.0) * 8.0);
+    for c in [single.clone(), dual.clone()] {
+        let m = max(c, 1000.0);
+        assert!(
+            m > 0.97 * line && m < 1.03 * line,
+            "{m} vs line rate {line}"
+        );
+    }
+    let (ms, md) = (max(single, 100_000.0), max(dual, 100_000.0));
+    assert!(
+        ms > 1.2 * line && md > 1.02 * ms,
+        "CPU-bound: single {ms:.0}, dual {md:.0}"
+    );
 }

@@ -183,6 +183,31 @@ fn plain_busy_polling_burns_the_cpu_but_keeps_irqs() {
     );
     assert!(cb.kthread > 0.5, "system time {:.3}", cb.kthread);
     assert!(cb.tick_system > 0.5, "tick system {:.3}", cb.tick_system);
+    // Which system time: busy polling, and the application's thread by name.
+    assert!(cb.busy_poll > 0.5, "busy-poll time {:.3}", cb.busy_poll);
+    assert!(cb.busy_polls_per_s > 10_000.0, "{}", cb.busy_polls_per_s);
+    let iv = &busy.observation.intervals[0];
+    let tr = iv.trace.as_ref().expect("trace view");
+    let bp = tr
+        .context_shares
+        .iter()
+        .find(|s| s.cpu == 0 && s.context == napilab_core::trace::ExecContext::BusyPoll)
+        .expect("busy-poll context");
+    assert!((bp.share.value - cb.busy_poll).abs() < 1e-9);
+    let app = iv
+        .threads
+        .iter()
+        .find(|t| matches!(&t.role, napilab_core::ThreadRole::Application { name } if name == "server"))
+        .expect("application thread listed");
+    // The thread's time holds its busy polls, system calls and own work.
+    let share = app.cpu.as_ref().expect("cpu").value;
+    assert!(
+        share >= cb.busy_poll + cb.app_system + cb.user - 1e-3,
+        "thread {share:.3} vs busy poll {:.3} + system calls {:.3} + user {:.3}",
+        cb.busy_poll,
+        cb.app_system,
+        cb.user
+    );
     assert!(
         cb.rx_irqs_per_s > 0.5 * ci.rx_irqs_per_s,
         "{} vs {}",
@@ -205,10 +230,17 @@ fn plain_busy_polling_burns_the_cpu_but_keeps_irqs() {
 /// qualitatively: Busy Wait burns 100% CPU at any load; IRQ Suspend falls back to
 /// interrupt-driven CPU use when load is low; under load both take almost no NIC IRQs
 /// and almost no softirq time, and IRQ Suspend's tail latency beats No Coalescing.
-/// Twin deviation (reported): under load IRQ Suspend's latency stays above Busy Wait's
-/// (mean about 1.6x, p99 about 1.4x at 500k requests/s) where the study found them
-/// equal: whenever one busy poll finds the socket empty the application blocks and
-/// the 20 us deferral timer takes over.
+/// Why IRQ Suspend's latency is above Busy Wait's at 500k requests/s (mean about 1.6x,
+/// p99 about 1.4x; the study found the tails equal "under load"): with
+/// busy_poll_usecs 0, an epoll_wait that finds the socket empty after its one busy
+/// poll blocks and hands the instance back (`napi_resume_irqs` schedules it); the
+/// deferral then keeps the IRQ masked, so the next request waits for the 20 us
+/// gro-flush timer's poll (half of it on average: the twin counts about 3,500 timer
+/// polls/s at 500k/s). This is the kernel's mechanism, not a modelling gap: the gap
+/// closes as the load approaches what the core can serve, where the socket is rarely
+/// empty (here ~555k/s: at 545k/s the timer fires 660 times/s and p99 is within 15%;
+/// at saturation the two modes are identical). The study's "under load" points ran
+/// the 8 servers near their maximum with ~25k cycles per query.
 #[test]
 fn irq_suspension_versus_busy_wait() {
     let mode = |name: &str, pps: f64| {
@@ -285,4 +317,13 @@ fn irq_suspension_versus_busy_wait() {
     }
     assert!(nc.softirq_inline > 0.1);
     assert!(isl.p99_us < ncl.p99_us, "{} vs {}", isl.p99_us, ncl.p99_us);
+    // Near the core's capacity the socket is rarely empty and the tails meet.
+    let (_, bw_hi) = mode("busy_wait", 545_000.0);
+    let (_, is_hi) = mode("irq_suspend", 545_000.0);
+    assert!(
+        rel(is_hi.p99_us, bw_hi.p99_us) < 0.15,
+        "p99 at 545k/s: irq suspend {:.1} us, busy wait {:.1} us",
+        is_hi.p99_us,
+        bw_hi.p99_us
+    );
 }

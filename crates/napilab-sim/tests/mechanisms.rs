@@ -3,7 +3,8 @@
 
 mod common;
 use common::*;
-use napilab_core::{OriginKind, Source};
+use napilab_core::trace::ExecContext;
+use napilab_core::{OriginKind, RuleId, Source, Subject};
 use napilab_sim::config::NapiContext;
 
 /// Misreading 3 (domain.md section 4; section 3 "CPU accounting"): at low load the
@@ -118,6 +119,74 @@ fn threaded_napi_runs_as_system_time() {
         .find(|t| t.name.starts_with("napi/"))
         .expect("napi thread listed");
     assert!(th.cpu.as_ref().expect("cpu").value > 0.4);
+    // The tracing-tier view: the kthread's polls and its true time by context.
+    let tr = r.observation.intervals[0]
+        .trace
+        .as_ref()
+        .expect("trace view");
+    let share = |ctx: ExecContext| {
+        tr.context_shares
+            .iter()
+            .find(|s| s.cpu == 0 && s.context == ctx)
+            .map(|s| s.share.value)
+            .expect("context listed")
+    };
+    assert!((share(ExecContext::NapiThread) - c.napi_thread).abs() < 1e-9);
+    assert!(c.napi_thread > 0.4, "napi kthread {:.3}", c.napi_thread);
+    assert!(tr.cpu(0).expect("cpu0").napi_thread_polls.value > 10_000.0);
+    // The thread's own share is its polls plus its context switches and penalties.
+    let thread_share = th.cpu.as_ref().expect("cpu").value;
+    assert!(
+        thread_share >= c.napi_thread - 1e-3,
+        "{thread_share} vs {}",
+        c.napi_thread
+    );
+    // No RX softirq runs for the threaded queue; what softirq there is reclaims TX
+    // completions on the exit of their IRQ, a small share next to the kthread's.
+    let after_irq = share(ExecContext::Hardirq);
+    assert!(
+        after_irq > 0.0 && after_irq < 0.5 * c.napi_thread,
+        "{after_irq:.3}"
+    );
+}
+
+/// The twin fills the tracing tier's view of every interval with its true times
+/// (`Source::Model`): softirq and device-IRQ time per CPU beside the tick-sampled
+/// /proc/stat shares. napilab's own explain rule for misreading 3 then fires on the
+/// twin's Observation at low load, as it does on a traced live host.
+#[test]
+fn trace_view_carries_true_time_and_explain_finds_misreading_3() {
+    let r = run_router(200_000.0, 100.0);
+    let c = &r.model.totals.cpus[0];
+    let i = &r.observation.intervals[0];
+    let t = i
+        .trace
+        .as_ref()
+        .and_then(|t| t.cpu(0))
+        .expect("trace view of cpu0");
+    assert_eq!(t.softirq.source, Source::Model);
+    assert!((t.softirq.value - (c.softirq_inline + c.ksoftirqd)).abs() < 1e-9);
+    assert!((t.hardirq.value - c.hardirq_device).abs() < 1e-9);
+    assert!(
+        t.hardirq.value > 0.01,
+        "device IRQ time {:.4}",
+        t.hardirq.value
+    );
+    let findings = napilab_core::explain::explain(&r.observation);
+    let f = findings
+        .iter()
+        .find(|f| f.rule == RuleId::AccountingTruth && f.subject == Subject::Cpu(0))
+        .unwrap_or_else(|| panic!("no accounting-truth finding in {findings:#?}"));
+    assert!(f.title.contains("/proc/stat"), "{}", f.title);
+    // At saturation ksoftirqd does the work and the ticks see it: no finding.
+    let r = run_router(2_000_000.0, 40.0);
+    let findings = napilab_core::explain::explain(&r.observation);
+    assert!(
+        !findings
+            .iter()
+            .any(|f| f.rule == RuleId::AccountingTruth && f.subject == Subject::Cpu(0)),
+        "{findings:#?}"
+    );
 }
 
 /// Software IRQ deferral (defer-hard-irqs, gro-flush-timeout) and hardware
@@ -276,4 +345,13 @@ fn try_run_names_the_bad_field() {
     cfg.ingress.queues[0].rps_cpus = vec![7];
     let e = napilab_sim::try_run(&cfg, &router_profile(), 1).expect_err("rejected");
     assert_eq!(e.field, "ingress.queues[0].rps_cpus");
+}
+
+#[test]
+fn completion_cpu_must_exist() {
+    let mut cfg = router_config(1_000.0, 1.0);
+    cfg.egress.completion = napilab_sim::config::TxCompletion::OnCpu(3);
+    let e = napilab_sim::try_run(&cfg, &router_profile(), 1).expect_err("rejected");
+    assert_eq!(e.field, "egress.completion.on_cpu");
+    assert!(e.to_string().contains("host.cpus = 1"), "{e}");
 }

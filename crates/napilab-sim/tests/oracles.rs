@@ -98,10 +98,19 @@ fn one_poller_matches_m_d_1_mean_wait() {
 /// packet waits at most Tmax = b * x / (1 - rho_RT), b the BE ring budget and x the
 /// per-packet service time, even with the BE ring flooded (1.2 x capacity here).
 ///
-/// The bound is a fluid one: with constant-rate RT traffic the twin's maximum RT wait
-/// stays under it. With Poisson RT traffic, RT bursts queue behind each other and the
-/// rare maximum exceeds it (twin: max about 1.4 Tmax), so for Poisson the check is on
-/// the 99th percentile. SQ (one shared ring) under the same load is far worse.
+/// Under which assumptions: the bound is the fixed point of W = b x + rho_RT W. A
+/// newly arrived RT packet waits for at most one BE batch (b x), plus the RT work that
+/// arrives while it waits, taken as rho_RT W, i.e. RT traffic arriving at its mean
+/// rate (fluid, or constant-rate to within one packet). That is a bound on every
+/// packet only for smooth RT arrivals, and that is what is checked: with constant-rate
+/// RT traffic the twin's maximum RT wait stays under Tmax. With Poisson RT traffic
+/// (the study's traffic) more than rho_RT W of RT work can arrive in a window, RT
+/// packets queue behind each other's bursts, and no finite bound on every packet
+/// exists (an M/D/1 queue has unbounded waits); the fixed point then holds for the
+/// expected RT work, so the check is the mean RT wait <= Tmax, plus the 99th
+/// percentile, which the twin also keeps under Tmax (its rare maximum is about 1.4
+/// Tmax). The model is right to exceed it there. SQ (one shared ring) under the same
+/// load is far worse.
 #[test]
 fn ll_wfq_keeps_rt_waiting_under_the_ingress_qos_bound() {
     let x_ns = 500.0;
@@ -142,9 +151,14 @@ fn ll_wfq_keeps_rt_waiting_under_the_ingress_qos_bound() {
     let r = napilab_sim::run(&cfg, &p, 7);
     let rt = r.model.class("rt").expect("rt class");
     let p99_wait = rt.latency.p99_us * 1e3 - x_ns;
+    let mean_wait = rt.latency.mean_us * 1e3 - x_ns;
     eprintln!(
-        "LL-WFQ Poisson: RT p99 wait {p99_wait:.0} ns, max wait {:.0} ns, Tmax {tmax:.0} ns",
+        "LL-WFQ Poisson: RT mean wait {mean_wait:.0} ns, p99 wait {p99_wait:.0} ns, max wait {:.0} ns, Tmax {tmax:.0} ns",
         rt.latency.max_us * 1e3 - x_ns
+    );
+    assert!(
+        mean_wait <= tmax,
+        "Poisson: RT mean wait {mean_wait:.0} ns > Tmax {tmax:.0} ns"
     );
     assert!(
         p99_wait <= tmax,

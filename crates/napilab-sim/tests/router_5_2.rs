@@ -35,13 +35,15 @@ fn copes_with_1_5_mpps_at_about_11_7_us() {
 }
 
 /// domain.md 5.2: "SQ IRQ rate about 32k/s at 1.5 Mpps, falling to zero above 1.7
-/// Mpps" (misreading 1: IRQs fall while the core is fully busy). Tolerance 25% at 1.5
-/// Mpps: the figure is read off a plot.
+/// Mpps" (misreading 1: IRQs fall while the core is fully busy). Tolerance 15% at 1.5
+/// Mpps, as for the latency figure (the twin gives about 36k/s, 13% high; the
+/// published value is read off a plot and the profile's per-IRQ costs were fitted to
+/// it together with the steep start of the CPU curve).
 #[test]
 fn irq_rate_about_32k_at_1_5_mpps_and_vanishes_past_saturation() {
-    let at = |pps| run_router(pps, 60.0).model.totals.cpus[0].rx_irqs_per_s;
+    let at = |pps| run_router(pps, 200.0).model.totals.cpus[0].rx_irqs_per_s;
     let i15 = at(1_500_000.0);
-    assert!(rel(i15, 32_000.0) < 0.25, "RX IRQs at 1.5 Mpps: {i15:.0}/s");
+    assert!(rel(i15, 32_000.0) < 0.15, "RX IRQs at 1.5 Mpps: {i15:.0}/s");
     let i18 = at(1_800_000.0);
     assert!(i18 < 1_000.0, "RX IRQs at 1.8 Mpps: {i18:.0}/s");
     // ... and the IRQ rate at low load is far higher than at saturation.
@@ -66,8 +68,10 @@ fn latency_jumps_near_saturation() {
 
 /// domain.md 5.2: "CPU utilisation rises steeply to 0.2 Mpps (IRQ cost) ... then
 /// grows linearly to 100% near 1.7 Mpps". The published flat stretch from 0.2 to 0.7
-/// Mpps is NOT reproduced (the twin rises by about 0.3 there); see docs/sim.md. What
-/// is checked: the steep start, the slope falling with load, and ~100% near 1.7 Mpps.
+/// Mpps is NOT reproduced (the twin rises by about 0.28 there); docs/sim.md says what
+/// was ruled out (tick sampling: a periodic tick reads the true curve, NOHZ reads
+/// about 0) and what is not modelled. What is checked: the steep start, the slope
+/// falling with load, and ~100% near 1.7 Mpps.
 #[test]
 fn cpu_utilisation_curve_shape() {
     let busy = |pps| run_router(pps, 40.0).model.totals.cpus[0].busy;

@@ -16,6 +16,18 @@ const SCENARIOS: &[(&str, &str)] = &[
         "server-irq-suspend.toml",
         include_str!("../scenarios/server-irq-suspend.toml"),
     ),
+    (
+        "ap-e2w-dual-core.toml",
+        include_str!("../scenarios/ap-e2w-dual-core.toml"),
+    ),
+    (
+        "ap-w2e-single-core.toml",
+        include_str!("../scenarios/ap-w2e-single-core.toml"),
+    ),
+    (
+        "ap-w2e-dual-core.toml",
+        include_str!("../scenarios/ap-w2e-dual-core.toml"),
+    ),
 ];
 
 #[test]
@@ -24,8 +36,16 @@ fn shipped_scenarios_run() {
         let mut cfg = SimConfig::from_toml_str(text, name).expect("shipped scenario parses");
         cfg.measurement.duration_ms = 5.0;
         cfg.measurement.interval_ms = None;
-        for (pname, _) in BUILTIN {
-            let p = Profile::builtin(pname).expect("profile");
+        let w2e = Profile::from_toml_str(
+            include_str!("../profiles/ap-cortex-a72-w2e.toml"),
+            "profiles/ap-cortex-a72-w2e.toml",
+        )
+        .expect("shipped profile parses");
+        let profiles = BUILTIN
+            .iter()
+            .map(|(n, _)| (n.to_string(), Profile::builtin(n).expect("profile")))
+            .chain([("ap-cortex-a72-w2e".to_string(), w2e)]);
+        for (pname, p) in profiles {
             let r = napilab_sim::run(&cfg, &p, 1);
             let t = &r.model.totals;
             assert!(t.offered_pps > 0.0, "{name} on {pname}");
