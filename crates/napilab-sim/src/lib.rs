@@ -6,9 +6,11 @@
 //! /work/shared/docs/domain.md section 3.
 
 pub mod accounting;
+pub mod calibrate;
 pub mod config;
 pub mod cpu;
 pub mod event;
+pub mod from_scenario;
 pub mod latency;
 pub mod napi;
 pub mod nic;
@@ -20,7 +22,9 @@ mod sim;
 pub mod softirq;
 pub mod traffic;
 
+pub use calibrate::LabProfile;
 pub use config::{ConfigError, SimConfig};
+pub use from_scenario::{plan as plan_scenario, TwinPlan};
 pub use output::{ClassReport, CpuReport, ModelInterval, ModelReport, SimResult};
 pub use point::max_throughput;
 pub use profile::Profile;

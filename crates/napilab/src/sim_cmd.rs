@@ -1,5 +1,7 @@
-//! `napilab sim run`: the twin on a twin configuration file, as a load sweep and an
-//! optional maximum-throughput search, producing the same RunRecord as the lab.
+//! `napilab sim run`: the twin on a lab scenario (every configuration, its sweep and its
+//! search, as the lab runs them) or on a twin configuration file (a load sweep and an
+//! optional maximum-throughput search), producing the same RunRecord as the lab; and
+//! `napilab sim calibrate`: a lab profile fitted from a lab run.
 
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -10,6 +12,8 @@ use napilab_core::{
     ConfigurationResult, CpuAccounting, HostFacts, Hz, PointResult, PointRole, RunKind, RunRecord,
     RUN_SCHEMA,
 };
+use napilab_sim::calibrate::{self, LabProfile};
+use napilab_sim::from_scenario::{self, TwinPlan};
 use napilab_sim::{max_throughput, try_run, Profile, SimConfig, SimResult};
 
 #[derive(clap::Args)]
@@ -20,32 +24,66 @@ pub struct SimArgs {
 
 #[derive(clap::Subcommand)]
 enum SimCommand {
-    /// Run the twin on a configuration file (see crates/napilab-sim/scenarios/ and
-    /// docs/sim.md): one point per offered load, run in parallel across CPUs.
+    /// Run the twin on a lab scenario (scenarios/*.toml, docs/lab.md: every
+    /// configuration with its sweep, repeats and search, as `napilab lab run` does) or
+    /// on a twin configuration (crates/napilab-sim/scenarios/, docs/sim.md): one point
+    /// per offered load, run in parallel across CPUs.
     Run(RunArgs),
+    /// Fit a lab profile (per-packet, per-poll and testbed costs, the poller's
+    /// wake-up delay) from one configuration of a lab run, and predict the run's other
+    /// configurations' maxima with it (docs/sim.md, "Lab scenarios and the veth-lab
+    /// profile").
+    Calibrate(CalibrateArgs),
+}
+
+#[derive(clap::Args)]
+struct CalibrateArgs {
+    /// The lab run's record (results/<run id>/run.json of `napilab lab run`).
+    #[arg(long, value_name = "RUN_JSON")]
+    lab: PathBuf,
+    /// The configuration to fit on (threaded NAPI, with a sweep below its maximum and a
+    /// maximum-throughput search).
+    #[arg(long, value_name = "NAME")]
+    config: String,
+    /// Configurations to predict (comma-separated); default: every other searched one.
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    predict: Vec<String>,
+    /// Profile to start from (its assumed numbers are kept): a file or a shipped name.
+    #[arg(long, default_value = "veth-lab")]
+    base: String,
+    /// Write the fitted profile, with its provenance, to this file.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
 struct RunArgs {
-    /// Twin configuration (TOML).
+    /// A lab scenario (TOML with [traffic] classes, docs/lab.md) or a twin
+    /// configuration (TOML with [host] and [ingress], docs/sim.md); told apart by
+    /// content.
     config: PathBuf,
-    /// Platform profile: a shipped name (router-e3-1230-ixgbe, ap-cortex-a72-bcmgenet)
-    /// or a TOML file.
+    /// Platform profile: a shipped name (veth-lab, router-e3-1230-ixgbe,
+    /// ap-cortex-a72-bcmgenet) or a TOML file. Default for lab scenarios: veth-lab;
+    /// required for twin configurations.
     #[arg(long)]
-    profile: String,
-    /// Seed of the random traffic; the same seed gives the same result.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    profile: Option<String>,
+    /// Seed of the random traffic; the same seed gives the same result. Default: the
+    /// scenario's traffic.seed (repeats use seed, seed + 1, ...), or 1.
+    #[arg(long)]
+    seed: Option<u64>,
     /// Offered loads in packets per second, comma-separated, with k/M suffixes
-    /// (e.g. 0.2M,0.7M,1.5M); default: the configuration's traffic.rate_pps.
+    /// (e.g. 0.2M,0.7M,1.5M); default: the scenario's loads, or the configuration's
+    /// traffic.rate_pps.
     #[arg(long, value_delimiter = ',', value_parser = parse_rate)]
     loads: Vec<f64>,
-    /// Also search the maximum throughput: the highest load with loss <= --loss.
+    /// Also search the maximum throughput: the highest load with loss <= --loss (a
+    /// scenario searches when its measurement.search says so).
     #[arg(long)]
     max_search: bool,
-    /// Loss threshold of the search, as a fraction.
-    #[arg(long, default_value_t = 0.001)]
-    loss: f64,
+    /// Loss threshold of the search, as a fraction (default: the scenario's
+    /// loss_threshold, or 0.001).
+    #[arg(long)]
+    loss: Option<f64>,
     /// Print the RunRecord as JSON.
     #[arg(long)]
     json: bool,
@@ -74,36 +112,60 @@ fn parse_rate(s: &str) -> Result<f64, String> {
 
 pub fn run(args: SimArgs) -> Result<()> {
     match args.command {
-        SimCommand::Run(a) => run_twin(&a),
+        SimCommand::Run(a) => {
+            let text = std::fs::read_to_string(&a.config)
+                .with_context(|| format!("cannot read {}", a.config.display()))?;
+            match input_kind(&text, &a.config)? {
+                Input::Scenario => run_scenario(&a, &text),
+                Input::Twin => run_twin(&a),
+            }
+        }
+        SimCommand::Calibrate(a) => run_calibrate(&a),
     }
 }
 
-fn load_profile(name: &str) -> Result<Profile> {
-    let path = Path::new(name);
-    if path.exists() {
-        return Profile::from_file(path).map_err(|e| anyhow::anyhow!("{e}"));
+enum Input {
+    Scenario,
+    Twin,
+}
+
+fn input_kind(text: &str, path: &Path) -> Result<Input> {
+    match from_scenario::input_kind(text) {
+        Ok(from_scenario::InputKind::Scenario) => Ok(Input::Scenario),
+        Ok(from_scenario::InputKind::TwinConfig) => Ok(Input::Twin),
+        Err(why) => bail!("{}: {why}", path.display()),
     }
-    Profile::builtin(name).map_err(|e| {
-        anyhow::anyhow!("{e}: name a shipped profile (router-e3-1230-ixgbe, ap-cortex-a72-bcmgenet) or a profile file")
+}
+
+fn load_profile(name: &str) -> Result<LabProfile> {
+    LabProfile::load(name).map_err(|e| {
+        anyhow::anyhow!("{e}: name a shipped profile (veth-lab, router-e3-1230-ixgbe, ap-cortex-a72-bcmgenet) or a profile file")
     })
 }
 
 /// Runs `configs` on the twin, spread over the machine's CPUs; results keep their order.
 fn run_parallel(configs: &[SimConfig], profile: &Profile, seed: u64) -> Result<Vec<SimResult>> {
+    let batch: Vec<(SimConfig, u64)> = configs.iter().map(|c| (c.clone(), seed)).collect();
+    run_batch(&batch, profile)
+}
+
+/// Runs (config, seed) pairs on the twin, spread over the machine's CPUs; results keep
+/// their order.
+fn run_batch(batch: &[(SimConfig, u64)], profile: &Profile) -> Result<Vec<SimResult>> {
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let chunk = configs.len().div_ceil(workers).max(1);
+    let chunk = batch.len().div_ceil(workers).max(1);
     std::thread::scope(|scope| {
-        let handles: Vec<_> = configs
+        let handles: Vec<_> = batch
             .chunks(chunk)
             .map(|part| {
                 scope.spawn(move || {
                     part.iter()
-                        .map(|c| try_run(c, profile, seed))
+                        .map(|(c, seed)| try_run(c, profile, *seed))
                         .collect::<Result<Vec<_>, _>>()
                 })
             })
             .collect();
-        let mut results = Vec::with_capacity(configs.len());
+        let mut results = Vec::with_capacity(batch.len());
         for handle in handles {
             let part = handle
                 .join()
@@ -117,12 +179,17 @@ fn run_parallel(configs: &[SimConfig], profile: &Profile, seed: u64) -> Result<V
 
 fn run_twin(args: &RunArgs) -> Result<()> {
     let config = SimConfig::from_file(&args.config).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let profile = load_profile(&args.profile)?;
-    if !(0.0..1.0).contains(&args.loss) {
+    let Some(profile_name) = args.profile.clone() else {
         bail!(
-            "--loss {} must be a fraction between 0 and 1 (e.g. 0.001)",
-            args.loss
+            "{}: a twin configuration needs --profile (a shipped name: veth-lab, router-e3-1230-ixgbe, ap-cortex-a72-bcmgenet, or a profile file)",
+            args.config.display()
         );
+    };
+    let profile = load_profile(&profile_name)?.profile;
+    let seed = args.seed.unwrap_or(1);
+    let loss = args.loss.unwrap_or(0.001);
+    if !(0.0..1.0).contains(&loss) {
+        bail!("--loss {loss} must be a fraction between 0 and 1 (e.g. 0.001)");
     }
     let started = unix_ms();
     let loads = if args.loads.is_empty() {
@@ -138,7 +205,7 @@ fn run_twin(args: &RunArgs) -> Result<()> {
             c
         })
         .collect();
-    let results = run_parallel(&configs, &profile, args.seed)?;
+    let results = run_parallel(&configs, &profile, seed)?;
     let mut points: Vec<PointResult> = results
         .iter()
         .zip(&loads)
@@ -166,8 +233,7 @@ fn run_twin(args: &RunArgs) -> Result<()> {
             .copied()
             .fold(config.traffic.rate_pps, f64::max)
             * 2.0;
-        let (max, probes) =
-            max_throughput(&config, &profile, args.seed, args.loss, 0.0, high, 0.01);
+        let (max, probes) = max_throughput(&config, &profile, seed, loss, 0.0, high, 0.01);
         let offset = points.len();
         points.extend(probes);
         Some(napilab_core::MaxThroughput {
@@ -198,10 +264,10 @@ fn run_twin(args: &RunArgs) -> Result<()> {
         napilab_version: env!("CARGO_PKG_VERSION").into(),
         interrupted: false,
         configurations: vec![ConfigurationResult {
-            name: format!("{name} on {}", args.profile),
+            name: format!("{name} on {profile_name}"),
             settings: vec![
-                ("profile".into(), args.profile.clone()),
-                ("seed".into(), args.seed.to_string()),
+                ("profile".into(), profile_name.clone()),
+                ("seed".into(), seed.to_string()),
             ],
             findings: points
                 .iter()
@@ -315,4 +381,333 @@ fn summary(record: &RunRecord, sweep: &[SimResult]) -> String {
         ));
     }
     out
+}
+
+/// Findings of a configuration's points, each rule and subject once.
+fn findings_of(points: &[PointResult]) -> Vec<napilab_core::Finding> {
+    points
+        .iter()
+        .filter_map(|p| p.observation.as_ref())
+        .flat_map(|o| o.findings.clone())
+        .fold(Vec::new(), |mut all, f| {
+            if !all
+                .iter()
+                .any(|x: &napilab_core::Finding| x.rule == f.rule && x.subject == f.subject)
+            {
+                all.push(f);
+            }
+            all
+        })
+}
+
+/// `napilab sim run SCENARIO`: every configuration of a lab scenario on the twin, with
+/// the scenario's loads, repeats and search, recorded as the lab records a run.
+fn run_scenario(args: &RunArgs, text: &str) -> Result<()> {
+    let file = args.config.display().to_string();
+    let scenario =
+        napilab_core::scenario::parse(text, &file, None).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut plan: TwinPlan =
+        from_scenario::plan(&scenario, &file).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let profile_name = args
+        .profile
+        .clone()
+        .unwrap_or_else(|| calibrate::VETH_LAB_NAME.to_string());
+    let lab = load_profile(&profile_name)?;
+    if let Some(seed) = args.seed {
+        plan.seeds = (0..plan.seeds.len() as u64)
+            .map(|r| seed.wrapping_add(r))
+            .collect();
+    }
+    if !args.loads.is_empty() {
+        plan.loads = args.loads.clone();
+    }
+    if let Some(loss) = args.loss {
+        if !(0.0..1.0).contains(&loss) {
+            bail!("--loss {loss} must be a fraction between 0 and 1 (e.g. 0.001)");
+        }
+        plan.loss_threshold = loss;
+    }
+    if args.max_search && plan.search.is_none() {
+        let m = &scenario.measurement;
+        plan.search = Some(from_scenario::SearchSpec {
+            max_pps: m.search_max_pps,
+            iterations: m.search_iterations,
+            resolution: m.search_resolution,
+        });
+    }
+    if plan.loads.is_empty() && plan.search.is_none() {
+        bail!("{file}: nothing to run: the scenario has no loads and no search (give --loads or --max-search)");
+    }
+    let mut notices: Vec<napilab_core::Notice> = plan.notices.clone();
+    if lab.testbed.is_none() {
+        notices.push(napilab_core::Notice {
+            what: format!("profile {profile_name}"),
+            why: "has no [testbed]: the generator's and the sink's CPU use on the DUT's CPUs is not modelled (use the veth-lab profile for lab scenarios)".into(),
+        });
+    }
+    let started = unix_ms();
+    let mut configurations = Vec::new();
+    for conf in &plan.configurations {
+        let profile = conf.profile_for(&lab.profile, lab.testbed.as_ref());
+        for n in &conf.notices {
+            notices.push(napilab_core::Notice {
+                what: format!("configuration {}: {}", conf.name, n.what),
+                why: n.why.clone(),
+            });
+        }
+        let (points, max) = from_scenario::run_configuration(&plan, conf, |batch| {
+            let pairs: Vec<(SimConfig, u64)> =
+                batch.iter().map(|(c, s, _)| (c.clone(), *s)).collect();
+            let results = run_batch(&pairs, &profile)
+                .map_err(|e| napilab_sim::ConfigError::new(&file, "(run)", e.to_string()))?;
+            Ok(results
+                .iter()
+                .zip(batch)
+                .map(|(r, (c, _, role))| r.to_point(*role, c.traffic.rate_pps, 0))
+                .collect())
+        })
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut settings = conf.settings.clone();
+        settings.push(("profile".into(), profile_name.clone()));
+        settings.push((
+            "seeds".into(),
+            plan.seeds
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+        ));
+        configurations.push(ConfigurationResult {
+            name: conf.name.clone(),
+            settings,
+            findings: findings_of(&points),
+            points,
+            max_throughput: max,
+        });
+    }
+    let cpus = plan
+        .configurations
+        .first()
+        .map_or(2, |c| c.config.host.cpus);
+    let mut host = configurations
+        .iter()
+        .flat_map(|c| c.points.iter())
+        .find_map(|p| p.observation.as_ref().map(|o| o.host.clone()))
+        .unwrap_or_else(|| HostFacts {
+            cpus: Vec::new(),
+            hz: Hz {
+                value: Some(from_scenario::LAB_HZ),
+                how: "config".into(),
+            },
+            accounting: CpuAccounting::TickSampled,
+            user_hz: 100,
+        });
+    if host.cpus.is_empty() {
+        host.cpus = (0..cpus).collect();
+    }
+    let record = RunRecord {
+        schema: RUN_SCHEMA.into(),
+        run_id: napilab_core::experiment::run_id(started, std::process::id()),
+        kind: RunKind::Model,
+        scenario_name: scenario.name.clone(),
+        scenario_toml: text.to_string(),
+        started_unix_ms: started,
+        finished_unix_ms: unix_ms(),
+        host,
+        napilab_version: env!("CARGO_PKG_VERSION").into(),
+        interrupted: false,
+        configurations,
+        notices,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&record)?);
+    } else {
+        print!("{}", scenario_summary(&record, &profile_name));
+    }
+    if !args.no_report {
+        write_report(&record, &args.db)?;
+    }
+    Ok(())
+}
+
+fn write_report(record: &RunRecord, db: &Path) -> Result<()> {
+    let dir = db.parent().unwrap_or(Path::new(".")).join(&record.run_id);
+    let outputs = napilab_report::write_outputs(record, &dir, db)?;
+    eprintln!(
+        "report: {} (points: {}, record: {}, stored in {})",
+        outputs.html.display(),
+        outputs.csv.display(),
+        outputs.json.display(),
+        outputs.db.display()
+    );
+    Ok(())
+}
+
+fn scenario_summary(record: &RunRecord, profile: &str) -> String {
+    let mut t = Table::new();
+    t.load_style(UTF8_BORDERS_ONLY);
+    t.set_header(vec![
+        "configuration",
+        "role",
+        "offered kpps",
+        "delivered kpps",
+        "loss %",
+        "latency p50/p99 us",
+        "cpu busy (/proc/stat view)",
+    ]);
+    for c in &record.configurations {
+        for p in &c.points {
+            let lat = p
+                .classes
+                .iter()
+                .filter_map(|k| {
+                    k.latency
+                        .as_ref()
+                        .map(|l| format!("{}: {:.0}/{:.0}", k.name, l.p50_us, l.p99_us))
+                })
+                .collect::<Vec<_>>()
+                .join(" ");
+            let busy = p
+                .observation
+                .as_ref()
+                .and_then(|o| o.intervals.first())
+                .map(|iv| {
+                    iv.cpus
+                        .iter()
+                        .filter_map(|c| c.time.as_ref().map(|t| (c.cpu, t.busy())))
+                        .map(|(cpu, b)| format!("cpu{cpu} {:.0}%", b * 100.0))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .unwrap_or_default();
+            t.add_row(vec![
+                c.name.clone(),
+                format!("{:?}", p.role).to_lowercase(),
+                format!("{:.1}", p.offered_pps / 1e3),
+                format!("{:.1}", p.delivered_pps() / 1e3),
+                format!("{:.3}", p.loss_ratio() * 100.0),
+                lat,
+                busy,
+            ]);
+        }
+    }
+    let mut out = format!(
+        "twin run {} (model) of scenario {} on profile {profile}; every figure is source `model`\n{t}\n",
+        record.run_id, record.scenario_name
+    );
+    let maxima: Vec<_> = record
+        .configurations
+        .iter()
+        .filter_map(|c| c.max_throughput.as_ref().map(|m| (c, m)))
+        .collect();
+    if !maxima.is_empty() {
+        let mut m = Table::new();
+        m.load_style(UTF8_BORDERS_ONLY);
+        m.set_header(vec![
+            "configuration",
+            "max forwarding kpps",
+            "loss threshold",
+            "probes",
+            "stopped",
+        ]);
+        for (c, x) in maxima {
+            m.add_row(vec![
+                c.name.clone(),
+                format!("{:.1}", x.pps / 1e3),
+                format!("{}", x.loss_threshold),
+                x.probes.len().to_string(),
+                x.stopped.clone(),
+            ]);
+        }
+        out.push_str(&format!(
+            "maximum throughput (the lab's RFC 2544 bisection on the twin)\n{m}\n"
+        ));
+    }
+    for n in &record.notices {
+        out.push_str(&format!("note: {}: {}\n", n.what, n.why));
+    }
+    out
+}
+
+/// `napilab sim calibrate`: fit, print the figures, predict, write the profile.
+fn run_calibrate(args: &CalibrateArgs) -> Result<()> {
+    let file = args.lab.display().to_string();
+    let text = std::fs::read_to_string(&args.lab).with_context(|| format!("cannot read {file}"))?;
+    let record: RunRecord = serde_json::from_str(&text)
+        .with_context(|| format!("{file}: not a run record (results/<run id>/run.json)"))?;
+    let base = load_profile(&args.base)?;
+    let cal = calibrate::calibrate(&record, &file, &args.config, &base)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let names: Vec<String> = if args.predict.is_empty() {
+        record
+            .configurations
+            .iter()
+            .filter(|c| c.max_throughput.is_some() && c.name != args.config)
+            .map(|c| c.name.clone())
+            .collect()
+    } else {
+        args.predict.clone()
+    };
+    let predictions = if names.is_empty() {
+        Vec::new()
+    } else {
+        calibrate::predict(&record, &file, &cal.lab, &names).map_err(|e| anyhow::anyhow!("{e}"))?
+    };
+    println!(
+        "calibrated on {} of run {} ({}): lab maximum {:.0} pkt/s, twin {:.0} pkt/s",
+        args.config, record.run_id, record.scenario_name, cal.figures.max_pps, cal.twin_max_pps
+    );
+    for n in &cal.notes {
+        println!("  {n}");
+    }
+    let p = &cal.lab.profile;
+    println!(
+        "fitted: stage_cycles poll {:.0} + ip_stack {:.0} + xmit {:.0}, fixed_cycles.poll {:.0}, latency_ns.irq_delivery {}; testbed generator {:.0}, sink {:.0} cycles/packet (cpu_ghz {})",
+        p.stage_cycles.poll,
+        p.stage_cycles.ip_stack,
+        p.stage_cycles.xmit,
+        p.fixed_cycles.poll,
+        p.latency_ns.irq_delivery,
+        cal.lab.testbed.map_or(0.0, |t| t.generator_cycles_per_packet),
+        cal.lab.testbed.map_or(0.0, |t| t.sink_cycles_per_packet),
+        p.cpu_ghz
+    );
+    let mut t = Table::new();
+    t.load_style(UTF8_BORDERS_ONLY);
+    t.set_header(vec![
+        "configuration",
+        "lab max kpps",
+        "lab search stopped",
+        "twin max kpps",
+        "relative error",
+    ]);
+    for x in &predictions {
+        t.add_row(vec![
+            x.name.clone(),
+            format!("{:.1}", x.lab_max_pps / 1e3),
+            x.lab_stopped.clone(),
+            format!("{:.1}", x.twin_max_pps / 1e3),
+            format!("{:+.1}%", x.relative_error * 100.0),
+        ]);
+    }
+    if !predictions.is_empty() {
+        println!("predictions with the fitted profile\n{t}");
+    }
+    if let Some(out) = &args.out {
+        let command = format!(
+            "napilab sim calibrate --lab {} --config {} --out {}{}",
+            file,
+            args.config,
+            out.display(),
+            if args.base == calibrate::VETH_LAB_NAME {
+                String::new()
+            } else {
+                format!(" --base {}", args.base)
+            }
+        );
+        std::fs::write(out, cal.to_toml(&command, &record, &predictions))
+            .with_context(|| format!("cannot write {}", out.display()))?;
+        eprintln!("profile written to {}", out.display());
+    }
+    Ok(())
 }

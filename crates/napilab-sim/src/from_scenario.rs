@@ -1,0 +1,697 @@
+//! Lab scenarios on the twin: maps a parsed lab [`Scenario`] (and each of its
+//! configurations) onto [`SimConfig`] values, so `napilab sim run SCENARIO` predicts what
+//! `napilab lab run SCENARIO` measures (docs/sim.md, "Lab scenarios and the veth-lab
+//! profile").
+//!
+//! The lab's DUT is a veth router, not a NIC. What differs and how it is mapped:
+//! - veth has no IRQ: the sender's `veth_xmit` schedules the peer's NAPI instance. The
+//!   twin's RX "IRQ" stands for that notification; the veth-lab profile gives it the
+//!   fitted costs and delay of the poller's wake-up. In softirq mode the poll runs in
+//!   the NET_RX softirq of the sending CPU, so the queue's CPU is the generator's CPU;
+//!   in threaded mode it is the NAPI kthread's CPU (`napi_cpus`).
+//! - The RX ring is veth's fixed 256-entry `ptr_ring` per RX queue ([`VETH_RING`]); its
+//!   overflow is the lab's `<gen> tx_dropped`. No coalescing (`rx-usecs`) exists.
+//! - No TX completions: veth frees the skb when it hands it to the peer. The twin always
+//!   has a completion path, so the mapping gives the egress a TX ring larger than every
+//!   packet of a point and a completion timer past the end of the run: no
+//!   TX-completion IRQ, poll or reclaim ever runs (an approximation; a real
+//!   `completion = "none"` would be cleaner, see the report).
+//! - The link has no rate (veth is as fast as the CPUs): 1 Tbit/s. Shaping qdiscs
+//!   (`tbf`, `htb`) become the link rate with a FIFO of the qdisc's limit in front.
+//! - The generator and the sink are threads on the same CPUs as the DUT. The twin has
+//!   no thread for them; [`TwinConfiguration::engines_on_poller`] says which of them
+//!   shares the CPU of the DUT's poller, and [`TwinConfiguration::profile_for`] adds
+//!   their per-packet cost (from a lab profile's `[testbed]`) to that poller's work,
+//!   since on a shared CPU every packet costs the poller's CPU the engines' work too.
+//!
+//! Settings the twin cannot represent are never dropped silently: each one becomes a
+//! [`Notice`] on the plan or on its configuration.
+
+use napilab_core::scenario::{
+    ApDirection, Backend, DutSettings, NapiContext as LabNapi, Pattern as LabPattern, QdiscKind,
+    Scenario, TopologyKind, TraceTier,
+};
+use napilab_core::{MaxThroughput, Notice, PointResult, PointRole};
+
+use crate::config::{
+    ClassConfig, EgressConfig, HostConfig, IngressConfig, MeasurementConfig, NapiContext,
+    NetSettings, Pattern, QdiscKind as TwinQdisc, RxQueueConfig, ThreadPolicy, TickMode,
+    TrafficConfig,
+};
+use crate::{ConfigError, Profile, SimConfig};
+
+/// Entries of veth's per-RX-queue `ptr_ring` (`VETH_RING_SIZE` in drivers/net/veth.c).
+pub const VETH_RING: u32 = 256;
+/// NAPI weight of a veth instance (`NAPI_POLL_WEIGHT`).
+pub const VETH_WEIGHT: u32 = 64;
+/// `net.core.netdev_max_backlog` default: the per-CPU backlog veth uses without GRO.
+pub const MAX_BACKLOG: u32 = 1000;
+/// The lab machine: CONFIG_HZ and kernel (docs/lab.md, "Benchmarks").
+pub const LAB_HZ: u32 = 250;
+pub const LAB_KERNEL: &str = "6.18";
+/// veth has no wire: a rate high enough that serialisation never matters.
+pub const VETH_LINK_MBPS: f64 = 1_000_000.0;
+/// Ethernet header the twin's frame size adds to the lab's IP packet size (veth has no
+/// FCS, preamble or gap; the twin's size only sets bit counters and serialisation).
+pub const ETH_HEADER: u32 = 14;
+
+/// Which testbed engines run on the CPU of the DUT's poller (queue 0).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EnginesOnPoller {
+    pub generator: bool,
+    pub sink: bool,
+}
+
+/// Per-packet CPU cost of the lab's traffic engines (a lab profile's `[testbed]`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Testbed {
+    /// Paced UDP generator: `sendmmsg`, UDP/IP output and `veth_xmit`, per packet.
+    pub generator_cycles_per_packet: f64,
+    /// Sink: its veth's NAPI poll, UDP receive and the socket read, per packet.
+    pub sink_cycles_per_packet: f64,
+}
+
+/// One configuration of a scenario, ready for the twin.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TwinConfiguration {
+    pub name: String,
+    /// The same (setting, value) pairs the lab records for the configuration.
+    pub settings: Vec<(String, String)>,
+    /// `traffic.rate_pps` is the scenario's first load; callers set each load.
+    pub config: SimConfig,
+    /// CPU that polls each ingress queue in the twin (the generator's CPU in softirq
+    /// mode, the NAPI kthread's in threaded mode).
+    pub poller_cpus: Vec<u32>,
+    pub napi: NapiContext,
+    pub engines_on_poller: EnginesOnPoller,
+    pub notices: Vec<Notice>,
+}
+
+/// The maximum-throughput search the scenario asks for (lab semantics).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SearchSpec {
+    pub max_pps: f64,
+    pub iterations: u32,
+    pub resolution: f64,
+}
+
+/// A whole scenario mapped for the twin.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TwinPlan {
+    pub name: String,
+    /// Offered loads of the sweep, in order.
+    pub loads: Vec<f64>,
+    /// One seed per repeat (`traffic.seed`, `traffic.seed + 1`, ...).
+    pub seeds: Vec<u64>,
+    pub loss_threshold: f64,
+    pub search: Option<SearchSpec>,
+    pub configurations: Vec<TwinConfiguration>,
+    /// Scenario-wide settings the twin represents only approximately or not at all.
+    pub notices: Vec<Notice>,
+}
+
+fn notice(what: impl Into<String>, why: impl Into<String>) -> Notice {
+    Notice {
+        what: what.into(),
+        why: why.into(),
+    }
+}
+
+/// Maps `scenario` (already validated by `napilab_core::scenario::parse`). `file` names
+/// it in errors. The twin host gets as many CPUs as the scenario names (at least 2, the
+/// lab machine's count, so one-CPU and two-CPU configurations show the same CPUs).
+pub fn plan(scenario: &Scenario, file: &str) -> Result<TwinPlan, ConfigError> {
+    let s = scenario;
+    let m = &s.measurement;
+    let mut notices = Vec::new();
+    let loads = s.loads();
+    if s.traffic.backend == Backend::Paced {
+        notices.push(notice(
+            "traffic.backend = \"paced\"",
+            "the twin's traffic is ideal: it always offers the requested load, while the lab's paced UDP generator can fall behind (in softirq mode the DUT's poll runs inside its sendmmsg calls, docs/lab.md); the twin does not predict generator-limited maxima",
+        ));
+    } else {
+        notices.push(notice(
+            "traffic.backend = \"line-rate\"",
+            "the twin's traffic is ideal at any rate; the generator's own CPU use is taken from the profile's [testbed] like the paced generator's",
+        ));
+    }
+    if m.trace != TraceTier::Off {
+        notices.push(notice(
+            "measurement.trace",
+            format!("{:?}: the twin does not simulate the trace tier's cost; its Observation always carries the model's own poll and softirq figures", m.trace).to_lowercase(),
+        ));
+    }
+    if m.drain_ms != 200 {
+        notices.push(notice(
+            "measurement.drain_ms",
+            "the twin counts a packet in the window it arrived in and runs 5 ms past the window for packets in flight; drain_ms has no effect",
+        ));
+    }
+    let configs = s.configurations();
+    let referenced = configs
+        .iter()
+        .flat_map(|c| {
+            let r = &c.settings;
+            r.napi_cpus
+                .iter()
+                .chain(&r.rps_cpus)
+                .chain(&r.generator_cpus)
+                .chain(&r.sink_cpus)
+                .copied()
+                .collect::<Vec<_>>()
+        })
+        .max()
+        .unwrap_or(0);
+    let cpus = (referenced + 1).max(2);
+    let packets_per_point = {
+        let top = loads
+            .iter()
+            .copied()
+            .chain(m.search.then_some(m.search_max_pps))
+            .fold(0.0, f64::max);
+        // Every packet of a point stays "in flight" on the egress (no TX completion):
+        // the ring must hold them all.
+        (top * (m.warmup_s + m.duration_s + 0.1)).ceil() as u64 + 4096
+    };
+    let tx_ring = u32::try_from(packets_per_point).map_err(|_| {
+        ConfigError::new(
+            file,
+            "measurement.duration_s",
+            "too many packets per point for the twin's veth egress (more than 4 billion): shorten the window or lower the loads",
+        )
+    })?;
+    let mut out = Vec::new();
+    for c in &configs {
+        out.push(map_configuration(
+            s,
+            &c.name,
+            &c.settings,
+            cpus,
+            tx_ring,
+            loads.first().copied().unwrap_or(m.search_max_pps),
+            file,
+        )?);
+    }
+    Ok(TwinPlan {
+        name: s.name.clone(),
+        loads,
+        seeds: (0..m.repeats.max(1))
+            .map(|r| s.traffic.seed.wrapping_add(u64::from(r)))
+            .collect(),
+        loss_threshold: m.loss_threshold,
+        search: m.search.then_some(SearchSpec {
+            max_pps: m.search_max_pps,
+            iterations: m.search_iterations,
+            resolution: m.search_resolution,
+        }),
+        configurations: out,
+        notices,
+    })
+}
+
+fn map_configuration(
+    s: &Scenario,
+    name: &str,
+    r: &DutSettings,
+    cpus: u32,
+    tx_ring: u32,
+    rate: f64,
+    file: &str,
+) -> Result<TwinConfiguration, ConfigError> {
+    let mut notices = Vec::new();
+    let nq = s.topology.ingress_queues.max(1) as usize;
+    let gen_cpu = |q: usize| {
+        r.generator_cpus
+            .get(q)
+            .or(r.generator_cpus.first())
+            .copied()
+            .unwrap_or(0)
+    };
+    let napi = match (r.gro, r.napi) {
+        (true, LabNapi::Threaded) => NapiContext::Threaded,
+        _ => NapiContext::Softirq,
+    };
+    if !r.gro {
+        notices.push(notice(
+            "gro = false",
+            format!("without GRO veth hands frames to the sending CPU's backlog (netif_rx, netdev_max_backlog {MAX_BACKLOG}, process_backlog weight 64); the twin models that as an RX queue of {MAX_BACKLOG} entries polled in the generator CPU's NET_RX softirq"),
+        ));
+    }
+    let mut poller_cpus = Vec::with_capacity(nq);
+    let mut queues = Vec::with_capacity(nq);
+    for q in 0..nq {
+        let cpu = match napi {
+            NapiContext::Threaded if !r.napi_cpus.is_empty() => r.napi_cpus[q % r.napi_cpus.len()],
+            NapiContext::Threaded => {
+                if q == 0 {
+                    notices.push(notice(
+                        "napi_cpus",
+                        "threaded NAPI without napi_cpus: the lab leaves the kthread unpinned, the twin pins it to the generator's CPU (the CPU that wakes it)",
+                    ));
+                }
+                gen_cpu(q)
+            }
+            NapiContext::Softirq => gen_cpu(q),
+        };
+        poller_cpus.push(cpu);
+        let fifo = r.napi_fifo.get(q).copied().filter(|p| *p > 0);
+        if fifo.is_some() && napi == NapiContext::Softirq && q == 0 {
+            notices.push(notice(
+                "napi_fifo",
+                "SCHED_FIFO priorities apply to NAPI kthreads only; with softirq NAPI they have no effect (as in the lab)",
+            ));
+        }
+        queues.push(RxQueueConfig {
+            cpu,
+            napi,
+            thread: ThreadPolicy {
+                fifo_priority: if napi == NapiContext::Threaded {
+                    fifo
+                } else {
+                    None
+                },
+            },
+            defer_hard_irqs: r.defer_hard_irqs,
+            gro_flush_timeout_ns: if r.defer_hard_irqs > 0 {
+                r.gro_flush_timeout_ns
+            } else {
+                0
+            },
+            irq_suspend_timeout_ns: 0,
+            rps_cpus: r.rps_cpus.clone(),
+            rings: Vec::new(),
+        });
+    }
+    if r.defer_hard_irqs == 0 && r.gro_flush_timeout_ns > 0 {
+        notices.push(notice(
+            "gro_flush_timeout_ns",
+            "without defer_hard_irqs it only flushes GRO, which the twin does not model (UDP frames are not aggregated on veth anyway)",
+        ));
+    }
+    if nq > 1 && r.napi_cpus.len() > 1 && r.napi_cpus.len() < nq {
+        notices.push(notice(
+            "napi_cpus",
+            format!(
+                "{} CPUs for {nq} queues: queue i uses napi_cpus[i mod {}], as the lab pins them",
+                r.napi_cpus.len(),
+                r.napi_cpus.len()
+            ),
+        ));
+    }
+    if napi == NapiContext::Softirq && !r.napi_cpus.is_empty() {
+        notices.push(notice(
+            "napi_cpus",
+            "no effect with napi = \"softirq\": the veth poll runs in the softirq of the CPU that sent the frame (the generator's), as in the lab",
+        ));
+    }
+    // Egress: which side has the qdisc.
+    let egress_qdisc = match (s.topology.kind, s.topology.direction) {
+        (TopologyKind::Router, _) | (TopologyKind::Ap, ApDirection::WirelessToWired) => {
+            Some(&r.qdisc)
+        }
+        (TopologyKind::Ap, ApDirection::WiredToWireless) => {
+            notices.push(notice(
+                "topology ap, wired-to-wireless",
+                "the egress is the wireless side (no qdisc, like mac80211); dut.qdisc sits on the wired side, the ingress here, and carries no traffic out",
+            ));
+            None
+        }
+    };
+    let mut egress = EgressConfig {
+        name: "dut-out".into(),
+        qdisc: TwinQdisc::None,
+        qdisc_limit: MAX_BACKLOG,
+        tx_ring_size: tx_ring,
+        link_mbps: VETH_LINK_MBPS,
+        // The completion timer fires after the run ends: no TX-completion work at all.
+        tx_usecs: u32::MAX,
+        tx_frames: 0,
+        tx_work_limit: 256,
+        completion: Default::default(),
+    };
+    let size_of_first = s.traffic.classes.first().map_or(64, |c| c.size);
+    if let Some(q) = egress_qdisc {
+        match q.kind {
+            QdiscKind::None => {}
+            QdiscKind::PfifoFast | QdiscKind::Pfifo => {
+                // veth never stops its queue, so an unshaped FIFO never holds a packet:
+                // the twin's FIFO is bypassed while the (large) TX ring has room.
+                egress.qdisc = TwinQdisc::Fifo;
+                egress.qdisc_limit = q.limit.unwrap_or(MAX_BACKLOG);
+            }
+            QdiscKind::Tbf | QdiscKind::Htb => {
+                let rate = q.rate_mbit.unwrap_or(1000.0);
+                egress.qdisc = TwinQdisc::Fifo;
+                egress.link_mbps = rate;
+                // A small ring in front of the "wire" so the queue builds in the qdisc;
+                // this one needs TX completions to empty (see the notice).
+                egress.tx_ring_size = 16;
+                egress.tx_usecs = 0;
+                egress.qdisc_limit = match q.kind {
+                    QdiscKind::Tbf => {
+                        let bytes = rate * 1e6 / 8.0 * q.latency_ms.unwrap_or(50.0) / 1000.0
+                            + f64::from(q.burst_bytes.unwrap_or(16_000));
+                        ((bytes / f64::from(size_of_first.max(1))).ceil() as u32).max(1)
+                    }
+                    _ => q.limit.unwrap_or(MAX_BACKLOG),
+                };
+                notices.push(notice(
+                    format!("qdisc {}", q.describe()),
+                    format!("the twin has no token bucket: the shaper becomes a {rate} Mbit/s link behind a FIFO of {} packets (the bucket's burst is not modelled), and the twin's 16-entry TX ring is reclaimed by TX-completion IRQs that veth does not have", egress.qdisc_limit),
+                ));
+            }
+        }
+    }
+    let pattern = match s.traffic.classes.first().map(|c| c.pattern) {
+        Some(LabPattern::Poisson) => Pattern::Poisson,
+        _ => Pattern::Constant,
+    };
+    if s.traffic
+        .classes
+        .iter()
+        .any(|c| c.pattern != s.traffic.classes[0].pattern)
+    {
+        notices.push(notice(
+            "traffic.classes[].pattern",
+            format!("the twin has one pattern for all classes: {} (the first class's) is used for every class", match pattern { Pattern::Poisson => "poisson", Pattern::Constant => "cbr" }),
+        ));
+    }
+    let classes = s
+        .traffic
+        .classes
+        .iter()
+        .map(|c| ClassConfig {
+            name: c.name.clone(),
+            share: c.share,
+            size_bytes: c.size + ETH_HEADER,
+            queue: Some(c.queue),
+            ring: None,
+            app: None,
+            closed_loop: None,
+        })
+        .collect();
+    let config = SimConfig {
+        name: format!("{} {}", s.name, name),
+        host: HostConfig {
+            cpus,
+            hz: LAB_HZ,
+            kernel: LAB_KERNEL.into(),
+            tick: TickMode::NohzIdle,
+        },
+        settings: NetSettings {
+            netdev_budget: r.netdev_budget.unwrap_or(300),
+            netdev_budget_usecs: r.netdev_budget_usecs,
+            weight: VETH_WEIGHT,
+            max_backlog: MAX_BACKLOG,
+        },
+        ingress: IngressConfig {
+            name: "dut-in".into(),
+            rx_ring_size: if r.gro { VETH_RING } else { MAX_BACKLOG },
+            rx_usecs: 0,
+            rx_frames: 0,
+            queues,
+        },
+        egress,
+        traffic: TrafficConfig {
+            rate_pps: rate,
+            pattern,
+            classes,
+        },
+        measurement: MeasurementConfig {
+            duration_ms: s.measurement.duration_s * 1000.0,
+            warmup_ms: s.measurement.warmup_s * 1000.0,
+            interval_ms: None,
+        },
+        apps: Vec::new(),
+    };
+    config.validate(&format!(
+        "{file} configuration {name:?} (mapped for the twin)"
+    ))?;
+    // The engines: the generator of queue 0 and the sink, against queue 0's poller.
+    let poller = poller_cpus[0];
+    let engines_on_poller = EnginesOnPoller {
+        generator: gen_cpu(0) == poller,
+        sink: r.sink_cpus.first().copied().unwrap_or(0) == poller,
+    };
+    let mut settings = vec![(
+        "topology".to_string(),
+        match s.topology.kind {
+            TopologyKind::Router => "router".to_string(),
+            TopologyKind::Ap => format!("ap {:?}", s.topology.direction),
+        },
+    )];
+    settings.extend(r.pairs());
+    settings.push((
+        "twin poller".into(),
+        format!(
+            "{} on cpu {}{}",
+            match napi {
+                NapiContext::Threaded => "NAPI kthread",
+                NapiContext::Softirq => "NET_RX softirq",
+            },
+            napilab_core::scenario::cpu_list(&poller_cpus),
+            match (engines_on_poller.generator, engines_on_poller.sink) {
+                (true, true) => ", shared with the generator and the sink",
+                (true, false) => ", shared with the generator",
+                (false, true) => ", shared with the sink",
+                (false, false) => "",
+            }
+        ),
+    ));
+    Ok(TwinConfiguration {
+        name: name.to_string(),
+        settings,
+        config,
+        poller_cpus,
+        napi,
+        engines_on_poller,
+        notices,
+    })
+}
+
+impl TwinConfiguration {
+    /// The profile this configuration runs with: `base`, plus the per-packet cost of
+    /// the testbed engines that share the CPU of the DUT's poller (added to the
+    /// poller's `xmit` stage: in the lab the sink's FIFO NAPI kthread runs right
+    /// after the DUT's `veth_xmit` wakes it, and the generator's sends fill the same
+    /// CPU). The cost is charged in the poller's context instead of the engines'
+    /// threads, so the poller's CPU shows it as kernel time of the DUT: a fold, not a
+    /// model of the engines' scheduling.
+    pub fn profile_for(&self, base: &Profile, testbed: Option<&Testbed>) -> Profile {
+        let mut p = base.clone();
+        if let Some(t) = testbed {
+            if self.engines_on_poller.generator {
+                p.stage_cycles.xmit += t.generator_cycles_per_packet;
+            }
+            if self.engines_on_poller.sink {
+                p.stage_cycles.xmit += t.sink_cycles_per_packet;
+            }
+        }
+        p
+    }
+
+    /// This configuration at one offered load.
+    pub fn at(&self, pps: f64) -> SimConfig {
+        let mut c = self.config.clone();
+        c.traffic.rate_pps = pps;
+        c
+    }
+}
+
+/// Whether a point passes the search, as the lab judges it: loss within the threshold
+/// and the offered load at least 99% of the requested one.
+pub fn passes(p: &PointResult, threshold: f64) -> bool {
+    p.loss_ratio() <= threshold && p.offered_pps >= 0.99 * p.requested_pps
+}
+
+/// The result of [`bisect`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct SearchOutcome {
+    pub pps: f64,
+    pub stopped: &'static str,
+    pub probed: Vec<f64>,
+}
+
+/// The lab's maximum-throughput search (RFC 2544 section 26.1 with a loss threshold,
+/// the same steps as `napilab_lab::search::bisect`, which this crate cannot depend
+/// on): the lowest failing known load is the upper bound, else `max_pps` is probed
+/// first; then bisection until `(high - low) / high < resolution` or `iterations`
+/// probes. `probe` returns whether a load passed.
+pub fn bisect(
+    spec: SearchSpec,
+    known: &[(f64, bool)],
+    mut probe: impl FnMut(f64) -> bool,
+) -> SearchOutcome {
+    let mut hi = known
+        .iter()
+        .filter(|(l, ok)| !ok && *l <= spec.max_pps)
+        .map(|(l, _)| *l)
+        .fold(None, |a: Option<f64>, l| Some(a.map_or(l, |a| a.min(l))));
+    let mut lo = known
+        .iter()
+        .filter(|(l, ok)| *ok && hi.is_none_or(|h| *l < h))
+        .map(|(l, _)| *l)
+        .fold(0.0, f64::max)
+        .min(spec.max_pps);
+    let mut probed = Vec::new();
+    let mut left = spec.iterations;
+    if hi.is_none() {
+        if lo >= spec.max_pps {
+            return SearchOutcome {
+                pps: lo,
+                stopped: "upper_bound_passed",
+                probed,
+            };
+        }
+        if left == 0 {
+            return SearchOutcome {
+                pps: lo,
+                stopped: "iterations_exhausted",
+                probed,
+            };
+        }
+        left -= 1;
+        probed.push(spec.max_pps);
+        if probe(spec.max_pps) {
+            return SearchOutcome {
+                pps: spec.max_pps,
+                stopped: "upper_bound_passed",
+                probed,
+            };
+        }
+        hi = Some(spec.max_pps);
+    }
+    let mut hi = hi.unwrap_or(spec.max_pps);
+    let stopped = loop {
+        if (hi - lo) / hi < spec.resolution {
+            break "converged";
+        }
+        if left == 0 {
+            break "iterations_exhausted";
+        }
+        left -= 1;
+        let mid = ((lo + hi) / 2.0).round();
+        probed.push(mid);
+        if probe(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    };
+    SearchOutcome {
+        pps: lo,
+        stopped,
+        probed,
+    }
+}
+
+/// Runs one configuration's sweep (every load, every repeat's seed, in the lab's order:
+/// load, then repeat) and, if the plan asks, its search. Returns the points (sweep,
+/// then search probes) and the search's answer (indexes into the points). `run_many`
+/// runs a batch of (config, seed, role) (e.g. in parallel) and returns their points in
+/// order; the search's probes depend on each other and run one at a time, with the
+/// first repeat's seed.
+pub fn run_configuration(
+    plan: &TwinPlan,
+    conf: &TwinConfiguration,
+    mut run_many: impl FnMut(&[(SimConfig, u64, PointRole)]) -> Result<Vec<PointResult>, ConfigError>,
+) -> Result<(Vec<PointResult>, Option<MaxThroughput>), ConfigError> {
+    let mut batch = Vec::new();
+    let mut repeats = Vec::new();
+    for load in &plan.loads {
+        for (r, seed) in plan.seeds.iter().enumerate() {
+            batch.push((conf.at(*load), *seed, PointRole::Sweep));
+            repeats.push(r as u32);
+        }
+    }
+    let mut points = run_many(&batch)?;
+    let mut known = Vec::new();
+    for (p, r) in points.iter_mut().zip(repeats) {
+        p.repeat = r;
+        known.push((p.requested_pps, passes(p, plan.loss_threshold)));
+    }
+    let Some(spec) = plan.search else {
+        return Ok((points, None));
+    };
+    let seed = plan.seeds.first().copied().unwrap_or(1);
+    let mut error = None;
+    let mut probes = Vec::new();
+    let outcome = bisect(spec, &known, |pps| {
+        if error.is_some() {
+            return false;
+        }
+        match run_many(&[(conf.at(pps), seed, PointRole::Search)]) {
+            Ok(mut p) if !p.is_empty() => {
+                let p = p.remove(0);
+                let ok = passes(&p, plan.loss_threshold);
+                probes.push(p);
+                ok
+            }
+            Ok(_) => false,
+            Err(e) => {
+                error = Some(e);
+                false
+            }
+        }
+    });
+    if let Some(e) = error {
+        return Err(e);
+    }
+    let offset = points.len();
+    let n = probes.len();
+    points.extend(probes);
+    Ok((
+        points,
+        Some(MaxThroughput {
+            pps: outcome.pps,
+            loss_threshold: plan.loss_threshold,
+            probes: (offset..offset + n).collect(),
+            stopped: outcome.stopped.to_string(),
+        }),
+    ))
+}
+
+/// Runs `batch` one after the other on this thread (`try_run`, then `to_point`).
+pub fn run_serial(
+    batch: &[(SimConfig, u64, PointRole)],
+    profile: &Profile,
+) -> Result<Vec<PointResult>, ConfigError> {
+    batch
+        .iter()
+        .map(|(c, seed, role)| {
+            crate::try_run(c, profile, *seed).map(|r| r.to_point(*role, c.traffic.rate_pps, 0))
+        })
+        .collect()
+}
+
+/// What a TOML file holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputKind {
+    Scenario,
+    TwinConfig,
+}
+
+/// Tells a lab scenario from a twin configuration by content: a twin configuration has
+/// `[host]` or `[ingress]` (both required there, absent from scenarios); a scenario has
+/// `[[traffic.classes]]` and neither. The error says what the file lacks.
+pub fn input_kind(text: &str) -> Result<InputKind, String> {
+    let table: toml::Table = toml::from_str(text).map_err(|e| {
+        format!(
+            "not TOML ({}): give a lab scenario (docs/lab.md) or a twin configuration (docs/sim.md)",
+            e.message().trim()
+        )
+    })?;
+    if table.contains_key("host") || table.contains_key("ingress") {
+        return Ok(InputKind::TwinConfig);
+    }
+    let has_classes = table
+        .get("traffic")
+        .and_then(|t| t.as_table())
+        .is_some_and(|t| t.contains_key("classes"));
+    if has_classes {
+        return Ok(InputKind::Scenario);
+    }
+    Err("neither a lab scenario (name and [[traffic.classes]], see scenarios/ and docs/lab.md) nor a twin configuration ([host], [ingress], [traffic], see crates/napilab-sim/scenarios/ and docs/sim.md)".into())
+}

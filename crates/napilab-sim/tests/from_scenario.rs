@@ -1,0 +1,352 @@
+//! Lab scenarios on the twin: the mapping of every shipped scenario, the notices for
+//! what the twin cannot represent, the lab's search, and the calibration round trip on
+//! a recorded lab run (tests/fixtures/lab-run.json, measured on this machine with
+//! tests/fixtures/lab-calibration.toml; see docs/sim.md).
+
+use std::path::PathBuf;
+
+use napilab_core::scenario::{self, Scenario};
+use napilab_core::RunRecord;
+use napilab_sim::calibrate::{self, LabProfile};
+use napilab_sim::config::{NapiContext, QdiscKind};
+use napilab_sim::from_scenario::{self, bisect, InputKind, SearchSpec, TwinPlan, VETH_RING};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn parse(text: &str, name: &str) -> Scenario {
+    scenario::parse(text, name, Some(2)).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn plan_of(name: &str) -> TwinPlan {
+    let path = root().join("scenarios").join(name);
+    let text = std::fs::read_to_string(&path).expect("scenario file");
+    from_scenario::plan(&parse(&text, name), name).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn conf<'a>(plan: &'a TwinPlan, name: &str) -> &'a from_scenario::TwinConfiguration {
+    plan.configurations
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no configuration {name}"))
+}
+
+fn has_notice(notices: &[napilab_core::Notice], what: &str) -> bool {
+    notices.iter().any(|n| n.what.contains(what))
+}
+
+#[test]
+fn every_lab_scenario_maps_onto_valid_twin_configs() {
+    let mut seen = 0;
+    for entry in std::fs::read_dir(root().join("scenarios")).expect("scenarios/") {
+        let path = entry.expect("entry").path();
+        if path.extension().and_then(|e| e.to_str()) != Some("toml") {
+            continue;
+        }
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert_eq!(
+            from_scenario::input_kind(&text),
+            Ok(InputKind::Scenario),
+            "{name}"
+        );
+        let s = parse(&text, &name);
+        let plan = from_scenario::plan(&s, &name).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            plan.configurations.len(),
+            s.configurations().len(),
+            "{name}"
+        );
+        assert_eq!(plan.seeds.len() as u32, s.measurement.repeats, "{name}");
+        assert_eq!(plan.loads, s.loads(), "{name}");
+        assert_eq!(plan.search.is_some(), s.measurement.search, "{name}");
+        // The paced generator's limits are not modelled: always said.
+        assert!(has_notice(&plan.notices, "traffic.backend"), "{name}");
+        for c in &plan.configurations {
+            c.config
+                .validate(&name)
+                .unwrap_or_else(|e| panic!("{name} {}: {e}", c.name));
+            assert_eq!(
+                c.config.ingress.rx_ring_size, VETH_RING,
+                "{name} {}",
+                c.name
+            );
+            assert_eq!(
+                c.config.ingress.queues.len() as u32,
+                s.topology.ingress_queues,
+                "{name}"
+            );
+            assert_eq!(c.config.traffic.classes.len(), s.traffic.classes.len());
+            assert_eq!(
+                c.config.measurement.duration_ms,
+                s.measurement.duration_s * 1000.0
+            );
+            // No TX completions unless a shaper needs the ring reclaimed.
+            assert_eq!(c.config.egress.tx_usecs, u32::MAX, "{name} {}", c.name);
+            assert!(c.settings.iter().any(|(k, _)| k == "twin poller"));
+        }
+        seen += 1;
+    }
+    assert!(seen >= 5, "only {seen} scenarios found");
+}
+
+#[test]
+fn default_scenario_places_the_poller_as_the_lab_does() {
+    let plan = plan_of("default.toml");
+    // Softirq: the poll runs in the sender's (generator's) softirq on CPU 0.
+    let c = conf(&plan, "one-cpu/softirq");
+    assert_eq!(c.napi, NapiContext::Softirq);
+    assert_eq!(c.poller_cpus, [0]);
+    assert!(c.engines_on_poller.generator && c.engines_on_poller.sink);
+    let c = conf(&plan, "two-cpu/softirq");
+    assert_eq!(c.poller_cpus, [0]);
+    assert_eq!(c.config.ingress.queues[0].rps_cpus, [1]);
+    // Threaded: the kthread's CPU.
+    let c = conf(&plan, "one-cpu/threaded");
+    assert_eq!(c.napi, NapiContext::Threaded);
+    assert_eq!(c.poller_cpus, [0]);
+    assert!(c.engines_on_poller.generator && c.engines_on_poller.sink);
+    let c = conf(&plan, "two-cpu/threaded");
+    assert_eq!(c.config.ingress.queues[0].cpu, 1);
+    assert_eq!(c.config.ingress.queues[0].napi, NapiContext::Threaded);
+    assert!(!c.engines_on_poller.generator && !c.engines_on_poller.sink);
+    assert_eq!(c.config.egress.qdisc, QdiscKind::None);
+    assert_eq!(c.config.host.cpus, 2);
+    // The lab's search settings carry over.
+    let spec = plan.search.expect("default searches");
+    assert_eq!(
+        (spec.max_pps, spec.iterations, spec.resolution),
+        (1e6, 7, 0.05)
+    );
+}
+
+#[test]
+fn ap_and_ingress_qos_map_queues_priorities_and_qdiscs() {
+    let plan = plan_of("ap.toml");
+    let single = conf(&plan, "single-core");
+    let dual = conf(&plan, "dual-core");
+    assert_eq!((single.poller_cpus[0], dual.poller_cpus[0]), (0, 1));
+    // Wireless -> wired: out through the wired side's pfifo_fast.
+    assert_eq!(dual.config.egress.qdisc, QdiscKind::Fifo);
+    assert_eq!(dual.config.traffic.classes[0].size_bytes, 1500 + 14);
+
+    let plan = plan_of("ingress-qos.toml");
+    let fifo = conf(&plan, "rt-fifo");
+    let q = &fifo.config.ingress.queues;
+    assert_eq!(q.len(), 2);
+    assert_eq!((q[0].cpu, q[1].cpu), (1, 1));
+    assert_eq!(q[0].thread.fifo_priority, Some(50));
+    assert_eq!(q[1].thread.fifo_priority, None);
+    let equal = conf(&plan, "equal-priority");
+    assert!(equal.config.ingress.queues[0]
+        .thread
+        .fifo_priority
+        .is_none());
+    let classes = &fifo.config.traffic.classes;
+    assert_eq!((classes[0].queue, classes[1].queue), (Some(0), Some(1)));
+    assert_eq!(
+        fifo.config.traffic.pattern,
+        napilab_sim::config::Pattern::Poisson
+    );
+}
+
+#[test]
+fn settings_the_twin_cannot_represent_become_notices() {
+    let text = r#"
+name = "odd"
+[dut]
+gro = false
+napi_cpus = [1]
+qdisc = { kind = "tbf", rate_mbit = 10.0, burst_bytes = 3000, latency_ms = 5.0 }
+[traffic]
+loads_pps = [1000]
+[[traffic.classes]]
+name = "a"
+share = 0.5
+size = 64
+port = 9000
+[[traffic.classes]]
+name = "b"
+share = 0.5
+size = 64
+port = 9001
+pattern = "poisson"
+[measurement]
+trace = "always"
+"#;
+    let plan = from_scenario::plan(&parse(text, "odd.toml"), "odd.toml").expect("maps");
+    assert!(has_notice(&plan.notices, "measurement.trace"));
+    let c = &plan.configurations[0];
+    for what in ["gro = false", "napi_cpus", "qdisc tbf", "pattern"] {
+        assert!(has_notice(&c.notices, what), "{what}: {:?}", c.notices);
+    }
+    // The shaper becomes the link rate behind a FIFO, with completions to drain it.
+    assert_eq!(c.config.egress.link_mbps, 10.0);
+    assert_eq!(c.config.egress.qdisc, QdiscKind::Fifo);
+    assert_eq!(c.config.egress.tx_usecs, 0);
+    // Without GRO: the sender's backlog.
+    assert_eq!(c.config.ingress.rx_ring_size, from_scenario::MAX_BACKLOG);
+    assert_eq!(c.napi, NapiContext::Softirq);
+}
+
+#[test]
+fn input_kind_tells_scenarios_from_twin_configs() {
+    let twin = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios/router-sq.toml"),
+    )
+    .expect("twin config");
+    assert_eq!(from_scenario::input_kind(&twin), Ok(InputKind::TwinConfig));
+    let e = from_scenario::input_kind("[package]\nname = \"x\"\n").expect_err("neither");
+    assert!(e.contains("neither a lab scenario"), "{e}");
+    let e = from_scenario::input_kind("name = ").expect_err("not toml");
+    assert!(e.contains("not TOML"), "{e}");
+}
+
+#[test]
+fn search_follows_the_lab_bisection() {
+    let spec = SearchSpec {
+        max_pps: 1e6,
+        iterations: 20,
+        resolution: 0.01,
+    };
+    let r = bisect(spec, &[], |l| l <= 437_000.0);
+    assert_eq!(r.stopped, "converged");
+    assert_eq!(r.probed[0], 1e6);
+    assert!(r.pps <= 437_000.0 && r.pps >= 437_000.0 * 0.99, "{r:?}");
+    // Known sweep results bound the search; the upper bound is not probed.
+    let known = [(100_000.0, true), (400_000.0, false)];
+    let r = bisect(spec, &known, |l| l <= 300_000.0);
+    assert!(r.probed.iter().all(|p| *p > 100_000.0 && *p < 400_000.0));
+    let r = bisect(
+        SearchSpec {
+            iterations: 3,
+            resolution: 1e-6,
+            ..spec
+        },
+        &[],
+        |l| l < 5.0,
+    );
+    assert_eq!((r.stopped, r.probed.len()), ("iterations_exhausted", 3));
+}
+
+#[test]
+fn engines_on_the_pollers_cpu_lower_the_twins_maximum() {
+    // The default scenario, shortened; the shipped costs without the fitted wake-up
+    // delay, so the CPU cost alone sets each maximum.
+    let text = scenario::DEFAULT_SCENARIO
+        .replace("duration_s = 4.0", "duration_s = 0.2")
+        .replace("warmup_s = 1.0", "warmup_s = 0.05");
+    let plan = from_scenario::plan(&parse(&text, "default"), "default").expect("maps");
+    let mut lab = LabProfile::load("veth-lab").expect("shipped profile");
+    lab.profile.latency_ns.irq_delivery = 0;
+    let max = |name: &str| {
+        let c = conf(&plan, name);
+        let profile = c.profile_for(&lab.profile, lab.testbed.as_ref());
+        let (points, m) =
+            from_scenario::run_configuration(&plan, c, |b| from_scenario::run_serial(b, &profile))
+                .expect("runs");
+        let m = m.expect("searched");
+        assert_eq!(
+            points.len(),
+            plan.loads.len() * plan.seeds.len() + m.probes.len()
+        );
+        assert!(m
+            .probes
+            .iter()
+            .all(|i| points[*i].role == napilab_core::PointRole::Search));
+        m.pps
+    };
+    let one = max("one-cpu/threaded");
+    let two = max("two-cpu/threaded");
+    // One CPU for the DUT, the generator and the sink, against a CPU of its own.
+    assert!(one * 2.0 < two, "one-cpu {one} vs two-cpu {two}");
+}
+
+fn fixture() -> (RunRecord, String) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab-run.json");
+    let text = std::fs::read_to_string(&path).expect("fixture");
+    (
+        serde_json::from_str(&text).expect("run record"),
+        path.display().to_string(),
+    )
+}
+
+#[test]
+fn calibration_round_trip_on_a_recorded_lab_run() {
+    let (record, file) = fixture();
+    let base = LabProfile::load("veth-lab").expect("base");
+    let cal = calibrate::calibrate(&record, &file, "two-cpu/threaded-1", &base)
+        .unwrap_or_else(|e| panic!("{e}"));
+    // The twin reproduces the calibration configuration's maximum...
+    let lab_max = cal.figures.max_pps;
+    assert!(
+        (cal.twin_max_pps - lab_max).abs() <= 0.05 * lab_max,
+        "twin {} vs lab {lab_max}",
+        cal.twin_max_pps
+    );
+    // ... and the DUT's CPU per packet at the highest sweep load within 15%.
+    let (_, measured, twin) = *cal.dut_share.last().expect("sweep loads");
+    assert!(
+        (twin - measured).abs() <= 0.15 * measured,
+        "{:?}",
+        cal.dut_share
+    );
+    let t = cal.lab.testbed.expect("testbed fitted");
+    assert!(t.generator_cycles_per_packet > 0.0 && t.sink_cycles_per_packet > 0.0);
+    // Another configuration of the run: the same placement's other trials, measured
+    // separately by the lab, predicted within 10% of their recorded maxima.
+    let names: Vec<String> = ["two-cpu/threaded-2", "two-cpu/threaded-3"]
+        .map(String::from)
+        .to_vec();
+    let predicted = calibrate::predict(&record, &file, &cal.lab, &names).expect("predicts");
+    assert_eq!(predicted.len(), 2);
+    for p in &predicted {
+        assert!(p.relative_error.abs() <= 0.10, "{p:?}");
+    }
+    // The other placement is reported, not asserted: on this shared machine the
+    // one-CPU maxima (42.7-55.3 kpps) were set by other processes' CPU use, which the
+    // profile does not carry (docs/sim.md gives the figures).
+    let other = calibrate::predict(&record, &file, &cal.lab, &["one-cpu/threaded-1".into()])
+        .expect("predicts");
+    eprintln!(
+        "one-cpu/threaded-1: lab {:.0} pkt/s, twin {:.0} pkt/s ({:+.1}%)",
+        other[0].lab_max_pps,
+        other[0].twin_max_pps,
+        other[0].relative_error * 100.0
+    );
+    // The written profile reads back as what was fitted.
+    let text = cal.to_toml("napilab sim calibrate ...", &record, &predicted);
+    let back = LabProfile::from_toml_str(&text, "fitted.toml").expect("reads back");
+    assert_eq!(back, cal.lab);
+    assert!(text.contains("FITTED") && text.contains(&record.run_id));
+}
+
+#[test]
+fn calibration_refuses_what_it_cannot_fit() {
+    let (record, file) = fixture();
+    let base = LabProfile::load("veth-lab").expect("base");
+    let e = calibrate::calibrate(&record, &file, "no-such", &base).expect_err("unknown");
+    assert!(e.to_string().contains("two-cpu/threaded-1"), "{e}");
+    let mut softirq = record.clone();
+    for (k, v) in &mut softirq.configurations[0].settings {
+        if k == "napi" {
+            *v = "softirq".into();
+        }
+    }
+    let name = softirq.configurations[0].name.clone();
+    let e = calibrate::calibrate(&softirq, &file, &name, &base).expect_err("softirq");
+    assert!(e.to_string().contains("threaded"), "{e}");
+}
+
+#[test]
+fn shipped_veth_lab_profile_has_its_testbed_and_provenance() {
+    let lab = LabProfile::load("veth-lab").expect("veth-lab");
+    assert_eq!(lab.profile.name, "veth-lab");
+    assert!(lab.testbed.is_some());
+    assert!(calibrate::VETH_LAB_TOML.contains("Provenance: FITTED"));
+    assert!(calibrate::VETH_LAB_TOML.contains("napilab sim calibrate --lab"));
+    // Plain profiles still load, without a testbed.
+    let plain = LabProfile::load("router-e3-1230-ixgbe").expect("builtin");
+    assert!(plain.testbed.is_none());
+}
