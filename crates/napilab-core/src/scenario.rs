@@ -486,6 +486,12 @@ pub struct Measurement {
     /// Run the maximum-throughput search per configuration.
     #[serde(default)]
     pub search: bool,
+    /// The back end of the maximum-throughput search; default: `traffic.backend`.
+    /// `line-rate` with a `paced` sweep measures latency with the paced back end and
+    /// the maximum with frames made and counted in the kernel, so that neither the
+    /// generator nor the sink sets the maximum.
+    #[serde(default)]
+    pub search_backend: Option<Backend>,
     /// Highest load the search tries, packets per second.
     #[serde(default = "d_search_max")]
     pub search_max_pps: f64,
@@ -564,6 +570,7 @@ impl Default for Measurement {
             repeats: d_repeats(),
             loss_threshold: d_loss(),
             search: false,
+            search_backend: None,
             search_max_pps: d_search_max(),
             search_iterations: d_search_iterations(),
             search_resolution: d_search_resolution(),
@@ -1253,6 +1260,22 @@ port = 9000
         assert!(c.iter().any(|c| c.settings.napi == NapiContext::Softirq));
         assert!(s.measurement.search);
         assert!(!s.loads().is_empty());
+        // Latency from the paced sweep, the maximum from the line-rate engine.
+        assert_eq!(s.traffic.backend, Backend::Paced);
+        assert_eq!(s.measurement.search_backend, Some(Backend::LineRate));
+    }
+
+    #[test]
+    fn search_backend_is_optional_and_checked() {
+        let s = parse(MINI, "mini.toml", None).expect("mini");
+        assert_eq!(s.measurement.search_backend, None);
+        let bad = format!("{MINI}\n[measurement]\nsearch_backend = \"dpdk\"\n");
+        let e = parse(&bad, "x.toml", None).expect_err("dpdk");
+        assert_eq!(e.0[0].field, "measurement.search_backend");
+        assert!(
+            e.0[0].message.contains("paced") && e.0[0].message.contains("line-rate"),
+            "{e}"
+        );
     }
 
     #[test]

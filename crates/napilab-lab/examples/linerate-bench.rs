@@ -6,7 +6,8 @@
 //! 3. The DUT's maximum forwarding rate (RFC 2544 bisection through the runner, line
 //!    rate back end), measured `TRIALS` times, with its spread (max - min) / mean.
 //!
-//! Arguments: `[trials] [seconds per point]` (defaults 5 and 2).
+//! Arguments: `[trials] [seconds per point] [parts]` (defaults 5, 2 and 123; `3` runs
+//! only the repeated searches).
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -54,7 +55,7 @@ fn point(
         duration: Duration::from_secs_f64(secs),
         point,
         cpus: vec![GEN_CPU],
-        fifo: Some(5),
+        fifo: Some(napilab_lab::runner::LR_GEN_FIFO),
     };
     let g = lr
         .start_generator(spec, Arc::new(AtomicBool::new(false)))
@@ -84,13 +85,25 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let trials: u32 = args.first().and_then(|a| a.parse().ok()).unwrap_or(5);
     let secs: f64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(2.0);
-    if let Err(e) = run(trials, secs) {
+    let parts = args.get(2).cloned().unwrap_or_else(|| "123".into());
+    if let Err(e) = run(trials, secs, &parts) {
         eprintln!("linerate-bench: {e}");
         std::process::exit(1);
     }
 }
 
-fn run(trials: u32, secs: f64) -> Result<(), String> {
+fn run(trials: u32, secs: f64, parts: &str) -> Result<(), String> {
+    if parts.contains('1') || parts.contains('2') {
+        offered_rates(secs)?;
+    }
+    if parts.contains('3') {
+        repeated_searches(trials, secs)?;
+    }
+    Ok(())
+}
+
+/// Parts 1 and 2: what the generator offers, alone and against requests.
+fn offered_rates(secs: f64) -> Result<(), String> {
     let lab = build_lab(DUT_CPU)?;
     let classes = [LrClass {
         id: 0,
@@ -145,8 +158,11 @@ fn run(trials: u32, secs: f64) -> Result<(), String> {
             100.0 * rx as f64 / tx.max(1) as f64
         );
     }
-    drop(lr);
-    drop(lab);
+    Ok(())
+}
+
+/// Part 3: the DUT's maximum through the runner, `trials` times.
+fn repeated_searches(trials: u32, secs: f64) -> Result<(), String> {
     println!("== 3. the DUT's maximum forwarding rate, {trials} searches (scenarios/line-rate.toml: DUT NAPI on CPU {DUT_CPU}, generator and sink on CPU {GEN_CPU})");
     let mut text = SCENARIO.to_string();
     text.push_str("\n[[axes]]\nname = \"trial\"\nvalues = [");

@@ -27,6 +27,9 @@ use crate::traffic::{start_generator, ClassSpec, GenResult, GenSpec, Sink};
 
 /// SCHED_FIFO priority of line-rate generator threads: below the sink's NAPI thread
 /// ([`crate::topology::SINK_NAPI_FIFO`]), so that the sink always gets its CPU first.
+/// Tried the other way round (generator 15 above the sink's 10): the sink's ring then
+/// overflowed at 250-400 kpps and the generator's frames stayed in flight longer,
+/// each call costing more (generator 33-69% busy at 108-500 kpps instead of 22-26%).
 pub const LR_GEN_FIFO: u32 = 5;
 
 /// The traffic back end of one configuration.
@@ -381,57 +384,7 @@ fn run_configuration(
             w.clone(),
         );
     }
-    let ports: Vec<u16> = s.traffic.classes.iter().map(|c| c.port).collect();
-    let mut engine_notes = Vec::new();
-    let mut engine = None;
-    if s.traffic.backend == Backend::LineRate {
-        let classes: Vec<LrClass> = s
-            .traffic
-            .classes
-            .iter()
-            .enumerate()
-            .map(|(i, c)| LrClass {
-                id: i as u16,
-                port: c.port,
-                size: c.size,
-                share: c.share,
-            })
-            .collect();
-        match LineRate::start(&lab, &classes, cfg.settings.gro) {
-            Ok(lr) => {
-                engine_notes.extend(lr.applied.iter().cloned());
-                let fifo = line_rate_fifo(&cfg.settings);
-                engine_notes.push((
-                    "line-rate generator sched".into(),
-                    match fifo {
-                        Some(p) => format!("SCHED_FIFO {p}"),
-                        None => "normal: it shares a CPU with the DUT's NAPI or RPS work".into(),
-                    },
-                ));
-                notice(
-                    &mut ctx.notices,
-                    "line-rate back end",
-                    "frames made in the kernel (XDP live frames through BPF_PROG_RUN) and counted by an XDP program at the sink: latency is not measured (points carry none), and each class is sent at a constant rate in batches (pattern = \"poisson\" is not followed)",
-                );
-                engine = Some(Engine::LineRate {
-                    lr: Box::new(lr),
-                    fifo,
-                });
-            }
-            Err(e) => notice(
-                &mut ctx.notices,
-                "line-rate back end",
-                format!("cannot run here: {e}; the paced UDP back end was used"),
-            ),
-        }
-    }
-    let mut engine = match engine {
-        Some(e) => e,
-        None => Engine::Paced(
-            Sink::start(&lab.sink_ns, &ports, &cfg.settings.sink_cpus)
-                .context("starting the sink")?,
-        ),
-    };
+    let (mut engine, engine_notes) = start_engine(ctx, &lab, cfg, s.traffic.backend)?;
     let mut settings = vec![
         (
             "topology".to_string(),
@@ -473,6 +426,26 @@ fn run_configuration(
                 }
             }
         }
+    }
+    let search_backend = m.search_backend.unwrap_or(s.traffic.backend);
+    if m.search && !stopped && search_backend != s.traffic.backend {
+        // The sweep's engine measured latency (paced); the search measures throughput
+        // with the other one. Sweep verdicts do not carry over: the paced generator
+        // fails loads the DUT could carry, so the search starts from its own bounds.
+        drop(engine);
+        let (search_engine, notes) = start_engine(ctx, &lab, cfg, search_backend)?;
+        engine = search_engine;
+        result
+            .settings
+            .extend(notes.into_iter().map(|(k, v)| (format!("search: {k}"), v)));
+        result.settings.push((
+            "search back end".into(),
+            match &engine {
+                Engine::Paced(_) => "paced".into(),
+                Engine::LineRate { .. } => "line-rate".into(),
+            },
+        ));
+        known.clear();
     }
     if m.search && !stopped {
         let first_probe = result.points.len();
@@ -535,6 +508,67 @@ fn run_configuration(
         .context("deleting the namespaces (run `napilab lab clean`)")?;
     sysctls.revert()?;
     Ok((result, stopped))
+}
+
+/// Starts the traffic back end of a configuration (its sink side stays up for all of
+/// its points); a line-rate back end that cannot run here falls back to paced, with a
+/// notice. Returns the engine and the settings it adds to the configuration's.
+fn start_engine(
+    ctx: &mut Ctx<'_>,
+    lab: &Lab,
+    cfg: &Configuration,
+    backend: Backend,
+) -> Result<(Engine, Vec<(String, String)>)> {
+    let s = ctx.scenario;
+    let mut notes = Vec::new();
+    if backend == Backend::LineRate {
+        let classes: Vec<LrClass> = s
+            .traffic
+            .classes
+            .iter()
+            .enumerate()
+            .map(|(i, c)| LrClass {
+                id: i as u16,
+                port: c.port,
+                size: c.size,
+                share: c.share,
+            })
+            .collect();
+        match LineRate::start(lab, &classes, cfg.settings.gro) {
+            Ok(lr) => {
+                notes.extend(lr.applied.iter().cloned());
+                let fifo = line_rate_fifo(&cfg.settings);
+                notes.push((
+                    "line-rate generator sched".into(),
+                    match fifo {
+                        Some(p) => format!("SCHED_FIFO {p}"),
+                        None => "normal: it shares a CPU with the DUT's NAPI or RPS work".into(),
+                    },
+                ));
+                notice(
+                    &mut ctx.notices,
+                    "line-rate back end",
+                    "frames made in the kernel (XDP live frames through BPF_PROG_RUN) and counted by an XDP program at the sink: latency is not measured (points carry none), and each class is sent at a constant rate in batches (pattern = \"poisson\" is not followed)",
+                );
+                return Ok((
+                    Engine::LineRate {
+                        lr: Box::new(lr),
+                        fifo,
+                    },
+                    notes,
+                ));
+            }
+            Err(e) => notice(
+                &mut ctx.notices,
+                "line-rate back end",
+                format!("cannot run here: {e}; the paced UDP back end was used"),
+            ),
+        }
+    }
+    let ports: Vec<u16> = s.traffic.classes.iter().map(|c| c.port).collect();
+    let sink =
+        Sink::start(&lab.sink_ns, &ports, &cfg.settings.sink_cpus).context("starting the sink")?;
+    Ok((Engine::Paced(sink), notes))
 }
 
 /// Why the search stopped, refined: `converged_generator_limited` when every load above

@@ -143,6 +143,66 @@ fn low_rate_run_delivers_exactly_what_was_sent() -> Outcome {
     Ok(None)
 }
 
+/// `measurement.search_backend = "line-rate"` with a paced sweep: the sweep point
+/// measures latency with the paced engine, the search's probes run on the line-rate
+/// engine, and the configuration's settings say so.
+fn paced_sweep_then_line_rate_search() -> Outcome {
+    let text = "name = \"sb-test\"\n[dut]\nnapi = \"threaded\"\nnapi_cpus = [1]\nnapi_fifo = [20]\ngenerator_cpus = [0]\nsink_cpus = [0]\n[traffic]\nbackend = \"paced\"\nloads_pps = [5000]\n[[traffic.classes]]\nname = \"be\"\nshare = 1.0\nsize = 64\nport = 9000\n[measurement]\nduration_s = 0.5\nwarmup_s = 0.2\nsearch = true\nsearch_backend = \"line-rate\"\nsearch_max_pps = 20000\nsearch_iterations = 2\n";
+    let out = std::env::temp_dir().join(format!("napilab-sb-test-{}", std::process::id()));
+    let opts = RunOptions {
+        scenario_text: text.into(),
+        scenario_file: "sb-test.toml".into(),
+        out_dir: out.clone(),
+        observer: None,
+        journal_dir: out.join("journal"),
+        stop: Arc::new(AtomicBool::new(false)),
+        progress: false,
+        run_id: None,
+    };
+    let r: RunRecord = napilab_lab::run(&opts)
+        .map(|o| o.record)
+        .map_err(|e| format!("{e:#}"))?;
+    let _ = std::fs::remove_dir_all(&out);
+    if let Some(n) = r.notices.iter().find(|n| n.why.contains("cannot run here")) {
+        return Ok(Some(format!("line-rate back end unavailable: {}", n.why)));
+    }
+    let c = &r.configurations[0];
+    let engines: Vec<(String, String, bool)> = c
+        .points
+        .iter()
+        .map(|p| {
+            (
+                format!("{:?}", p.role),
+                p.generator.backend.clone(),
+                p.classes[0].latency.is_some(),
+            )
+        })
+        .collect();
+    println!("  points (role, generator, has latency): {engines:?}");
+    let (sweep, search): (Vec<_>, Vec<_>) = engines.iter().partition(|e| e.0 == "Sweep");
+    if sweep.len() != 1 || sweep[0].1 == "xdp-live-frames" || !sweep[0].2 {
+        return Err(format!(
+            "the sweep point is not a paced point with latency: {sweep:?}"
+        ));
+    }
+    if search.is_empty() || search.iter().any(|e| e.1 != "xdp-live-frames" || e.2) {
+        return Err(format!(
+            "search probes not on the line-rate engine: {search:?}"
+        ));
+    }
+    if !c
+        .settings
+        .iter()
+        .any(|(k, v)| k == "search back end" && v == "line-rate")
+    {
+        return Err(format!(
+            "settings do not name the search back end: {:?}",
+            c.settings
+        ));
+    }
+    Ok(None)
+}
+
 /// Directly: 50 kpps requested for 1 s; offered within 3%, every frame counted at
 /// the sink; with the DUT's GRO off the pass-through program makes delivery possible;
 /// after the back end is dropped its XDP attachments and programs are gone while the
@@ -243,7 +303,7 @@ fn rate_held_gro_off() -> Outcome {
 
 fn main() {
     type Test = fn() -> Outcome;
-    let tests: [(&str, Test); 3] = [
+    let tests: [(&str, Test); 4] = [
         (
             "low_rate_run_delivers_exactly_what_was_sent",
             low_rate_run_delivers_exactly_what_was_sent,
@@ -252,6 +312,10 @@ fn main() {
         (
             "rate_held_and_attachments_removed_gro_off",
             rate_held_gro_off,
+        ),
+        (
+            "paced_sweep_then_line_rate_search",
+            paced_sweep_then_line_rate_search,
         ),
     ];
     let filter: Vec<String> = std::env::args()
