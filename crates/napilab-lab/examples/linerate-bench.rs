@@ -55,7 +55,7 @@ fn point(
         duration: Duration::from_secs_f64(secs),
         point,
         cpus: vec![GEN_CPU],
-        fifo: Some(napilab_lab::runner::LR_GEN_FIFO),
+        pacing: napilab_lab::linerate::Pacing::InKernel,
     };
     let g = lr
         .start_generator(spec, Arc::new(AtomicBool::new(false)))

@@ -69,6 +69,18 @@ pub const MAX_CHUNK: u32 = 8192;
 /// low thousands per second, or runs fail with ENOSPC. At 200 us a call's burst is
 /// below the DUT's 256-frame veth ring up to about 1.2 Mpps.
 pub const TICK_NS: u64 = 200_000;
+/// The batch period when the DUT polls inline in the generator's own softirqs
+/// ([`Pacing::Batches`] with `inline_dut`): every 64-frame XDP batch is polled by the
+/// DUT at the call's next bottom-half enable, so a longer burst cannot overflow its
+/// ring, and five times fewer calls (page pools) leave the kernel's release worker,
+/// which competes with a normal-priority generator, idle. 1 ms keeps a burst (400
+/// frames at 400 kpps) inside RPS's 1000-packet backlog.
+pub const INLINE_TICK_NS: u64 = 1_000_000;
+/// Fewest frames a batch call sends (one XDP batch): below about 320 kpps a call per
+/// 200 us would carry fewer, and every call costs a page pool whose deferred release
+/// competes with the generator for its CPU (at 15.6 kpps, one-CPU threaded: 6.5% of the
+/// departures skipped with a call per 200 us).
+pub const MIN_FRAMES_PER_CALL: u64 = 64;
 /// Frames more than this much behind schedule are skipped, not sent in a burst.
 pub const BEHIND_LIMIT_NS: u64 = 2_000_000;
 /// ... and never more than this many frames beyond one regular batch (half the DUT's
@@ -102,10 +114,43 @@ pub struct LrGenSpec {
     pub duration: Duration,
     pub point: u32,
     pub cpus: Vec<u32>,
-    /// SCHED_FIFO priority of the generator thread (None: normal scheduling). Other
-    /// load on the generator's CPU would otherwise make it offer less than asked.
-    pub fifo: Option<u32>,
+    pub pacing: Pacing,
 }
+
+/// How a generator thread keeps its schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pacing {
+    /// One call per [`TICK_NS`] batch, sleeping in between, at this SCHED_FIFO
+    /// priority (None: normal scheduling). Frames leave in bursts of a batch; the
+    /// CPU is free between batches, so it suits a CPU shared with DUT work.
+    Batches {
+        fifo: Option<u32>,
+        /// The DUT's NAPI polls inline in this thread's softirqs (softirq mode: on
+        /// veth the sender's CPU polls): batches of [`INLINE_TICK_NS`] and catch-up
+        /// up to [`BEHIND_LIMIT_NS`], since bursts cannot overflow the DUT's ring.
+        inline_dut: bool,
+    },
+    /// One long call after another ([`PACED_RUNS_PER_CALL`] runs each), the program
+    /// sending each frame when it is due and dropping the run otherwise
+    /// (`lr_pace` in linerate.h): frames leave one by one on schedule and the
+    /// kernel's per-call page pools are few, but the thread spins on its CPU (nice
+    /// [`PACED_NICE`], SCHED_OTHER: a real-time spinner would be throttled 50 ms a
+    /// second). For a thread with one class on a CPU that does no DUT work.
+    InKernel,
+}
+
+/// Program runs per call with in-kernel pacing: a few milliseconds (40-60 ns a run),
+/// so a phase ends and Ctrl-C is seen within one call, and the calls stay at a few
+/// hundred a second.
+pub const PACED_RUNS_PER_CALL: u32 = 65_536;
+/// Most departures an in-kernel paced class sends back to back after its thread was
+/// held off the CPU (half the DUT's 256-frame veth ring, about 20 us of sending);
+/// beyond that they are skipped (counted). 32 skipped frames whenever the sink's
+/// poller held the thread off for more than 80 us at 400 kpps.
+pub const PACED_SLACK_FRAMES: u64 = 128;
+/// Nice value of an in-kernel paced generator: ahead of ordinary processes on its CPU
+/// (about 9:1), behind every real-time thread (the sink's poller preempts it).
+pub const PACED_NICE: i32 = -10;
 
 /// What a generator thread saw from userspace; the authoritative frame counts come
 /// from the program's own counters ([`Counts`]).
@@ -128,6 +173,9 @@ pub struct LrGenResult {
     /// Thread CPU time / wall time over the whole run.
     pub cpu_busy: f64,
     pub interrupted: bool,
+    /// With in-kernel pacing: runs of the measurement window that found no frame due
+    /// (the generator's headroom: its CPU is busy by construction).
+    pub idle_runs: Option<u64>,
 }
 
 /// Frame and byte counters of the programs, summed over CPUs.
@@ -588,12 +636,21 @@ impl LineRate {
         stop: Arc<AtomicBool>,
     ) -> JoinHandle<io::Result<LrGenResult>> {
         let fd = self.gen_fd.try_clone();
+        let pace_fd = self.skel.maps.gen_pace.as_fd().try_clone_to_owned();
         let (ns, dev) = (self.gen_ns.clone(), self.gen_dev.clone());
         let (dst, src) = (self.dut_mac, self.gen_mac);
         std::thread::spawn(move || {
             let fd = fd?;
             pin(0, &spec.cpus)?;
-            if let Some(p) = spec.fifo {
+            if spec.pacing == Pacing::InKernel {
+                // SAFETY: this thread (tid), a plain integer priority.
+                let tid = unsafe { libc::gettid() } as libc::id_t;
+                // SAFETY: setpriority with valid arguments.
+                if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, PACED_NICE) } != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            if let Pacing::Batches { fifo: Some(p), .. } = spec.pacing {
                 let param = libc::sched_param {
                     sched_priority: p as i32,
                 };
@@ -605,9 +662,153 @@ impl LineRate {
             }
             enter(&ns)?;
             let ifindex = ifindex_of(&dev)?;
-            generate(&fd, ifindex, &dev, dst, src, &spec, &stop)
+            match spec.pacing {
+                Pacing::InKernel => {
+                    generate_paced(&fd, &pace_fd?, ifindex, &dev, dst, src, &spec, &stop)
+                }
+                Pacing::Batches { .. } => generate(&fd, ifindex, &dev, dst, src, &spec, &stop),
+            }
         })
     }
+}
+
+/// The pacing state of one class, as the map holds it (`struct lr_pace`).
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+struct PaceState {
+    start_ns: u64,
+    end_ns: u64,
+    rate_pps: u64,
+    slack: u64,
+    sent: u64,
+    skipped: u64,
+    idle_runs: u64,
+}
+
+impl PaceState {
+    fn write(&self, map: &OwnedFd, class: u32) -> io::Result<()> {
+        // SAFETY: key and value point to live data of the map's key and value sizes.
+        let rc = unsafe {
+            libbpf_sys::bpf_map_update_elem(
+                map.as_raw_fd(),
+                (&class as *const u32).cast(),
+                (self as *const PaceState).cast(),
+                0,
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::from_raw_os_error(-rc));
+        }
+        Ok(())
+    }
+
+    fn read(map: &OwnedFd, class: u32) -> io::Result<PaceState> {
+        let mut v = PaceState::default();
+        // SAFETY: as in write; the value buffer is the map's value size.
+        let rc = unsafe {
+            libbpf_sys::bpf_map_lookup_elem(
+                map.as_raw_fd(),
+                (&class as *const u32).cast(),
+                (&mut v as *mut PaceState).cast(),
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::from_raw_os_error(-rc));
+        }
+        Ok(v)
+    }
+}
+
+/// In-kernel pacing ([`Pacing::InKernel`]): per phase, the class's schedule goes into
+/// the `gen_pace` map and long calls run until the phase ends; the program decides
+/// per run whether a frame is due. One class per thread.
+#[allow(clippy::too_many_arguments)]
+fn generate_paced(
+    fd: &OwnedFd,
+    pace: &OwnedFd,
+    ifindex: u32,
+    dev: &str,
+    dst: [u8; 6],
+    src: [u8; 6],
+    spec: &LrGenSpec,
+    stop: &AtomicBool,
+) -> io::Result<LrGenResult> {
+    let [class] = spec.classes.as_slice() else {
+        return Err(io::Error::other(format!(
+            "in-kernel pacing takes one class per generator thread, this one has {}",
+            spec.classes.len()
+        )));
+    };
+    let key = u32::from(class.id);
+    let rate = (spec.rate_pps * class.share).max(0.0).round() as u64;
+    let mut res = LrGenResult {
+        issued: vec![0],
+        ..LrGenResult::default()
+    };
+    let cpu0 = thread_cpu_ns();
+    let wall0 = mono_ns();
+    let start = wall0 + 2_000_000;
+    let warm_end = start + spec.warmup.as_nanos() as u64;
+    let mut measured_from = warm_end;
+    let mut end = warm_end + spec.duration.as_nanos() as u64;
+    for measured in [false, true] {
+        // The measured phase starts when the warm-up's last call returned (at most
+        // one call late), and keeps its full length.
+        let now = mono_ns();
+        let (p_start, p_end) = if measured {
+            measured_from = now.max(warm_end);
+            end = measured_from + spec.duration.as_nanos() as u64;
+            (measured_from, end)
+        } else {
+            (start, warm_end)
+        };
+        if p_end <= p_start {
+            continue;
+        }
+        let frame = build_frame(dst, src, class, spec.point, measured);
+        PaceState {
+            start_ns: p_start,
+            end_ns: p_end,
+            rate_pps: rate.max(1),
+            slack: PACED_SLACK_FRAMES,
+            ..PaceState::default()
+        }
+        .write(pace, key)?;
+        while mono_ns() < p_end {
+            if stop.load(Ordering::Relaxed) {
+                res.interrupted = true;
+                break;
+            }
+            res.calls += 1;
+            if let Err(e) = prog_run(fd, &frame, ifindex, PACED_RUNS_PER_CALL) {
+                res.errors += 1;
+                if res.first_error.is_none() {
+                    res.first_error = Some(explain_run_error(&e, dev));
+                }
+                if e.raw_os_error() != Some(libc::EINTR) && res.errors > 100 {
+                    return Err(io::Error::other(
+                        res.first_error.clone().unwrap_or_default(),
+                    ));
+                }
+            }
+        }
+        let got = PaceState::read(pace, key)?;
+        res.issued_total += got.sent;
+        if measured {
+            res.issued = vec![got.sent];
+            res.skipped = got.skipped;
+            res.idle_runs = Some(got.idle_runs);
+        }
+        if res.interrupted {
+            break;
+        }
+    }
+    // Back to batch mode for the next user of the map (and the thread's next spec).
+    PaceState::default().write(pace, key)?;
+    let wall = mono_ns().saturating_sub(wall0).max(1);
+    res.cpu_busy = thread_cpu_ns().saturating_sub(cpu0) as f64 / wall as f64;
+    res.window_s = mono_ns().min(end).saturating_sub(measured_from) as f64 / 1e9;
+    Ok(res)
 }
 
 fn generate(
@@ -635,14 +836,30 @@ fn generate(
         .iter()
         .map(|c| ((f64::from(MAX_CHUNK) * c.share).round() as u64).max(1))
         .collect();
+    let inline_dut = matches!(
+        spec.pacing,
+        Pacing::Batches {
+            inline_dut: true,
+            ..
+        }
+    );
+    let tick = if inline_dut { INLINE_TICK_NS } else { TICK_NS };
     let min_batch: Vec<u64> = (0..n)
-        .map(|i| ((rate[i] * TICK_NS as f64 / 1e9) as u64).clamp(1, cap[i]))
+        .map(|i| {
+            ((rate[i] * tick as f64 / 1e9) as u64)
+                .max(MIN_FRAMES_PER_CALL)
+                .clamp(1, cap[i])
+        })
         .collect();
     let behind: Vec<u64> = (0..n)
         .map(|i| {
-            ((rate[i] * BEHIND_LIMIT_NS as f64 / 1e9) as u64)
-                .min(min_batch[i] + BEHIND_LIMIT_FRAMES)
-                .max(min_batch[i])
+            let catch_up = (rate[i] * BEHIND_LIMIT_NS as f64 / 1e9) as u64;
+            let catch_up = if inline_dut {
+                catch_up
+            } else {
+                catch_up.min(BEHIND_LIMIT_FRAMES)
+            };
+            min_batch[i] + catch_up
         })
         .collect();
     let mut res = LrGenResult {
@@ -773,6 +990,9 @@ impl LrGenResult {
             out.window_s = out.window_s.min(p.window_s);
             out.cpu_busy += p.cpu_busy / parts.len() as f64;
             out.interrupted |= p.interrupted;
+            if let Some(idle) = p.idle_runs {
+                out.idle_runs = Some(out.idle_runs.unwrap_or(0) + idle);
+            }
         }
         out
     }
@@ -786,18 +1006,25 @@ impl LrGenResult {
         offered_pps: f64,
         emitted_total: u64,
     ) -> EngineStats {
+        let mut counters = vec![
+            ("skipped_behind_schedule".into(), self.skipped),
+            ("prog_run_calls".into(), self.calls),
+            ("prog_run_errors".into(), self.errors),
+            ("enospc_waits_50ms".into(), self.enospc_waits),
+            ("sent_including_warmup".into(), emitted_total),
+        ];
+        if let Some(idle) = self.idle_runs {
+            // In-kernel pacing spins: its CPU is busy by construction, and its
+            // headroom is the runs that found nothing to send.
+            counters.push(("in_kernel_pacing".into(), 1));
+            counters.push(("idle_runs_in_window".into(), idle));
+        }
         EngineStats {
             backend: "xdp-live-frames".into(),
             cpus: cpus.to_vec(),
             cpu_busy: Some(self.cpu_busy.min(1.0)),
-            saturated: offered_pps < 0.99 * requested_pps,
-            counters: vec![
-                ("skipped_behind_schedule".into(), self.skipped),
-                ("prog_run_calls".into(), self.calls),
-                ("prog_run_errors".into(), self.errors),
-                ("enospc_waits_50ms".into(), self.enospc_waits),
-                ("sent_including_warmup".into(), emitted_total),
-            ],
+            saturated: offered_pps < 0.99 * requested_pps || self.idle_runs == Some(0),
+            counters,
         }
     }
 }

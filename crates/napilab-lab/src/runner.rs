@@ -19,7 +19,7 @@ use napilab_core::{
 };
 
 use crate::counters;
-use crate::linerate::{self, LineRate, LrClass, LrGenResult, LrGenSpec};
+use crate::linerate::{self, LineRate, LrClass, LrGenResult, LrGenSpec, Pacing, PACED_NICE};
 use crate::netns::{self, new_run_id, pid_file, RUN_DIR};
 use crate::search::{bisect, Probe};
 use crate::topology::{Lab, SINK_ADDR};
@@ -37,8 +37,8 @@ enum Engine {
     Paced(Sink),
     LineRate {
         lr: Box<LineRate>,
-        /// SCHED_FIFO priority of the generator threads, when they get one.
-        fifo: Option<u32>,
+        /// The generator's CPUs do no DUT work (see [`line_rate_apart`]).
+        apart: bool,
     },
 }
 
@@ -537,12 +537,15 @@ fn start_engine(
         match LineRate::start(lab, &classes, cfg.settings.gro) {
             Ok(lr) => {
                 notes.extend(lr.applied.iter().cloned());
-                let fifo = line_rate_fifo(&cfg.settings);
+                let apart = line_rate_apart(&cfg.settings);
                 notes.push((
                     "line-rate generator sched".into(),
-                    match fifo {
-                        Some(p) => format!("SCHED_FIFO {p}"),
-                        None => "normal: it shares a CPU with the DUT's NAPI or RPS work".into(),
+                    if apart {
+                        format!("in-kernel pacing (nice {PACED_NICE}) for a thread with one class, else 200 us batches at SCHED_FIFO {LR_GEN_FIFO}")
+                    } else if cfg.settings.napi == scenario::NapiContext::Softirq {
+                        "1 ms batches, normal priority: the DUT polls inline in the generator's softirqs".into()
+                    } else {
+                        "200 us batches, normal priority: it shares a CPU with the DUT's NAPI or RPS work".into()
                     },
                 ));
                 notice(
@@ -553,7 +556,7 @@ fn start_engine(
                 return Ok((
                     Engine::LineRate {
                         lr: Box::new(lr),
-                        fifo,
+                        apart,
                     },
                     notes,
                 ));
@@ -607,15 +610,29 @@ fn findings_of(points: &[PointResult]) -> Vec<Finding> {
     out
 }
 
-/// The line-rate generator's SCHED_FIFO priority: only when its CPUs do no DUT work
-/// (threaded NAPI elsewhere, no RPS there); a real-time generator at full speed would
-/// otherwise starve the DUT it measures.
-fn line_rate_fifo(s: &scenario::DutSettings) -> Option<u32> {
+/// Whether the line-rate generator's CPUs do no DUT work (threaded NAPI elsewhere, no
+/// RPS there): only then may it spin (in-kernel pacing) or run SCHED_FIFO; otherwise
+/// it would take CPU time from the DUT it measures.
+fn line_rate_apart(s: &scenario::DutSettings) -> bool {
     let dut_cpus: Vec<u32> = s.napi_cpus.iter().chain(&s.rps_cpus).copied().collect();
-    let apart = s.napi == scenario::NapiContext::Threaded
+    s.napi == scenario::NapiContext::Threaded
         && !s.napi_cpus.is_empty()
-        && s.generator_cpus.iter().all(|c| !dut_cpus.contains(c));
-    apart.then_some(LR_GEN_FIFO)
+        && s.generator_cpus.iter().all(|c| !dut_cpus.contains(c))
+}
+
+/// How a line-rate generator thread with `classes` classes keeps its schedule.
+fn line_rate_pacing(apart: bool, inline_dut: bool, classes: usize) -> Pacing {
+    match (apart, classes) {
+        (true, 1) => Pacing::InKernel,
+        (true, _) => Pacing::Batches {
+            fifo: Some(LR_GEN_FIFO),
+            inline_dut,
+        },
+        (false, _) => Pacing::Batches {
+            fifo: None,
+            inline_dut,
+        },
+    }
 }
 
 /// The generator threads of one point.
@@ -716,7 +733,7 @@ fn measure_point(
                     .collect(),
             )
         }
-        Engine::LineRate { lr, fifo } => {
+        Engine::LineRate { lr, apart } => {
             lr.begin(point);
             before = counters::snapshot(lab);
             lr_start = Some(LineRateStart {
@@ -743,8 +760,12 @@ fn measure_point(
                             warmup,
                             duration,
                             point,
+                            pacing: line_rate_pacing(
+                                *apart,
+                                cfg.settings.napi == scenario::NapiContext::Softirq,
+                                g.classes.len(),
+                            ),
                             cpus: g.cpus,
-                            fifo: *fifo,
                         };
                         lr.start_generator(spec, stop.clone())
                     })

@@ -237,7 +237,7 @@ fn rate_held_and_attachments_removed(gro: bool) -> Outcome {
                 cpus: vec![0],
                 // As the runner does when the generator's CPU does no DUT work: other
                 // processes on this shared machine would otherwise delay it.
-                fifo: Some(napilab_lab::runner::LR_GEN_FIFO),
+                pacing: napilab_lab::linerate::Pacing::InKernel,
             },
             Arc::new(AtomicBool::new(false)),
         )

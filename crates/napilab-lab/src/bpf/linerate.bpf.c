@@ -50,6 +50,44 @@ struct {
 	__type(value, struct lr_count);
 } sink_counts SEC(".maps");
 
+/* Written by the generator thread before each phase, read back after it; one thread
+ * owns each class, and the program runs on that thread's CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, LR_MAX_CLASSES);
+	__type(key, __u32);
+	__type(value, struct lr_pace);
+} gen_pace SEC(".maps");
+
+/* Whether a run of class c sends its frame now. Pacing inside one long call replaces
+ * one call per 200 us batch: every call creates a page pool whose release, while its
+ * frames are in flight, walks all registered XDP memory models under one mutex
+ * (mem_allocator_disconnect), which at 5000 calls/s took most of the generator's CPU
+ * in a kworker and stalled the generator behind the mutex. */
+static __always_inline int pace_allows(__u32 c)
+{
+	struct lr_pace *p = bpf_map_lookup_elem(&gen_pace, &c);
+	__u64 now, due, done;
+
+	if (!p || !p->rate_pps)
+		return 1;
+	now = bpf_ktime_get_ns();
+	if (now >= p->end_ns || now <= p->start_ns) {
+		p->idle_runs++;
+		return 0;
+	}
+	due = (now - p->start_ns) * p->rate_pps / 1000000000ULL;
+	done = p->sent + p->skipped;
+	if (due <= done) {
+		p->idle_runs++;
+		return 0;
+	}
+	if (due - done > p->slack)
+		p->skipped += due - done - p->slack;
+	p->sent++;
+	return 1;
+}
+
 static __always_inline void count(void *map, __u32 key, __u64 bytes)
 {
 	struct lr_count *c = bpf_map_lookup_elem(map, &key);
@@ -74,6 +112,9 @@ int lr_gen(struct xdp_md *ctx)
 		return XDP_PASS;
 	c = p->class_id;
 	if (c >= LR_MAX_CLASSES)
+		return XDP_DROP;
+	/* Not due yet: the page goes straight back to the call's pool, nothing leaves. */
+	if (!pace_allows(c))
 		return XDP_DROP;
 	/* The frame's page is recycled after the DUT forwarded it (TTL decremented,
 	 * MACs rewritten in place), and live-frames mode does not copy data_in again:

@@ -26,6 +26,18 @@ struct lr_tmpl {
 	__u8 pad[6];
 };
 
+/* In-kernel pacing of one class (linerate.rs, `Pacing::InKernel`): departures at
+ * start_ns + k / rate_pps seconds; a run before the next departure sends nothing. */
+struct lr_pace {
+	__u64 start_ns;  /* schedule origin, CLOCK_MONOTONIC (bpf_ktime_get_ns) */
+	__u64 end_ns;    /* no departure at or after this */
+	__u64 rate_pps;  /* 0: not paced, every run sends (batch mode) */
+	__u64 slack;     /* most departures sent back to back to catch up */
+	__u64 sent;      /* frames sent since start_ns */
+	__u64 skipped;   /* departures given up: more than `slack` behind */
+	__u64 idle_runs; /* runs that found no departure due */
+};
+
 struct lr_count {
 	__u64 packets;
 	__u64 bytes;
