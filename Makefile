@@ -54,7 +54,7 @@ build: deps
 
 # The main job: the built-in lab scenario (scenarios/default.toml: a veth router in
 # network namespaces, one-CPU vs two-CPU DUT placement x softirq vs threaded NAPI, a load
-# sweep and a maximum-throughput search; about 4-5 minutes), then an observation of
+# sweep and a maximum-throughput search; about 4-6 minutes), then an observation of
 # this host. Needs root for the namespaces.
 run: build
 	@mkdir -p $(RESULTS)
