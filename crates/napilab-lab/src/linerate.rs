@@ -662,11 +662,16 @@ impl LineRate {
             }
             enter(&ns)?;
             let ifindex = ifindex_of(&dev)?;
+            let port = GenPort {
+                fd: &fd,
+                ifindex,
+                dev: &dev,
+                dst,
+                src,
+            };
             match spec.pacing {
-                Pacing::InKernel => {
-                    generate_paced(&fd, &pace_fd?, ifindex, &dev, dst, src, &spec, &stop)
-                }
-                Pacing::Batches { .. } => generate(&fd, ifindex, &dev, dst, src, &spec, &stop),
+                Pacing::InKernel => generate_paced(&port, &pace_fd?, &spec, &stop),
+                Pacing::Batches { .. } => generate(&port, &spec, &stop),
             }
         })
     }
@@ -719,17 +724,23 @@ impl PaceState {
     }
 }
 
+/// Where a generator thread's frames go: the program, the generator's veth (the
+/// context's ingress device, by index and name) and the frames' MAC addresses.
+#[derive(Clone, Copy)]
+struct GenPort<'a> {
+    fd: &'a OwnedFd,
+    ifindex: u32,
+    dev: &'a str,
+    dst: [u8; 6],
+    src: [u8; 6],
+}
+
 /// In-kernel pacing ([`Pacing::InKernel`]): per phase, the class's schedule goes into
 /// the `gen_pace` map and long calls run until the phase ends; the program decides
 /// per run whether a frame is due. One class per thread.
-#[allow(clippy::too_many_arguments)]
 fn generate_paced(
-    fd: &OwnedFd,
+    port: &GenPort<'_>,
     pace: &OwnedFd,
-    ifindex: u32,
-    dev: &str,
-    dst: [u8; 6],
-    src: [u8; 6],
     spec: &LrGenSpec,
     stop: &AtomicBool,
 ) -> io::Result<LrGenResult> {
@@ -765,7 +776,7 @@ fn generate_paced(
         if p_end <= p_start {
             continue;
         }
-        let frame = build_frame(dst, src, class, spec.point, measured);
+        let frame = build_frame(port.dst, port.src, class, spec.point, measured);
         PaceState {
             start_ns: p_start,
             end_ns: p_end,
@@ -780,10 +791,10 @@ fn generate_paced(
                 break;
             }
             res.calls += 1;
-            if let Err(e) = prog_run(fd, &frame, ifindex, PACED_RUNS_PER_CALL) {
+            if let Err(e) = prog_run(port.fd, &frame, port.ifindex, PACED_RUNS_PER_CALL) {
                 res.errors += 1;
                 if res.first_error.is_none() {
-                    res.first_error = Some(explain_run_error(&e, dev));
+                    res.first_error = Some(explain_run_error(&e, port.dev));
                 }
                 if e.raw_os_error() != Some(libc::EINTR) && res.errors > 100 {
                     return Err(io::Error::other(
@@ -811,15 +822,14 @@ fn generate_paced(
     Ok(res)
 }
 
-fn generate(
-    fd: &OwnedFd,
-    ifindex: u32,
-    dev: &str,
-    dst: [u8; 6],
-    src: [u8; 6],
-    spec: &LrGenSpec,
-    stop: &AtomicBool,
-) -> io::Result<LrGenResult> {
+fn generate(port: &GenPort<'_>, spec: &LrGenSpec, stop: &AtomicBool) -> io::Result<LrGenResult> {
+    let GenPort {
+        fd,
+        ifindex,
+        dev,
+        dst,
+        src,
+    } = *port;
     // Precise wake-ups: the default 50 us timer slack would bunch batches.
     // SAFETY: prctl with an integer argument.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64) };

@@ -67,15 +67,12 @@ fn lab(gro: bool) -> Result<Lab, String> {
     Lab::build(&new_run_id(), &Topology::default(), &s).map_err(|e| e.to_string())
 }
 
-/// Through the runner: a 20 kpps point; the sink's in-kernel count equals the
-/// generator's, latency is not faked, and nothing is left loaded.
-fn low_rate_run_delivers_exactly_what_was_sent() -> Outcome {
-    let before = our_programs();
-    let text = "name = \"lr-test\"\n[dut]\nnapi = \"threaded\"\nnapi_cpus = [1]\nnapi_fifo = [20]\ngenerator_cpus = [0]\nsink_cpus = [0]\n[traffic]\nbackend = \"line-rate\"\nloads_pps = [20000]\n[[traffic.classes]]\nname = \"be\"\nshare = 0.75\nsize = 64\nport = 9000\n[[traffic.classes]]\nname = \"bulk\"\nshare = 0.25\nsize = 1000\nport = 9001\n[measurement]\nduration_s = 1.0\nwarmup_s = 0.2\ndrain_ms = 300\n";
-    let out = std::env::temp_dir().join(format!("napilab-lr-test-{}", std::process::id()));
+/// Runs `text` through the runner (no observer, journal in a temporary directory).
+fn run_scenario(text: &str, tag: &str) -> Result<RunRecord, String> {
+    let out = std::env::temp_dir().join(format!("napilab-{tag}-{}", std::process::id()));
     let opts = RunOptions {
         scenario_text: text.into(),
-        scenario_file: "lr-test.toml".into(),
+        scenario_file: format!("{tag}.toml"),
         out_dir: out.clone(),
         observer: None,
         journal_dir: out.join("journal"),
@@ -83,10 +80,19 @@ fn low_rate_run_delivers_exactly_what_was_sent() -> Outcome {
         progress: false,
         run_id: None,
     };
-    let r: RunRecord = napilab_lab::run(&opts)
+    let r = napilab_lab::run(&opts)
         .map(|o| o.record)
-        .map_err(|e| format!("{e:#}"))?;
+        .map_err(|e| format!("{e:#}"));
     let _ = std::fs::remove_dir_all(&out);
+    r
+}
+
+/// Through the runner: a 20 kpps point; the sink's in-kernel count equals the
+/// generator's, latency is not faked, and nothing is left loaded.
+fn low_rate_run_delivers_exactly_what_was_sent() -> Outcome {
+    let before = our_programs();
+    let text = "name = \"lr-test\"\n[dut]\nnapi = \"threaded\"\nnapi_cpus = [1]\nnapi_fifo = [20]\ngenerator_cpus = [0]\nsink_cpus = [0]\n[traffic]\nbackend = \"line-rate\"\nloads_pps = [20000]\n[[traffic.classes]]\nname = \"be\"\nshare = 0.75\nsize = 64\nport = 9000\n[[traffic.classes]]\nname = \"bulk\"\nshare = 0.25\nsize = 1000\nport = 9001\n[measurement]\nduration_s = 1.0\nwarmup_s = 0.2\ndrain_ms = 300\n";
+    let r = run_scenario(text, "lr-test")?;
     if let Some(n) = r.notices.iter().find(|n| n.why.contains("cannot run here")) {
         return Ok(Some(format!("line-rate back end unavailable: {}", n.why)));
     }
@@ -148,21 +154,7 @@ fn low_rate_run_delivers_exactly_what_was_sent() -> Outcome {
 /// engine, and the configuration's settings say so.
 fn paced_sweep_then_line_rate_search() -> Outcome {
     let text = "name = \"sb-test\"\n[dut]\nnapi = \"threaded\"\nnapi_cpus = [1]\nnapi_fifo = [20]\ngenerator_cpus = [0]\nsink_cpus = [0]\n[traffic]\nbackend = \"paced\"\nloads_pps = [5000]\n[[traffic.classes]]\nname = \"be\"\nshare = 1.0\nsize = 64\nport = 9000\n[measurement]\nduration_s = 0.5\nwarmup_s = 0.2\nsearch = true\nsearch_backend = \"line-rate\"\nsearch_max_pps = 20000\nsearch_iterations = 2\n";
-    let out = std::env::temp_dir().join(format!("napilab-sb-test-{}", std::process::id()));
-    let opts = RunOptions {
-        scenario_text: text.into(),
-        scenario_file: "sb-test.toml".into(),
-        out_dir: out.clone(),
-        observer: None,
-        journal_dir: out.join("journal"),
-        stop: Arc::new(AtomicBool::new(false)),
-        progress: false,
-        run_id: None,
-    };
-    let r: RunRecord = napilab_lab::run(&opts)
-        .map(|o| o.record)
-        .map_err(|e| format!("{e:#}"))?;
-    let _ = std::fs::remove_dir_all(&out);
+    let r = run_scenario(text, "sb-test")?;
     if let Some(n) = r.notices.iter().find(|n| n.why.contains("cannot run here")) {
         return Ok(Some(format!("line-rate back end unavailable: {}", n.why)));
     }
