@@ -62,6 +62,20 @@ impl LatencyHistogram {
         self.min = self.min.min(ns);
     }
 
+    /// [`LatencyHistogram::record`] for each value, the sums kept in registers.
+    pub fn record_all(&mut self, values: &[u64]) {
+        let (mut sum, mut max, mut min) = (0u128, self.max, self.min);
+        for &v in values {
+            self.buckets[bucket_of(v)] += 1;
+            sum += v as u128;
+            max = max.max(v);
+            min = min.min(v);
+        }
+        self.count += values.len() as u64;
+        self.sum += sum;
+        (self.max, self.min) = (max, min);
+    }
+
     pub fn count(&self) -> u64 {
         self.count
     }

@@ -16,7 +16,7 @@ use crate::cpu::{pick_thread, Cpu, IrqSrc, Thread, ThreadKind};
 use crate::event::{EventQueue, Nanos, Window};
 use crate::latency::LatencyHistogram;
 use crate::napi::{Completion, Napi};
-use crate::nic::{IrqLine, LineKind, RxRing, TxQueue};
+use crate::nic::{Batch, IrqLine, LineKind, RxRing, TxQueue};
 use crate::profile::Profile;
 use crate::rng::Rng;
 use crate::softirq::{NetRxRun, SoftirqRun, NET_RX, NET_TX};
@@ -238,6 +238,9 @@ pub(crate) struct Sim<'a> {
     /// Per RX ring: every packet it carries is forwarded by the polling CPU (no RPS,
     /// no local delivery, no closed-loop client), so `poll_ring_forward` applies.
     ring_forwards: Vec<bool>,
+    /// Scratch for `poll_ring_forward`'s batches: arrival times and latencies.
+    pop_buf: Vec<Nanos>,
+    lat_buf: Vec<Nanos>,
     tick_ns: Nanos,
     hz: u32,
     skip_rule: bool,
@@ -622,6 +625,8 @@ impl<'a> Sim<'a> {
             tx_sched: vec![Vec::new(); ncpu],
             ser_memo: (u32::MAX, 0),
             ring_forwards,
+            pop_buf: Vec::new(),
+            lat_buf: Vec::new(),
             tick_ns,
             hz,
             skip_rule: cfg.skip_inline_while_ksoftirqd(),
@@ -1027,6 +1032,28 @@ impl<'a> Sim<'a> {
             self.lines[self.tx_lines[c]].kind,
             LineKind::TxCompletion { .. }
         );
+        if !arm_each {
+            let txq = &self.txqs[c];
+            if (noqueue || txq.qdisc.is_empty()) && txq.inflight.len() + rb as usize <= txq.size {
+                // Every packet of the poll takes the bypass to a TX ring with room, so
+                // the k-th pop is at t + k (rx_poll + ip + xmit) whatever arrives: the
+                // ring can do its admissions and pops in one pass.
+                let mut buf = std::mem::take(&mut self.pop_buf);
+                buf.clear();
+                let step = rx_poll + ip + xmit;
+                let done = self.rings[r].pop_batch(t, step, rb, &mut buf);
+                if let Some(b) = done {
+                    t = self.forward_batch(c, q, t, b, &buf);
+                }
+                self.pop_buf = buf;
+                if let Some(b) = done {
+                    if b.n > 0 {
+                        self.arm_tx_line(c);
+                    }
+                    return (t, b.n);
+                }
+            }
+        }
         let mut sent = false;
         let mut k = 0;
         // Counters of the interval span holding the times seen so far, added to the
@@ -1092,6 +1119,93 @@ impl<'a> Sim<'a> {
             self.arm_tx_line(c);
         }
         (t, k)
+    }
+
+    /// The rest of `poll_ring_forward` for packets popped by `RxRing::pop_batch` at
+    /// `t0`, `t0 + step`, ...: the same counters, TX descriptors and latencies as the
+    /// packet-at-a-time loop, the counters added once when the batch's times fall in
+    /// one interval. Returns the time after the last packet.
+    fn forward_batch(
+        &mut self,
+        c: usize,
+        q: usize,
+        t0: Nanos,
+        b: Batch,
+        arrivals: &[Nanos],
+    ) -> Nanos {
+        let (rx_poll, ip, xmit) = (self.costs.rx_poll, self.costs.ip, self.costs.xmit);
+        let step = rx_poll + ip + xmit;
+        let n = arrivals.len() as u64;
+        let size = b.size as u64;
+        let end = t0 + n * step;
+        if n == 0 {
+            return end;
+        }
+        // CPU-side counters: rx at t + rx_poll, processed at + ip, tx at + xmit.
+        let (_, hi, idx) = self.win.span(t0 + rx_poll);
+        if end < hi {
+            if let Some(i) = idx {
+                let k = &mut self.counts[i];
+                k.rx_packets += n;
+                k.rx_bytes += n * size;
+                k.queue_rx_packets[q] += n;
+                k.cpus[c].processed += n;
+                k.tx_packets += n;
+                k.tx_bytes += n * size;
+            }
+        } else {
+            for j in 0..n {
+                let t_rx = t0 + j * step + rx_poll;
+                self.count(t_rx, |cn| {
+                    cn.rx_packets += 1;
+                    cn.rx_bytes += size;
+                    cn.queue_rx_packets[q] += 1;
+                });
+                self.count(t_rx + ip, |cn| cn.cpus[c].processed += 1);
+                self.count(t_rx + ip + xmit, |cn| {
+                    cn.tx_packets += 1;
+                    cn.tx_bytes += size;
+                });
+            }
+        }
+        // The wire (send_wire) and each packet's latency, counted by its arrival.
+        if self.ser_memo.0 != b.size {
+            let ser = ((b.size as f64 + 20.0) * self.ser_ns_per_byte).round() as Nanos;
+            self.ser_memo = (b.size, ser);
+        }
+        let ser = self.ser_memo.1;
+        let (dma, rx_dma) = (self.lat_tx_dma, self.lat_rx_dma);
+        let mut lat = std::mem::take(&mut self.lat_buf);
+        lat.clear();
+        let mut wire = self.wire_free;
+        let inflight = &mut self.txqs[c].inflight;
+        inflight.reserve(arrivals.len());
+        let mut t_tx = t0 + step;
+        for &a in arrivals {
+            let done = (t_tx + dma).max(wire) + ser;
+            wire = done;
+            inflight.push_back(done);
+            lat.push(done + rx_dma - a);
+            t_tx += step;
+        }
+        self.wire_free = wire;
+        let cls = b.class as usize;
+        let (_, hi, idx) = self.win.span(arrivals[0]);
+        if arrivals[arrivals.len() - 1] < hi {
+            if let Some(i) = idx {
+                self.counts[i].class_forwarded[cls] += n;
+                self.latency[cls].record_all(&lat);
+            }
+        } else {
+            for (&a, &l) in arrivals.iter().zip(&lat) {
+                if let Some(i) = self.win.lookup(a) {
+                    self.counts[i].class_forwarded[cls] += 1;
+                    self.latency[cls].record(l);
+                }
+            }
+        }
+        self.lat_buf = lat;
+        end
     }
 
     /// Add `poll_ring_forward`'s accumulated counters to interval `idx` and reset them.

@@ -119,6 +119,23 @@ impl Source {
         self.times[self.pos]
     }
 
+    /// Consume the next arrival (see [`Source::peek`]).
+    #[inline(always)]
+    pub(crate) fn skip(&mut self) {
+        self.pos += 1;
+        if self.pos == BLOCK {
+            self.refill();
+        }
+    }
+
+    pub(crate) fn class(&self) -> u16 {
+        self.class
+    }
+
+    pub(crate) fn size(&self) -> u32 {
+        self.size
+    }
+
     #[inline(always)]
     pub(crate) fn take(&mut self) -> Packet {
         let p = Packet {
