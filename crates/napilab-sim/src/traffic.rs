@@ -87,7 +87,9 @@ impl Source {
         s
     }
 
-    /// Compute the next block of arrival times.
+    /// Compute the next block of arrival times: each slot is the running fixed-point
+    /// time (`NEVER` once it would overflow), the gaps drawn in the same order as one
+    /// at a time. The running time stays in registers (a local, not `self.next`).
     #[inline(never)]
     fn refill(&mut self) {
         let mut gaps = [0u64; BLOCK];
@@ -101,15 +103,15 @@ impl Source {
                 }
             }
         }
+        let mut next = self.next.unwrap_or(0);
+        let mut alive = self.next.is_some();
         for (slot, g) in self.times.iter_mut().zip(gaps) {
-            match self.next {
-                Some(n) => {
-                    *slot = n >> FRAC;
-                    self.next = n.checked_add(g);
-                }
-                None => *slot = NEVER,
-            }
+            *slot = if alive { next >> FRAC } else { NEVER };
+            let (sum, over) = next.overflowing_add(g);
+            next = sum;
+            alive &= !over;
         }
+        self.next = alive.then_some(next);
         self.pos = 0;
     }
 
@@ -119,10 +121,17 @@ impl Source {
         self.times[self.pos]
     }
 
-    /// Consume the next arrival (see [`Source::peek`]).
+    /// The current block of arrival times and the position of the next one.
     #[inline(always)]
-    pub(crate) fn skip(&mut self) {
-        self.pos += 1;
+    pub(crate) fn block(&self) -> (&[Nanos; BLOCK], usize) {
+        (&self.times, self.pos)
+    }
+
+    /// Consume the arrivals of the current block before position `pos` (at most the
+    /// block's length), computing the next block when all are consumed.
+    #[inline(always)]
+    pub(crate) fn set_pos(&mut self, pos: usize) {
+        self.pos = pos.min(BLOCK);
         if self.pos == BLOCK {
             self.refill();
         }
