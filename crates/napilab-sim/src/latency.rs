@@ -22,10 +22,24 @@ impl Default for LatencyHistogram {
     }
 }
 
+#[inline(always)]
 fn bucket_of(v: u64) -> usize {
     if v < SUB {
         return v as usize;
     }
+    if v < 1 << 53 {
+        // v is exact as an f64, whose biased exponent is 1023 + the index of v's top
+        // bit and whose next SUB_BITS mantissa bits are the sub-bucket: one
+        // conversion and a shift give bucket_of_bits's answer without a bit scan.
+        let bits = ((v as i64) as f64).to_bits() >> (52 - SUB_BITS);
+        return (bits - ((1023 + SUB_BITS as u64 - 1) << SUB_BITS)) as usize;
+    }
+    bucket_of_bits(v)
+}
+
+/// The bucket of `v >= SUB` from its top bit: the top bit's index selects the power
+/// of two, the SUB_BITS bits below it the sub-bucket.
+fn bucket_of_bits(v: u64) -> usize {
     let msb = 63 - v.leading_zeros();
     let shift = msb - SUB_BITS;
     let sub = (v >> shift) - SUB; // 0..SUB
@@ -63,14 +77,28 @@ impl LatencyHistogram {
     }
 
     /// [`LatencyHistogram::record`] for each value, the sums kept in registers.
+    /// Consecutive packets of a queue mostly fall in the same bucket, and adding one
+    /// to the same memory word packet after packet is a chain of dependent
+    /// load-add-stores; a run of equal buckets is counted in a register instead and
+    /// added when the bucket changes.
     pub fn record_all(&mut self, values: &[u64]) {
+        let Some(&first) = values.first() else {
+            return;
+        };
         let (mut sum, mut max, mut min) = (0u128, self.max, self.min);
+        let (mut run_bucket, mut run) = (bucket_of(first), 0u64);
         for &v in values {
-            self.buckets[bucket_of(v)] += 1;
+            let b = bucket_of(v);
+            if b != run_bucket {
+                self.buckets[run_bucket] += run;
+                (run_bucket, run) = (b, 0);
+            }
+            run += 1;
             sum += v as u128;
             max = max.max(v);
             min = min.min(v);
         }
+        self.buckets[run_bucket] += run;
         self.count += values.len() as u64;
         self.sum += sum;
         (self.max, self.min) = (max, min);
@@ -154,6 +182,45 @@ mod tests {
             assert!(bucket_high(b) >= v, "{v}");
             assert!((bucket_high(b) - v) as f64 <= v as f64 / 64.0 + 1.0, "{v}");
         }
+    }
+
+    #[test]
+    fn float_bucket_is_bit_bucket() {
+        let mut r = crate::rng::Rng::new(3, 3);
+        for k in 6..64 {
+            for v in [1u64 << k, (1u64 << k) - 1, (1u64 << k) + 1] {
+                if v >= SUB {
+                    assert_eq!(bucket_of(v), bucket_of_bits(v), "{v}");
+                }
+            }
+        }
+        for _ in 0..100_000 {
+            let v = r.next_u64() >> (r.next_u64() % 64);
+            if v >= SUB {
+                assert_eq!(bucket_of(v), bucket_of_bits(v), "{v}");
+            }
+        }
+    }
+
+    #[test]
+    fn record_all_is_record_each() {
+        let vals: Vec<u64> = (0..5_000u64)
+            .map(|i| (i * 7_919) % 3_000 + i * 13 + (i % 5) * 100_000)
+            .chain([0, 1, 63, 64, u64::MAX / 2])
+            .collect();
+        let (mut a, mut b) = (LatencyHistogram::new(), LatencyHistogram::new());
+        for &v in &vals {
+            a.record(v);
+        }
+        for chunk in vals.chunks(37) {
+            b.record_all(chunk);
+        }
+        b.record_all(&[]);
+        assert_eq!(a.buckets, b.buckets);
+        assert_eq!(
+            (a.count, a.sum, a.max, a.min),
+            (b.count, b.sum, b.max, b.min)
+        );
     }
 
     #[test]

@@ -1175,18 +1175,22 @@ impl<'a> Sim<'a> {
         }
         let ser = self.ser_memo.1;
         let (dma, rx_dma) = (self.lat_tx_dma, self.lat_rx_dma);
+        // Departures first (a serial max/add chain), then the TX ring takes them in
+        // one extend, then they become latencies in place: three simple loops
+        // rather than one with two growing containers.
         let mut lat = std::mem::take(&mut self.lat_buf);
         lat.clear();
         let mut wire = self.wire_free;
-        let inflight = &mut self.txqs[c].inflight;
-        inflight.reserve(arrivals.len());
         let mut t_tx = t0 + step;
-        for &a in arrivals {
+        lat.extend(arrivals.iter().map(|_| {
             let done = (t_tx + dma).max(wire) + ser;
             wire = done;
-            inflight.push_back(done);
-            lat.push(done + rx_dma - a);
             t_tx += step;
+            done
+        }));
+        self.txqs[c].inflight.extend(lat.iter().copied());
+        for (l, &a) in lat.iter_mut().zip(arrivals) {
+            *l = *l + rx_dma - a;
         }
         self.wire_free = wire;
         let cls = b.class as usize;
