@@ -67,23 +67,14 @@ impl Fifo {
         self.len == 0
     }
 
-    /// Whether every packet put from now on with fields `m` needs only its time
-    /// written ([`Fifo::put_time`]); makes it so if the ring is empty.
+    /// Whether packets with fields `m` can be added by writing only their time (as
+    /// `RxRing::pop_batch` does); makes it so if the ring is empty.
     #[inline]
     fn uniform_as(&mut self, m: Meta) -> bool {
         if self.len == 0 {
             self.uniform = Some(m);
         }
         self.uniform == Some(m)
-    }
-
-    /// Write an arrival with the uniform fields into the spare slot after the last
-    /// packet; `keep` decides whether it joins the ring. The caller keeps `len` below
-    /// the capacity, so the slot exists.
-    #[inline(always)]
-    fn put_time(&mut self, arrival: Nanos, keep: bool) {
-        self.times[(self.head + self.len) & self.mask] = arrival;
-        self.len += keep as usize;
     }
 
     #[inline]
@@ -136,18 +127,6 @@ impl Fifo {
         self.head = (self.head + 1) & self.mask;
         self.len -= 1;
         Some(p)
-    }
-
-    /// Pop the oldest packet's arrival time (its fields being the uniform ones).
-    #[inline(always)]
-    fn pop_time(&mut self) -> Option<Nanos> {
-        if self.len == 0 {
-            return None;
-        }
-        let t = self.times[self.head];
-        self.head = (self.head + 1) & self.mask;
-        self.len -= 1;
-        Some(t)
     }
 
     /// Make room for `total` packets without wrapping onto the oldest one (keeping
@@ -380,8 +359,14 @@ impl RxRing {
         let magic = u64::MAX / step + 1;
         let occ0 = ring.len() as i64;
         let cap = self.size as i64;
-        let mut admitted = 0i64;
-        let mut dropped = 0u64;
+        // The loop's state in locals (the compiler cannot keep the ring's fields in
+        // registers across the stores into its buffer): `len` is the start
+        // occupancy plus the arrivals kept so far, so the occupancy an arrival finds
+        // is `len` minus the pops before it.
+        let (head, mask) = (ring.head, ring.mask);
+        let buf = &mut ring.times[..];
+        let mut len = occ0;
+        let mut consumed = 0u64;
         let mut pops = n as i64;
         let mut emptied = false;
         // Ends as `admit_until` does: each pass consumes one arrival, and the
@@ -389,7 +374,8 @@ impl RxRing {
         // are at most `last`.
         loop {
             // One block of the source's arrival times at a time, read in place.
-            let (times, mut j) = src.block();
+            let (times, start) = src.block();
+            let mut j = start;
             while j < times.len() {
                 let a = times[j];
                 if a > last {
@@ -398,50 +384,50 @@ impl RxRing {
                 // Pops before `a`: ceil((a - t0) / step) (y < n * step < 2^32).
                 let y = a.saturating_sub(t0) + (step - 1);
                 let q = ((y as u128 * magic as u128) >> 64) as i64;
-                let occ = occ0 + admitted - q;
+                let occ = len - q;
                 if occ < 0 {
                     // The pop that left the occupancy at -1 found the ring empty.
                     pops = q + occ;
                     emptied = true;
                     break;
                 }
-                let keep = occ < cap;
-                ring.put_time(a, keep);
-                admitted += keep as i64;
-                dropped += !keep as u64;
+                // Written into the spare slot whether kept or not (see Fifo).
+                buf[(head + len as usize) & mask] = a;
+                len += (occ < cap) as i64;
                 j += 1;
             }
+            consumed += (j - start) as u64;
             let more = j == times.len();
             src.set_pos(j);
             if !more {
                 break;
             }
         }
-        if !emptied {
-            let occ = occ0 + admitted - n as i64;
-            if occ < 0 {
-                pops = n as i64 + occ;
-            }
+        if !emptied && len < n as i64 {
+            // The pops after the last arrival emptied the ring.
+            pops = len;
         }
+        let admitted = (len - occ0) as u64;
+        let dropped = consumed - admitted;
         let next = src.peek();
         self.feed.set_open_next(next);
         if let Some(i) = idx {
             let k = i * classes + class as usize;
             if let Some(v) = self.admitted.get_mut(k) {
-                *v += admitted as u64;
+                *v += admitted;
             }
             if let Some(v) = self.dropped.get_mut(k) {
                 *v += dropped;
             }
         }
-        let pops = pops.max(0) as usize;
-        out.reserve(pops);
-        for _ in 0..pops {
-            match self.ring.pop_time() {
-                Some(t) => out.push(t),
-                None => break,
-            }
-        }
+        // The popped packets are the first `pops` of the buffer: at most two runs.
+        let pops = pops.clamp(0, len) as usize;
+        let ring = &mut self.ring;
+        let first = (ring.times.len() - head).min(pops);
+        out.extend_from_slice(&ring.times[head..head + first]);
+        out.extend_from_slice(&ring.times[..pops - first]);
+        ring.head = (head + pops) & mask;
+        ring.len = len as usize - pops;
         Some(Batch {
             n: pops as u32,
             class,
