@@ -89,27 +89,31 @@ impl Source {
 
     /// Compute the next block of arrival times: each slot is the running fixed-point
     /// time (`NEVER` once it would overflow), the gaps drawn in the same order as one
-    /// at a time. The running time stays in registers (a local, not `self.next`).
+    /// at a time. One loop, the running time in registers (a local, not
+    /// `self.next`) and each draw added as it is made.
     #[inline(never)]
     fn refill(&mut self) {
-        let mut gaps = [0u64; BLOCK];
-        match self.pattern {
-            Pattern::Constant => gaps.fill(gap_units(self.mean_gap.round())),
-            Pattern::Poisson => {
-                let mut e = [0.0; BLOCK];
-                self.rng.fill_exp1(&mut e);
-                for (g, x) in gaps.iter_mut().zip(e) {
-                    *g = gap_units(x * self.mean_gap);
-                }
-            }
-        }
         let mut next = self.next.unwrap_or(0);
         let mut alive = self.next.is_some();
-        for (slot, g) in self.times.iter_mut().zip(gaps) {
-            *slot = if alive { next >> FRAC } else { NEVER };
+        let times = &mut self.times;
+        let mut put = |i: usize, g: u64| {
+            times[i] = if alive { next >> FRAC } else { NEVER };
             let (sum, over) = next.overflowing_add(g);
             next = sum;
             alive &= !over;
+        };
+        match self.pattern {
+            Pattern::Constant => {
+                let g = gap_units(self.mean_gap.round());
+                for i in 0..BLOCK {
+                    put(i, g);
+                }
+            }
+            Pattern::Poisson => {
+                let mean = self.mean_gap;
+                self.rng
+                    .exp1_each(BLOCK, |i, x| put(i, gap_units(x * mean)));
+            }
         }
         self.next = alive.then_some(next);
         self.pos = 0;
