@@ -493,18 +493,17 @@ impl TxQueue {
     /// Reclaim up to `limit` descriptors completed by `t`; returns how many, and
     /// whether the queue was cleaned completely (fewer than `limit` were found).
     pub fn reclaim(&mut self, t: Nanos, limit: u32) -> (u32, bool) {
-        let mut n = 0;
-        while n < limit {
-            match self.inflight.front() {
-                Some(&c) if c <= t => {
-                    self.inflight.pop_front();
-                    n += 1;
-                }
-                _ => return (n, true),
-            }
-        }
-        let more = matches!(self.inflight.front(), Some(&c) if c <= t);
-        (n, !more)
+        // Count first, then drop them at once: popping one by one stored the deque's
+        // head and length back to memory per descriptor.
+        let n = self
+            .inflight
+            .iter()
+            .take(limit as usize)
+            .take_while(|&&c| c <= t)
+            .count();
+        self.inflight.drain(..n);
+        let more = n == limit as usize && matches!(self.inflight.front(), Some(&c) if c <= t);
+        (n as u32, !more)
     }
 }
 
