@@ -493,14 +493,18 @@ impl TxQueue {
     /// Reclaim up to `limit` descriptors completed by `t`; returns how many, and
     /// whether the queue was cleaned completely (fewer than `limit` were found).
     pub fn reclaim(&mut self, t: Nanos, limit: u32) -> (u32, bool) {
-        // Count first, then drop them at once: popping one by one stored the deque's
-        // head and length back to memory per descriptor.
-        let n = self
-            .inflight
-            .iter()
-            .take(limit as usize)
-            .take_while(|&&c| c <= t)
-            .count();
+        // Completion times only grow: every descriptor completes after the one the
+        // shared wire sent before it (`Sim::send_wire`: done = max(ready, wire
+        // free) + serialization). So the completed ones are a prefix, found by
+        // binary search, and dropped at once (popping one by one stored the deque's
+        // head and length back to memory per descriptor).
+        debug_assert!(self.inflight.iter().is_sorted());
+        let (a, b) = self.inflight.as_slices();
+        let mut n = a.partition_point(|&c| c <= t);
+        if n == a.len() {
+            n += b.partition_point(|&c| c <= t);
+        }
+        let n = n.min(limit as usize);
         self.inflight.drain(..n);
         let more = n == limit as usize && matches!(self.inflight.front(), Some(&c) if c <= t);
         (n as u32, !more)
