@@ -241,6 +241,8 @@ pub(crate) struct Sim<'a> {
     /// Scratch for `poll_ring_forward`'s batches: arrival times and latencies.
     pop_buf: Vec<Nanos>,
     lat_buf: Vec<Nanos>,
+    /// Emptied NAPI lists kept for their buffers (`spare_list`).
+    spare_lists: Vec<VecDeque<usize>>,
     tick_ns: Nanos,
     hz: u32,
     skip_rule: bool,
@@ -627,6 +629,7 @@ impl<'a> Sim<'a> {
             ring_forwards,
             pop_buf: Vec::new(),
             lat_buf: Vec::new(),
+            spare_lists: Vec::new(),
             tick_ns,
             hz,
             skip_rule: cfg.skip_inline_while_ksoftirqd(),
@@ -1633,6 +1636,22 @@ impl<'a> Sim<'a> {
         }
     }
 
+    /// An empty NAPI list with a buffer from an earlier `net_rx_action`: each run
+    /// takes the poll list and makes a repoll list, and allocating both afresh
+    /// every time (then growing them one push at a time) showed in the profile.
+    fn spare_list(&mut self) -> VecDeque<usize> {
+        self.spare_lists.pop().unwrap_or_default()
+    }
+
+    /// Keep an emptied list's buffer for `spare_list` (a few at most: memory stays
+    /// bounded).
+    fn keep_list(&mut self, mut l: VecDeque<usize>) {
+        l.clear();
+        if self.spare_lists.len() < 8 {
+            self.spare_lists.push(l);
+        }
+    }
+
     fn net_rx_mut(&mut self, c: usize) -> Option<&mut NetRxRun> {
         self.cpus[c].softirq.as_mut()?.net_rx.as_mut()
     }
@@ -1936,9 +1955,10 @@ impl<'a> Sim<'a> {
                         // Instances scheduled during this run (6.x "goto start").
                         let cpu = &mut self.cpus[c];
                         if !cpu.poll_list.is_empty() {
-                            let mut more = std::mem::take(&mut cpu.poll_list);
-                            if let Some(nr) = cpu.softirq.as_mut().and_then(|r| r.net_rx.as_mut()) {
-                                nr.list.append(&mut more);
+                            // Moved over, the poll list keeping its buffer.
+                            match cpu.softirq.as_mut().and_then(|r| r.net_rx.as_mut()) {
+                                Some(nr) => nr.list.append(&mut cpu.poll_list),
+                                None => cpu.poll_list.clear(),
                             }
                             continue;
                         }
@@ -1976,13 +1996,15 @@ impl<'a> Sim<'a> {
                 let Some(nr) = cpu.softirq.as_mut().and_then(|r| r.net_rx.take()) else {
                     continue;
                 };
-                let mut list = nr.list;
+                let (mut list, mut repoll) = (nr.list, nr.repoll);
                 list.append(&mut cpu.poll_list);
-                list.extend(nr.repoll);
+                list.append(&mut repoll);
                 if !list.is_empty() {
                     cpu.softirq_pending |= NET_RX;
                 }
-                cpu.poll_list = list;
+                let old = std::mem::replace(&mut cpu.poll_list, list);
+                self.keep_list(old);
+                self.keep_list(repoll);
                 self.send_rps_ipis(c);
                 continue;
             }
@@ -2008,9 +2030,11 @@ impl<'a> Sim<'a> {
             if run.todo & NET_RX != 0 {
                 run.todo &= !NET_RX;
                 self.count(now, |k| k.cpus[c].rx_softirqs += 1);
+                let fresh = self.spare_list();
+                let repoll = self.spare_list();
                 let cpu = &mut self.cpus[c];
-                let list: VecDeque<usize> = std::mem::take(&mut cpu.poll_list);
-                let nr = NetRxRun::new(
+                let list: VecDeque<usize> = std::mem::replace(&mut cpu.poll_list, fresh);
+                let mut nr = NetRxRun::new(
                     list,
                     self.cfg.settings.netdev_budget,
                     self.budget_usecs,
@@ -2018,6 +2042,7 @@ impl<'a> Sim<'a> {
                     tick_ns,
                     self.hz,
                 );
+                nr.repoll = repoll;
                 if let Some(run) = cpu.softirq.as_mut() {
                     run.net_rx = Some(nr);
                 }
