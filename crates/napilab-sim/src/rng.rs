@@ -105,10 +105,43 @@ impl Rng {
     /// Fill `out` with standard exponentials (the same values, in the same order, as
     /// calling [`Rng::exp1`] `out.len()` times).
     pub fn fill_exp1(&mut self, out: &mut [f64]) {
+        self.exp1_each(out.len(), |i, x| out[i] = x);
+    }
+
+    /// Call `f(i, x)` for i in 0..n with the values of `n` calls of [`Rng::exp1`], in
+    /// order. The state is held in four locals during the loop and only put back
+    /// into a struct for the rare slow path, so the generator stays in registers
+    /// instead of going through memory at every draw; `f` is inlined into the loop,
+    /// so the caller's use of each value needs no buffer either.
+    #[inline(always)]
+    pub fn exp1_each(&mut self, n: usize, mut f: impl FnMut(usize, f64)) {
         let z = zig();
-        for v in out {
-            *v = self.exp1_with(z);
+        let [mut s0, mut s1, mut s2, mut s3] = self.s;
+        for i in 0..n {
+            // next_u64, written out on the locals.
+            let bits = s1.wrapping_mul(5).rotate_left(7).wrapping_mul(9);
+            let t = s1 << 17;
+            s2 ^= s0;
+            s3 ^= s1;
+            s1 ^= s2;
+            s0 ^= s3;
+            s2 ^= t;
+            s3 = s3.rotate_left(45);
+            let l = (bits & 0xff) as usize;
+            let x = (bits >> 11) as f64 * (1.0 / (1u64 << 53) as f64) * z.x[l];
+            let x = if x < z.x[l + 1] {
+                x
+            } else {
+                let mut r = Rng {
+                    s: [s0, s1, s2, s3],
+                };
+                let x = r.exp1_slow(z, l, x);
+                [s0, s1, s2, s3] = r.s;
+                x
+            };
+            f(i, x);
         }
+        self.s = [s0, s1, s2, s3];
     }
 }
 

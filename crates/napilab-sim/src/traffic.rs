@@ -87,29 +87,35 @@ impl Source {
         s
     }
 
-    /// Compute the next block of arrival times.
+    /// Compute the next block of arrival times: each slot is the running fixed-point
+    /// time (`NEVER` once it would overflow), the gaps drawn in the same order as one
+    /// at a time. One loop, the running time in registers (a local, not
+    /// `self.next`) and each draw added as it is made.
     #[inline(never)]
     fn refill(&mut self) {
-        let mut gaps = [0u64; BLOCK];
+        let mut next = self.next.unwrap_or(0);
+        let mut alive = self.next.is_some();
+        let times = &mut self.times;
+        let mut put = |i: usize, g: u64| {
+            times[i] = if alive { next >> FRAC } else { NEVER };
+            let (sum, over) = next.overflowing_add(g);
+            next = sum;
+            alive &= !over;
+        };
         match self.pattern {
-            Pattern::Constant => gaps.fill(gap_units(self.mean_gap.round())),
+            Pattern::Constant => {
+                let g = gap_units(self.mean_gap.round());
+                for i in 0..BLOCK {
+                    put(i, g);
+                }
+            }
             Pattern::Poisson => {
-                let mut e = [0.0; BLOCK];
-                self.rng.fill_exp1(&mut e);
-                for (g, x) in gaps.iter_mut().zip(e) {
-                    *g = gap_units(x * self.mean_gap);
-                }
+                let mean = self.mean_gap;
+                self.rng
+                    .exp1_each(BLOCK, |i, x| put(i, gap_units(x * mean)));
             }
         }
-        for (slot, g) in self.times.iter_mut().zip(gaps) {
-            match self.next {
-                Some(n) => {
-                    *slot = n >> FRAC;
-                    self.next = n.checked_add(g);
-                }
-                None => *slot = NEVER,
-            }
-        }
+        self.next = alive.then_some(next);
         self.pos = 0;
     }
 
@@ -117,6 +123,30 @@ impl Source {
     #[inline(always)]
     pub(crate) fn peek(&self) -> Nanos {
         self.times[self.pos]
+    }
+
+    /// The current block of arrival times and the position of the next one.
+    #[inline(always)]
+    pub(crate) fn block(&self) -> (&[Nanos; BLOCK], usize) {
+        (&self.times, self.pos)
+    }
+
+    /// Consume the arrivals of the current block before position `pos` (at most the
+    /// block's length), computing the next block when all are consumed.
+    #[inline(always)]
+    pub(crate) fn set_pos(&mut self, pos: usize) {
+        self.pos = pos.min(BLOCK);
+        if self.pos == BLOCK {
+            self.refill();
+        }
+    }
+
+    pub(crate) fn class(&self) -> u16 {
+        self.class
+    }
+
+    pub(crate) fn size(&self) -> u32 {
+        self.size
     }
 
     #[inline(always)]
