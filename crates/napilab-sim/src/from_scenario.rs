@@ -137,6 +137,12 @@ pub fn plan(scenario: &Scenario, file: &str) -> Result<TwinPlan, ConfigError> {
             "the twin's traffic is ideal at any rate; the generator's own CPU use is taken from the profile's [testbed] like the paced generator's",
         ));
     }
+    if m.search_backend.is_some_and(|b| b != s.traffic.backend) {
+        notices.push(notice(
+            "measurement.search_backend",
+            "the twin's traffic is the same ideal source for the sweep and the search; the lab's switch of engine for the search has no counterpart",
+        ));
+    }
     if m.trace != TraceTier::Off {
         notices.push(notice(
             "measurement.trace",

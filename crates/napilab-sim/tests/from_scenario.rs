@@ -117,7 +117,7 @@ fn default_scenario_places_the_poller_as_the_lab_does() {
     let spec = plan.search.expect("default searches");
     assert_eq!(
         (spec.max_pps, spec.iterations, spec.resolution),
-        (1e6, 7, 0.05)
+        (2e6, 7, 0.05)
     );
 }
 
