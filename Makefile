@@ -121,7 +121,7 @@ bench-lab: build
 # offered, and the DUT's maximum forwarding rate 5 times with its spread
 # (scenarios/line-rate.toml; see docs/lab.md). Root.
 bench-linerate: deps
-	$(CARGO) run --release -p napilab-lab --example linerate-bench -- 5 2
+	$(CARGO) run --release -p napilab-lab --example linerate-bench -- 5 6
 
 clean:
 	$(CARGO) clean
