@@ -807,7 +807,15 @@ fn generate_paced(
         res.issued_total += got.sent;
         if measured {
             res.issued = vec![got.sent];
-            res.skipped = got.skipped;
+            // Departures the program never reached (the thread was held off its CPU
+            // at the end of the window) did not leave either: count them as skipped.
+            let scheduled = (rate as f64 * (p_end - p_start) as f64 / 1e9) as u64;
+            let unreached = if res.interrupted {
+                0
+            } else {
+                scheduled.saturating_sub(got.sent + got.skipped)
+            };
+            res.skipped = got.skipped + unreached;
             res.idle_runs = Some(got.idle_runs);
         }
         if res.interrupted {

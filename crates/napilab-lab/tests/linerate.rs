@@ -195,8 +195,9 @@ fn paced_sweep_then_line_rate_search() -> Outcome {
     Ok(None)
 }
 
-/// Directly: 50 kpps requested for 1 s; offered within 3%, every frame counted at
-/// the sink; with the DUT's GRO off the pass-through program makes delivery possible;
+/// Directly: 50 kpps requested for 1 s; every departure sent or counted as skipped,
+/// offered within 3% (a second try if the first lost departures to a stall), every
+/// frame counted at the sink; with the DUT's GRO off the pass-through program makes delivery possible;
 /// after the back end is dropped its XDP attachments and programs are gone while the
 /// namespaces still exist.
 fn rate_held_and_attachments_removed(gro: bool) -> Outcome {
@@ -216,47 +217,64 @@ fn rate_held_and_attachments_removed(gro: bool) -> Outcome {
             if gro { "attached" } else { "missing" }
         ));
     }
-    lr.begin(7);
-    let c0 = lr.counts().map_err(|e| e.to_string())?;
-    let g = lr
-        .start_generator(
-            LrGenSpec {
-                classes: vec![class()],
-                rate_pps: 50_000.0,
-                warmup: Duration::from_millis(200),
-                duration: Duration::from_secs(1),
-                point: 7,
-                cpus: vec![0],
-                // As the runner does when the generator's CPU does no DUT work: other
-                // processes on this shared machine would otherwise delay it.
-                pacing: napilab_lab::linerate::Pacing::InKernel,
-            },
-            Arc::new(AtomicBool::new(false)),
-        )
-        .join()
-        .map_err(|_| "generator panicked".to_string())?
-        .map_err(|e| e.to_string())?;
-    std::thread::sleep(Duration::from_millis(300));
-    let d = lr.counts().map_err(|e| e.to_string())?.since(&c0);
-    let sent = d.gen[0][1];
-    let offered = sent as f64 / g.window_s;
-    println!(
-        "  gro {gro}: offered {offered:.0} pps in {:.3} s ({} calls, {} skipped), sink counted {} of {sent}",
-        g.window_s, g.calls, g.skipped, d.sink[0]
-    );
-    if sent != g.issued[0] {
-        return Err(format!(
-            "program counted {sent}, generator issued {}",
-            g.issued[0]
-        ));
-    }
-    // 3%: on this shared machine the generator thread is sometimes held off its CPU
-    // for more than 2 ms and then skips (rather than bursts) the frames it missed.
-    if (offered / 50_000.0 - 1.0).abs() > 0.03 {
-        return Err(format!("offered {offered:.0} pps for 50000 requested"));
-    }
-    if d.sink[0] != sent {
-        return Err(format!("sink counted {} of {sent}", d.sink[0]));
+    // A second try only when the first one fell short by skipping departures it
+    // counted (the generator's vCPU was held off for tens of ms: seen once in CI, 4,709
+    // of 50,000 frames skipped in one burst); any other failure fails at once.
+    for (attempt, point) in [(1, 7u32), (2, 8)] {
+        lr.begin(point);
+        let c0 = lr.counts().map_err(|e| e.to_string())?;
+        let g = lr
+            .start_generator(
+                LrGenSpec {
+                    classes: vec![class()],
+                    rate_pps: 50_000.0,
+                    warmup: Duration::from_millis(200),
+                    duration: Duration::from_secs(1),
+                    point,
+                    cpus: vec![0],
+                    // As the runner does when the generator's CPU does no DUT work.
+                    pacing: napilab_lab::linerate::Pacing::InKernel,
+                },
+                Arc::new(AtomicBool::new(false)),
+            )
+            .join()
+            .map_err(|_| "generator panicked".to_string())?
+            .map_err(|e| e.to_string())?;
+        std::thread::sleep(Duration::from_millis(300));
+        let d = lr.counts().map_err(|e| e.to_string())?.since(&c0);
+        let sent = d.gen[0][1];
+        let offered = sent as f64 / g.window_s;
+        println!(
+            "  gro {gro}, try {attempt}: offered {offered:.0} pps in {:.3} s ({} calls, {} skipped), sink counted {} of {sent}",
+            g.window_s, g.calls, g.skipped, d.sink[0]
+        );
+        if sent != g.issued[0] {
+            return Err(format!(
+                "program counted {sent}, generator issued {}",
+                g.issued[0]
+            ));
+        }
+        // Every departure of the window either left or was counted as skipped.
+        let scheduled = 50_000.0 * g.window_s;
+        if ((sent + g.skipped) as f64 / scheduled - 1.0).abs() > 0.01 {
+            return Err(format!(
+                "{sent} sent + {} skipped of {scheduled:.0} scheduled",
+                g.skipped
+            ));
+        }
+        if d.sink[0] != sent {
+            return Err(format!("sink counted {} of {sent}", d.sink[0]));
+        }
+        if (offered / 50_000.0 - 1.0).abs() <= 0.03 {
+            break;
+        }
+        if attempt == 2 || g.skipped == 0 {
+            return Err(format!("offered {offered:.0} pps for 50000 requested"));
+        }
+        println!(
+            "  the generator was held off its CPU ({} departures skipped): trying once more",
+            g.skipped
+        );
     }
     drop(lr);
     if has_xdp(&lab.sink_ns, &lab.sink_dev) || has_xdp(&lab.dut_ns, &lab.dut_in) {
