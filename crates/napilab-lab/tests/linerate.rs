@@ -197,7 +197,8 @@ fn paced_sweep_then_line_rate_search() -> Outcome {
 
 /// Directly: 50 kpps requested for 1 s; every departure sent or counted as skipped,
 /// offered within 3% (a second try if the first lost departures to a stall), every
-/// frame counted at the sink; with the DUT's GRO off the pass-through program makes delivery possible;
+/// frame counted at the sink, whose veth polls from a timer while the back end runs
+/// and not after; with the DUT's GRO off the pass-through program makes delivery possible;
 /// after the back end is dropped its XDP attachments and programs are gone while the
 /// namespaces still exist.
 fn rate_held_and_attachments_removed(gro: bool) -> Outcome {
@@ -276,7 +277,22 @@ fn rate_held_and_attachments_removed(gro: bool) -> Outcome {
             g.skipped
         );
     }
+    let sink_defer = || {
+        netns::sh_in(
+            &lab.sink_ns,
+            &format!("cat /sys/class/net/{}/napi_defer_hard_irqs", lab.sink_dev),
+        )
+        .map(|t| t.trim().to_string())
+        .map_err(|e| e.to_string())
+    };
+    let during = sink_defer()?;
     drop(lr);
+    let after = sink_defer()?;
+    if during != napilab_lab::linerate::SINK_DEFER_HARD_IRQS.to_string() || after != "0" {
+        return Err(format!(
+            "the sink's napi_defer_hard_irqs was {during} with the back end and {after} after it"
+        ));
+    }
     if has_xdp(&lab.sink_ns, &lab.sink_dev) || has_xdp(&lab.dut_ns, &lab.dut_in) {
         return Err("an XDP program is still attached after the back end was dropped".into());
     }
