@@ -39,6 +39,8 @@ enum Engine {
         lr: Box<LineRate>,
         /// The generator's CPUs do no DUT work (see [`line_rate_apart`]).
         apart: bool,
+        /// The DUT polls inline in the generator's softirqs (softirq mode on veth).
+        inline_dut: bool,
     },
 }
 
@@ -538,11 +540,12 @@ fn start_engine(
             Ok(lr) => {
                 notes.extend(lr.applied.iter().cloned());
                 let apart = line_rate_apart(&cfg.settings);
+                let inline_dut = cfg.settings.napi == scenario::NapiContext::Softirq;
                 notes.push((
                     "line-rate generator sched".into(),
                     if apart {
                         format!("in-kernel pacing (nice {PACED_NICE}) for a thread with one class, else 200 us batches at SCHED_FIFO {LR_GEN_FIFO}")
-                    } else if cfg.settings.napi == scenario::NapiContext::Softirq {
+                    } else if inline_dut {
                         "1 ms batches, normal priority: the DUT polls inline in the generator's softirqs".into()
                     } else {
                         "200 us batches, normal priority: it shares a CPU with the DUT's NAPI or RPS work".into()
@@ -551,12 +554,13 @@ fn start_engine(
                 notice(
                     &mut ctx.notices,
                     "line-rate back end",
-                    "frames made in the kernel (XDP live frames through BPF_PROG_RUN) and counted by an XDP program at the sink: latency is not measured (points carry none), and each class is sent at a constant rate in batches (pattern = \"poisson\" is not followed)",
+                    "frames made in the kernel (XDP live frames through BPF_PROG_RUN) and counted by an XDP program at the sink: latency is not measured (points carry none), and each class is sent at a constant rate, frame by frame (in-kernel pacing) or in batches of 200 us to 1 ms (pattern = \"poisson\" is not followed)",
                 );
                 return Ok((
                     Engine::LineRate {
                         lr: Box::new(lr),
                         apart,
+                        inline_dut,
                     },
                     notes,
                 ));
@@ -733,7 +737,11 @@ fn measure_point(
                     .collect(),
             )
         }
-        Engine::LineRate { lr, apart } => {
+        Engine::LineRate {
+            lr,
+            apart,
+            inline_dut,
+        } => {
             lr.begin(point);
             before = counters::snapshot(lab);
             lr_start = Some(LineRateStart {
@@ -760,11 +768,7 @@ fn measure_point(
                             warmup,
                             duration,
                             point,
-                            pacing: line_rate_pacing(
-                                *apart,
-                                cfg.settings.napi == scenario::NapiContext::Softirq,
-                                g.classes.len(),
-                            ),
+                            pacing: line_rate_pacing(*apart, *inline_dut, g.classes.len()),
                             cpus: g.cpus,
                         };
                         lr.start_generator(spec, stop.clone())
