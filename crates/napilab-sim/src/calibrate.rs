@@ -3,22 +3,26 @@
 //! the twin's prediction of the other configurations' maxima
 //! (`napilab sim calibrate`, docs/sim.md "Lab scenarios and the veth-lab profile").
 //!
-//! What is fitted, from the calibration configuration (threaded NAPI: its poll runs in a
-//! kthread of its own whose CPU time the lab's Observation carries):
-//! 1. The DUT's per-packet cost and per-poll cost: the twin's NAPI kthread CPU share is
-//!    `a + pps * per_packet + polls * per_poll` (`a`: the twin's other fixed costs in
-//!    that thread); the two costs are solved so the twin's share matches the measured
-//!    one at the passing sweep loads (exactly with two loads, least squares with more),
-//!    re-running the twin until the poll counts settle. One load fixes only the
-//!    per-packet cost (the per-poll cost stays as shipped).
-//! 2. The testbed engines' per-packet cost: the slope of the generator thread's CPU and
-//!    of the sink's thread plus its NAPI kthread over the delivered rate (their
-//!    marginal cost; a single load gives the ratio instead).
-//! 3. The poller's wake-up delay (`latency_ns.irq_delivery`): bisected so the twin's
-//!    maximum-throughput search on the calibration configuration finds the lab's
-//!    maximum. It stands for how long the DUT's poller waits to run after the sender
-//!    scheduled it while other threads hold its CPU; the lab loses packets when veth's
-//!    256-entry ring fills in that time.
+//! What is fitted, from the points of the calibration configuration run by the engine
+//! of its maximum search (threaded NAPI: its poll runs in a kthread of its own whose
+//! CPU time the lab's Observation carries):
+//! 1. The DUT's per-packet cost: its kthread's CPU per delivered packet at the highest
+//!    load (overloaded points included: there its polls are full, which is what bounds
+//!    a CPU-limited maximum); then the per-poll cost, so the twin's kthread share
+//!    matches what the lower loads show beyond the twin's own per-wake-up costs (least
+//!    squares over the twin's poll counts, re-running the twin until it settles; not
+//!    below 0).
+//! 2. The testbed engines' marginal per-packet cost: the sink's CPU over the delivered
+//!    rate in the calibration configuration; the generator's over the sent rate where
+//!    it sent in batches beside a threaded DUT, in any configuration of the run (the
+//!    twin charges the generator only where it shares the DUT poller's CPU, and there
+//!    the lab's generator always sends in batches; alone on its CPU it paces in the
+//!    kernel and spins, so its CPU there says nothing per frame).
+//! 3. The threaded poller's wake-up delay (`latency_ns.irq_delivery`): bisected so the
+//!    twin's maximum-throughput search on the calibration configuration finds the
+//!    lab's maximum. It stands for how long the DUT's NAPI kthread waits to run after
+//!    the sender woke it; the lab loses packets when veth's 256-entry ring fills in
+//!    that time. Softirq configurations drop it ([`TwinConfiguration::profile_for`]).
 //!
 //! Everything else in the profile is kept from the base profile and marked ASSUMED.
 
@@ -120,9 +124,27 @@ pub struct LabFigures {
     pub name: String,
     pub max_pps: f64,
     pub stopped: String,
-    /// Passing sweep points: (delivered pps, DUT NAPI kthread CPU share, generator
-    /// thread CPU share, sink thread + sink NAPI kthread CPU share).
-    pub points: Vec<[f64; 4]>,
+    /// The traffic engine the maximum was searched with (the generator's `backend`).
+    pub engine: String,
+    /// Points run by that engine with the DUT's NAPI kthread in their Observation,
+    /// passing or not (an overloaded point shows the DUT's CPU at full batches).
+    pub points: Vec<LabPoint>,
+}
+
+/// One lab point as the fit uses it; CPU shares are fractions of one CPU.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LabPoint {
+    pub delivered_pps: f64,
+    pub sent_pps: f64,
+    pub dut_share: f64,
+    /// The generator thread's CPU (in-kernel pacing spins between frames: see
+    /// `generator_in_kernel`).
+    pub generator_share: f64,
+    pub generator_in_kernel: bool,
+    /// The sink's CPU: the line-rate sink is its veth's NAPI kthread (an XDP program);
+    /// the paced sink is a socket thread plus that kthread.
+    pub sink_share: f64,
+    pub passes: bool,
 }
 
 fn err(file: &str, field: &str, msg: impl Into<String>) -> ConfigError {
@@ -217,38 +239,122 @@ pub fn lab_figures(record: &RunRecord, name: &str, file: &str) -> Result<LabFigu
         .strip_suffix("-in")
         .map(|p| format!("napi/{p}-sink-"));
     let threshold = max.loss_threshold;
-    let mut points = Vec::new();
-    for p in c.points.iter().filter(|p| p.role == PointRole::Sweep) {
-        if !(from_scenario::passes(p, threshold)) {
-            continue;
-        }
-        let Some(dut) = thread_share(p, &format!("napi/{dut_in}-")) else {
-            continue;
-        };
-        let pps = p.delivered_pps();
-        let gen = p.generator.cpu_busy.unwrap_or(0.0) * p.generator.cpus.len().max(1) as f64;
-        let sink_thread = p.sink.cpu_busy.unwrap_or(0.0) * p.sink.cpus.len().max(1) as f64;
-        let sink_napi = sink_prefix
-            .as_deref()
-            .and_then(|s| thread_share(p, s))
-            .unwrap_or(0.0);
-        if pps > 0.0 {
-            points.push([pps, dut, gen, sink_thread + sink_napi]);
-        }
-    }
+    let engine = search_engine(c);
+    let points: Vec<LabPoint> = c
+        .points
+        .iter()
+        .filter(|p| p.generator.backend == engine)
+        .filter_map(|p| {
+            lab_point(
+                p,
+                &format!("napi/{dut_in}-"),
+                sink_prefix.as_deref(),
+                threshold,
+            )
+        })
+        .collect();
     if points.is_empty() {
         return Err(err(
             file,
             &format!("configurations[{name}].points"),
-            "no passing sweep point with the DUT's NAPI kthread in its Observation: measure with a sweep below the maximum and without --no-observe",
+            format!("no point of the search's engine ({engine}) with the DUT's NAPI kthread in its Observation: measure without --no-observe"),
         ));
     }
     Ok(LabFigures {
         name: name.to_string(),
         max_pps: max.pps,
         stopped: max.stopped.clone(),
+        engine,
         points,
     })
+}
+
+/// The generator back end of a configuration's maximum-throughput search (its probes'
+/// engine; the sweep may have used another, `measurement.search_backend`).
+fn search_engine(c: &ConfigurationResult) -> String {
+    c.max_throughput
+        .as_ref()
+        .and_then(|m| m.probes.first())
+        .and_then(|&i| c.points.get(i))
+        .or_else(|| c.points.iter().find(|p| p.role == PointRole::Search))
+        .or(c.points.first())
+        .map(|p| p.generator.backend.clone())
+        .unwrap_or_default()
+}
+
+/// `p` as the fit uses it; `None` without traffic or without the DUT's kthread (or,
+/// for `dut_prefix` "", without an Observation).
+fn lab_point(
+    p: &PointResult,
+    dut_prefix: &str,
+    sink_prefix: Option<&str>,
+    threshold: f64,
+) -> Option<LabPoint> {
+    let dut_share = if dut_prefix.is_empty() {
+        0.0
+    } else {
+        thread_share(p, dut_prefix)?
+    };
+    let delivered_pps = p.delivered_pps();
+    let sent_pps = if p.duration_s > 0.0 {
+        p.classes.iter().map(|c| c.sent).sum::<u64>() as f64 / p.duration_s
+    } else {
+        0.0
+    };
+    let generator_share =
+        p.generator.cpu_busy.unwrap_or(0.0) * p.generator.cpus.len().max(1) as f64;
+    let generator_in_kernel = p
+        .generator
+        .counters
+        .iter()
+        .any(|(k, v)| k == "in_kernel_pacing" && *v > 0);
+    let sink_thread = p.sink.cpu_busy.unwrap_or(0.0) * p.sink.cpus.len().max(1) as f64;
+    // The XDP sink's CPU is measured on its NAPI kthread already.
+    let sink_napi = if p.sink.backend == "xdp-sink" {
+        0.0
+    } else {
+        sink_prefix.and_then(|s| thread_share(p, s)).unwrap_or(0.0)
+    };
+    (delivered_pps > 0.0 && sent_pps > 0.0).then_some(LabPoint {
+        delivered_pps,
+        sent_pps,
+        dut_share,
+        generator_share,
+        generator_in_kernel,
+        sink_share: sink_thread + sink_napi,
+        passes: from_scenario::passes(p, threshold),
+    })
+}
+
+/// The generator's cost per frame when it sends in batches (as it does on a CPU where
+/// the DUT polls): the slope of its thread's CPU over the sent rate at the points of
+/// `engine` where it ran in batches and its thread carried no DUT work (threaded NAPI),
+/// in any configuration of the run. In-kernel pacing (the generator alone on its CPU)
+/// spins between frames, so its CPU says nothing about the cost of a frame. Returns
+/// the slope in ns and the configurations used.
+fn generator_batch_cost(record: &RunRecord, engine: &str) -> Option<(f64, Vec<String>)> {
+    let mut pts = Vec::new();
+    let mut used = Vec::new();
+    for c in &record.configurations {
+        if setting(c, "napi") != Some("threaded") {
+            continue;
+        }
+        let before = pts.len();
+        for p in c.points.iter().filter(|p| p.generator.backend == engine) {
+            if let Some(lp) = lab_point(p, "", None, 1.0) {
+                if !lp.generator_in_kernel {
+                    pts.push((lp.sent_pps, lp.generator_share));
+                }
+            }
+        }
+        if pts.len() > before {
+            used.push(c.name.clone());
+        }
+    }
+    match line(&pts) {
+        Some((slope, _)) if slope > 0.0 => Some((slope * 1e9, used)),
+        _ => None,
+    }
 }
 
 /// The scenario the run measured, mapped for the twin.
@@ -362,20 +468,41 @@ pub fn calibrate(
         record.run_id
     );
     // 2. The engines: marginal cost per packet, in cycles of the profile's clock.
-    let fit_engine = |k: usize| -> f64 {
-        let pts: Vec<(f64, f64)> = figures.points.iter().map(|p| (p[0], p[k])).collect();
-        let ns = match line(&pts) {
-            Some((slope, _)) if slope > 0.0 => slope * 1e9,
-            _ => pts.iter().map(|(x, y)| y / x).fold(f64::INFINITY, f64::min) * 1e9,
-        };
-        ns * ghz
+    let base_testbed = base.testbed.unwrap_or_default();
+    let (generator, generator_note) = match generator_batch_cost(record, &figures.engine) {
+        Some((ns, used)) => (
+            (ns * ghz).round(),
+            format!(
+                "slope of the generator thread's CPU over the sent rate where it sent in batches beside a threaded DUT ({} of this run; the generator is testbed, not DUT)",
+                used.join(", ")
+            ),
+        ),
+        None => (
+            base_testbed.generator_cycles_per_packet,
+            format!("kept from the base profile (ASSUMED here): no configuration of this run had the {} generator sending in batches beside a threaded DUT", figures.engine),
+        ),
+    };
+    let sink_pts: Vec<(f64, f64)> = figures
+        .points
+        .iter()
+        .map(|p| (p.delivered_pps, p.sink_share))
+        .collect();
+    let sink_ns = match line(&sink_pts) {
+        Some((slope, _)) if slope > 0.0 => slope * 1e9,
+        _ => {
+            sink_pts
+                .iter()
+                .map(|(x, y)| y / x)
+                .fold(f64::INFINITY, f64::min)
+                * 1e9
+        }
     };
     let testbed = Testbed {
-        generator_cycles_per_packet: fit_engine(2).max(0.0).round(),
-        sink_cycles_per_packet: fit_engine(3).max(0.0).round(),
+        generator_cycles_per_packet: generator.max(0.0),
+        sink_cycles_per_packet: (sink_ns * ghz).max(0.0).round(),
     };
     notes.push(format!(
-        "testbed.generator_cycles_per_packet {:.0}, sink_cycles_per_packet {:.0}: slope of the generator thread's CPU and of the sink thread plus its NAPI kthread over the delivered rate, {} passing sweep point(s) of {name}",
+        "testbed.generator_cycles_per_packet {:.0}: {generator_note}; sink_cycles_per_packet {:.0}: slope of the sink's CPU over the delivered rate at {} point(s) of {name}",
         testbed.generator_cycles_per_packet, testbed.sink_cycles_per_packet, figures.points.len()
     ));
     lab.testbed = Some(testbed);
@@ -394,40 +521,42 @@ pub fn calibrate(
         p.stage_cycles.xmit = (per_packet * split[2]).round();
         p.fixed_cycles.poll = per_poll.round();
     };
-    let mut loads: Vec<[f64; 4]> = figures.points.clone();
+    let mut loads: Vec<[f64; 2]> = figures
+        .points
+        .iter()
+        .map(|p| [p.delivered_pps, p.dut_share])
+        .collect();
     loads.sort_by(|a, b| a[0].total_cmp(&b[0]));
-    // Start from the measured CPU per packet at the highest load and no per-poll cost,
-    // so the fit does not depend on the base profile's fitted numbers.
-    let mut per_packet = loads.last().map_or(0.0, |p| p[1] / p[0] * 1e9 * ghz);
+    let per_packet = loads.last().map_or(0.0, |p| p[1] / p[0] * 1e9 * ghz);
     let mut per_poll = 0.0;
     set(&mut lab.profile, per_packet, per_poll);
-    // The costs are fitted with prompt wake-ups (the sweep loads lost nothing in the
-    // lab); the delay is fitted last, against the maximum.
+    // The costs are fitted with prompt wake-ups; the delay is fitted last, against the
+    // maximum.
     lab.profile.latency_ns.irq_delivery = 0;
-    for _ in 0..4 {
+    // The per-packet cost is the lab's CPU per delivered packet at the highest load,
+    // where the DUT's polls are full and its CPU per packet is what bounds a
+    // CPU-limited maximum. (Matching the twin's share there instead is ill-conditioned:
+    // near 100% CPU a share of 0.975 or 0.990 moves the cost by 10%. A least-squares fit
+    // of both costs over all loads let the twin's own per-wake-up costs, ASSUMED, pull
+    // the per-packet cost down by 40%.) The per-poll cost then takes what the lower
+    // loads show beyond the twin's (least squares over the twin's poll counts, not
+    // below 0).
+    let k = 1e-9 / ghz;
+    for _ in 0..8 {
         let mut rows = Vec::new();
-        for p in &loads {
+        for p in &loads[..loads.len().saturating_sub(1)] {
             let (share, polls) = twin_dut(conf, &lab.profile, p[0])?;
-            // The twin's share split into its known parts and the rest (a).
-            let known = (p[0] * per_packet + polls * per_poll) / ghz * 1e-9;
-            rows.push((p[0], polls, p[1] - (share - known)));
+            rows.push((polls, p[1] - share));
         }
-        // Solve target = (pps * c + polls * q) / ghz * 1e-9 for c, q >= 0.
-        let (c, q) = solve(&rows, ghz).unwrap_or_else(|| {
-            // The loads cannot separate the two costs (e.g. one load, or one poll per
-            // packet at every load): least squares for the per-packet cost alone, the
-            // per-poll cost kept.
-            let k = 1e-9 / ghz;
-            let num: f64 = rows
-                .iter()
-                .map(|(pps, polls, t)| pps * k * (t - polls * per_poll * k))
-                .sum();
-            let den: f64 = rows.iter().map(|(pps, _, _)| (pps * k).powi(2)).sum();
-            ((num / den.max(f64::MIN_POSITIVE)).max(0.0), per_poll)
+        let (num, den) = rows.iter().fold((0.0, 0.0), |(n, d), &(polls, gap)| {
+            (n + polls * k * gap, d + (polls * k).powi(2))
         });
-        let settled = (c - per_packet).abs() < 0.01 * per_packet.max(1.0)
-            && (q - per_poll).abs() < 0.01 * per_poll.max(1.0);
-        per_packet = c;
+        let q = if den > 0.0 {
+            (per_poll + num / den).max(0.0)
+        } else {
+            per_poll
+        };
+        let settled = (q - per_poll).abs() < 0.01 * per_poll.max(10.0);
         per_poll = q;
         set(&mut lab.profile, per_packet, per_poll);
         if settled {
@@ -440,7 +569,9 @@ pub fn calibrate(
         dut_share.push((p[0], p[1], share));
     }
     notes.push(format!(
-        "stage_cycles poll + ip_stack + xmit = {per_packet:.0} (split as the base profile's, ASSUMED) and fixed_cycles.poll = {per_poll:.0}: the DUT's NAPI kthread CPU at {} load(s) of {name}, measured {} vs twin {}",
+        "stage_cycles poll + ip_stack + xmit = {per_packet:.0} (split as the base profile's, ASSUMED): the DUT's NAPI kthread CPU per delivered packet at the highest load of {name} ({:.0} pkt/s delivered, CPU share {:.3}), where its polls are fullest; fixed_cycles.poll = {per_poll:.0}: what the lower loads show beyond the twin's own per-wake-up costs (not below 0). Measured vs twin share at the {} load(s): {} vs {}",
+        loads.last().map_or(0.0, |p| p[0]),
+        loads.last().map_or(0.0, |p| p[1]),
         loads.len(),
         dut_share.iter().map(|d| format!("{:.3}", d.1)).collect::<Vec<_>>().join("/"),
         dut_share.iter().map(|d| format!("{:.3}", d.2)).collect::<Vec<_>>().join("/"),
@@ -480,7 +611,7 @@ pub fn calibrate(
             }
         }
         notes.push(format!(
-            "latency_ns.irq_delivery = {} ns: bisected so the twin's maximum-throughput search on {name} comes closest to the lab's {target:.0} pkt/s (twin {:.0}; without a delay {at_zero:.0}); it stands for how long the DUT's poller waits for its CPU on this shared machine",
+            "latency_ns.irq_delivery = {} ns: bisected so the twin's maximum-throughput search on {name} comes closest to the lab's {target:.0} pkt/s (twin {:.0}; without a delay {at_zero:.0}); it stands for how long the DUT's NAPI kthread waits for its CPU on this shared machine, and applies to threaded configurations only (in softirq mode veth's notification is synchronous)",
             best.0, best.1
         ));
         best.0
@@ -494,37 +625,6 @@ pub fn calibrate(
         dut_share,
         notes,
     })
-}
-
-/// Least squares for target = (pps * c + polls * q) / ghz * 1e-9 with c, q >= 0;
-/// `None` when the loads cannot separate the two (fewer than two rows, or singular).
-fn solve(rows: &[(f64, f64, f64)], ghz: f64) -> Option<(f64, f64)> {
-    if rows.len() < 2 {
-        return None;
-    }
-    let k = 1e-9 / ghz;
-    let (mut a11, mut a12, mut a22, mut b1, mut b2) = (0.0, 0.0, 0.0, 0.0, 0.0);
-    for &(x, y, t) in rows {
-        let (x, y) = (x * k, y * k);
-        a11 += x * x;
-        a12 += x * y;
-        a22 += y * y;
-        b1 += x * t;
-        b2 += y * t;
-    }
-    let det = a11 * a22 - a12 * a12;
-    // Nearly collinear (polls proportional to packets): the loads cannot separate them.
-    if det.abs() <= 1e-3 * a11 * a22 {
-        return None;
-    }
-    let c = (b1 * a22 - b2 * a12) / det;
-    let q = (a11 * b2 - a12 * b1) / det;
-    if c >= 0.0 && q >= 0.0 {
-        return Some((c, q));
-    }
-    // A negative part: fit the per-packet cost alone (per-poll cost 0).
-    let c = (b1 / a11).max(0.0);
-    Some((c, 0.0))
 }
 
 /// The twin's prediction of one configuration's maximum against the lab's.

@@ -479,21 +479,28 @@ fn map_configuration(
 
 impl TwinConfiguration {
     /// The profile this configuration runs with: `base`, plus the per-packet cost of
-    /// the testbed engines that share the CPU of the DUT's poller (added to the
-    /// poller's `xmit` stage: in the lab the sink's FIFO NAPI kthread runs right
-    /// after the DUT's `veth_xmit` wakes it, and the generator's sends fill the same
-    /// CPU). The cost is charged in the poller's context instead of the engines'
-    /// threads, so the poller's CPU shows it as kernel time of the DUT: a fold, not a
-    /// model of the engines' scheduling.
+    /// the testbed engines that share the CPU of the DUT's poller, added to the `poll`
+    /// stage: the one stage that always runs on the poller's CPU (with RPS the later
+    /// stages move to other CPUs, the engines do not). The cost is charged in the
+    /// poller's context instead of the engines' threads, so the poller's CPU shows it
+    /// as kernel time of the DUT: a fold, not a model of the engines' scheduling.
+    ///
+    /// In softirq mode veth's notification is synchronous (the sender's `veth_xmit`
+    /// raises NET_RX, which runs when the sender re-enables bottom halves), so the
+    /// profile's `irq_delivery`, which in a lab profile is the threaded poller's
+    /// wake-up delay, is dropped.
     pub fn profile_for(&self, base: &Profile, testbed: Option<&Testbed>) -> Profile {
         let mut p = base.clone();
         if let Some(t) = testbed {
             if self.engines_on_poller.generator {
-                p.stage_cycles.xmit += t.generator_cycles_per_packet;
+                p.stage_cycles.poll += t.generator_cycles_per_packet;
             }
             if self.engines_on_poller.sink {
-                p.stage_cycles.xmit += t.sink_cycles_per_packet;
+                p.stage_cycles.poll += t.sink_cycles_per_packet;
             }
+        }
+        if self.napi == NapiContext::Softirq {
+            p.latency_ns.irq_delivery = 0;
         }
         p
     }

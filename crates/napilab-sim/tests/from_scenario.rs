@@ -1,7 +1,7 @@
 //! Lab scenarios on the twin: the mapping of every shipped scenario, the notices for
 //! what the twin cannot represent, the lab's search, and the calibration round trip on
-//! a recorded lab run (tests/fixtures/lab-run.json, measured on this machine with
-//! tests/fixtures/lab-calibration.toml; see docs/sim.md).
+//! recorded lab runs (tests/fixtures/lab-run.json and lab-run-2.json, the default
+//! scenario measured on this machine; see docs/sim.md).
 
 use std::path::PathBuf;
 
@@ -259,12 +259,22 @@ fn engines_on_the_pollers_cpu_lower_the_twins_maximum() {
     };
     let one = max("one-cpu/threaded");
     let two = max("two-cpu/threaded");
-    // One CPU for the DUT, the generator and the sink, against a CPU of its own.
-    assert!(one * 2.0 < two, "one-cpu {one} vs two-cpu {two}");
+    // One CPU for the DUT, the generator and the sink, against a CPU of its own: the
+    // engines' cost (105 + 283 cycles a packet against the DUT's 787) lowers it by a
+    // third.
+    assert!(one < 0.8 * two, "one-cpu {one} vs two-cpu {two}");
 }
 
-fn fixture() -> (RunRecord, String) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab-run.json");
+/// Two recorded runs of the default scenario on this machine (quiet, final lab code of
+/// 2026-11-23): run 20261123-182646-fb51 and the `make run` of a clean clone,
+/// 20261123-183916-311f; each run.json with its Observations cut to the threads and the
+/// latency histograms removed.
+const FIXTURES: [&str; 2] = ["lab-run.json", "lab-run-2.json"];
+
+fn fixture_named(name: &str) -> (RunRecord, String) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
     let text = std::fs::read_to_string(&path).expect("fixture");
     (
         serde_json::from_str(&text).expect("run record"),
@@ -272,11 +282,15 @@ fn fixture() -> (RunRecord, String) {
     )
 }
 
+fn fixture() -> (RunRecord, String) {
+    fixture_named(FIXTURES[0])
+}
+
 #[test]
 fn calibration_round_trip_on_a_recorded_lab_run() {
     let (record, file) = fixture();
     let base = LabProfile::load("veth-lab").expect("base");
-    let cal = calibrate::calibrate(&record, &file, "two-cpu/threaded-1", &base)
+    let cal = calibrate::calibrate(&record, &file, "two-cpu/threaded", &base)
         .unwrap_or_else(|e| panic!("{e}"));
     // The twin reproduces the calibration configuration's maximum...
     let lab_max = cal.figures.max_pps;
@@ -285,41 +299,75 @@ fn calibration_round_trip_on_a_recorded_lab_run() {
         "twin {} vs lab {lab_max}",
         cal.twin_max_pps
     );
-    // ... and the DUT's CPU per packet at the highest sweep load within 15%.
-    let (_, measured, twin) = *cal.dut_share.last().expect("sweep loads");
+    // ... its per-packet cost is the DUT's CPU per packet at the highest load (the
+    // overloaded probe at 2 Mpps: 1.24 Mpps delivered at 97.5% of CPU 1) ...
+    let (pps, measured, _) = *cal.dut_share.last().expect("loads");
+    let s = &cal.lab.profile.stage_cycles;
+    let per_packet = s.poll + s.ip_stack + s.xmit;
+    assert!(pps > 1.2e6, "{:?}", cal.dut_share);
     assert!(
-        (twin - measured).abs() <= 0.15 * measured,
-        "{:?}",
-        cal.dut_share
+        (per_packet - measured / pps * 1e9).abs() <= 2.0,
+        "{per_packet} cycles vs {measured} of a CPU at {pps} pkt/s"
     );
+    // ... and the engines' costs come from the line-rate engines: the generator from
+    // the configuration where it sent in batches (one-cpu/threaded), the sink from the
+    // calibration configuration.
     let t = cal.lab.testbed.expect("testbed fitted");
-    assert!(t.generator_cycles_per_packet > 0.0 && t.sink_cycles_per_packet > 0.0);
-    // Another configuration of the run: the same placement's other trials, measured
-    // separately by the lab, predicted within 10% of their recorded maxima.
-    let names: Vec<String> = ["two-cpu/threaded-2", "two-cpu/threaded-3"]
-        .map(String::from)
-        .to_vec();
-    let predicted = calibrate::predict(&record, &file, &cal.lab, &names).expect("predicts");
-    assert_eq!(predicted.len(), 2);
-    for p in &predicted {
-        assert!(p.relative_error.abs() <= 0.10, "{p:?}");
-    }
-    // The other placement is reported, not asserted: on this shared machine the
-    // one-CPU maxima (42.7-55.3 kpps) were set by other processes' CPU use, which the
-    // profile does not carry (docs/sim.md gives the figures).
-    let other = calibrate::predict(&record, &file, &cal.lab, &["one-cpu/threaded-1".into()])
-        .expect("predicts");
-    eprintln!(
-        "one-cpu/threaded-1: lab {:.0} pkt/s, twin {:.0} pkt/s ({:+.1}%)",
-        other[0].lab_max_pps,
-        other[0].twin_max_pps,
-        other[0].relative_error * 100.0
+    assert!(
+        (50.0..400.0).contains(&t.generator_cycles_per_packet)
+            && (50.0..1000.0).contains(&t.sink_cycles_per_packet),
+        "{t:?}"
+    );
+    assert!(
+        cal.notes[0].contains("one-cpu/threaded"),
+        "{}",
+        cal.notes[0]
     );
     // The written profile reads back as what was fitted.
+    let predicted = calibrate::predict(&record, &file, &cal.lab, &[]).expect("predicts");
     let text = cal.to_toml("napilab sim calibrate ...", &record, &predicted);
     let back = LabProfile::from_toml_str(&text, "fitted.toml").expect("reads back");
     assert_eq!(back, cal.lab);
     assert!(text.contains("FITTED") && text.contains(&record.run_id));
+}
+
+/// The goal: calibrated on one lab configuration, the twin predicts another's
+/// maximum within 10%. Calibrated on the DUT alone on CPU 1 (two-cpu/threaded), it
+/// predicts the two softirq configurations, where the DUT's poll runs inline on the
+/// generator's CPU 0 beside the sink and CPU 0 sets the maximum, in both recorded runs.
+/// one-cpu/threaded is printed, not asserted: its maximum is set by scheduling on the
+/// shared CPU (ring overflow with CPU 0 90% busy), which the twin, with no threads for
+/// the engines and the kernel's workers, does not model (docs/sim.md).
+#[test]
+fn calibrated_on_one_placement_the_twin_predicts_the_softirq_placements_within_10_percent() {
+    let base = LabProfile::load("veth-lab").expect("base");
+    for name in FIXTURES {
+        let (record, file) = fixture_named(name);
+        let cal = calibrate::calibrate(&record, &file, "two-cpu/threaded", &base)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let all = calibrate::predict(&record, &file, &cal.lab, &[]).expect("predicts");
+        for p in &all {
+            eprintln!(
+                "{} {}: lab {:.0} pkt/s ({}), twin {:.0} pkt/s, {:+.1}%",
+                record.run_id,
+                p.name,
+                p.lab_max_pps,
+                p.lab_stopped,
+                p.twin_max_pps,
+                p.relative_error * 100.0
+            );
+        }
+        for want in ["one-cpu/softirq", "two-cpu/softirq"] {
+            let p = all.iter().find(|p| p.name == want).expect("predicted");
+            assert!(p.relative_error.abs() <= 0.10, "{name}: {p:?}");
+        }
+        let threaded = all
+            .iter()
+            .find(|p| p.name == "one-cpu/threaded")
+            .expect("predicted");
+        // Not within 10%, and the direction is known: the twin overestimates it.
+        assert!(threaded.relative_error > 0.10, "{threaded:?}");
+    }
 }
 
 #[test]
@@ -327,14 +375,19 @@ fn calibration_refuses_what_it_cannot_fit() {
     let (record, file) = fixture();
     let base = LabProfile::load("veth-lab").expect("base");
     let e = calibrate::calibrate(&record, &file, "no-such", &base).expect_err("unknown");
-    assert!(e.to_string().contains("two-cpu/threaded-1"), "{e}");
+    assert!(e.to_string().contains("two-cpu/threaded"), "{e}");
     let mut softirq = record.clone();
-    for (k, v) in &mut softirq.configurations[0].settings {
+    let i = softirq
+        .configurations
+        .iter()
+        .position(|c| c.name == "two-cpu/threaded")
+        .expect("in the run");
+    for (k, v) in &mut softirq.configurations[i].settings {
         if k == "napi" {
             *v = "softirq".into();
         }
     }
-    let name = softirq.configurations[0].name.clone();
+    let name = softirq.configurations[i].name.clone();
     let e = calibrate::calibrate(&softirq, &file, &name, &base).expect_err("softirq");
     assert!(e.to_string().contains("threaded"), "{e}");
 }
