@@ -41,8 +41,9 @@ struct CalibrateArgs {
     /// The lab run's record (results/<run id>/run.json of `napilab lab run`).
     #[arg(long, value_name = "RUN_JSON")]
     lab: PathBuf,
-    /// The configuration to fit on (threaded NAPI, with a sweep below its maximum and a
-    /// maximum-throughput search).
+    /// The configuration to fit on: threaded NAPI without RPS, with a maximum-throughput
+    /// search whose points carry Observations (not --no-observe); the run's other
+    /// threaded configurations give the generator's batch cost.
     #[arg(long, value_name = "NAME")]
     config: String,
     /// Configurations to predict (comma-separated); default: every other searched one.
