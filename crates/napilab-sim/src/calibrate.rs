@@ -628,7 +628,7 @@ pub fn calibrate(
 }
 
 /// The twin's prediction of one configuration's maximum against the lab's.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Prediction {
     pub name: String,
     pub lab_max_pps: f64,

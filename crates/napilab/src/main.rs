@@ -120,6 +120,19 @@ impl std::error::Error for Interrupted {}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Commands that only read (their BPF programs and perf events are fd-bound and go
+    // with the process) end quietly when the reader of their output goes away, as
+    // `napilab sim calibrate --json | head` should, instead of panicking in println!.
+    // The lab and tune keep SIGPIPE ignored: they must run their cleanup.
+    if matches!(
+        cli.command,
+        Command::Map(_) | Command::Observe(_) | Command::Sim(_) | Command::Report(_)
+    ) {
+        // SAFETY: called before any thread is started; restores the default action.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let result = match cli.command {
         Command::Map(args) => map_cmd::run(&map_cmd::Options {
             json: args.json,

@@ -55,6 +55,10 @@ struct CalibrateArgs {
     /// Write the fitted profile, with its provenance, to this file.
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
+    /// Print the fit (profile, how each number was fixed, the DUT's share at each load,
+    /// the predictions) as JSON instead of the text summary.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -637,6 +641,10 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<()> {
     let record: RunRecord = serde_json::from_str(&text)
         .with_context(|| format!("{file}: not a run record (results/<run id>/run.json)"))?;
     let base = load_profile(&args.base)?;
+    eprintln!(
+        "fitting on {} of run {} (the twin re-runs the configuration at each load and bisects its search: about a minute)",
+        args.config, record.run_id
+    );
     let cal = calibrate::calibrate(&record, &file, &args.config, &base)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let names: Vec<String> = if args.predict.is_empty() {
@@ -652,8 +660,47 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<()> {
     let predictions = if names.is_empty() {
         Vec::new()
     } else {
+        eprintln!("predicting {}", names.join(", "));
         calibrate::predict(&record, &file, &cal.lab, &names).map_err(|e| anyhow::anyhow!("{e}"))?
     };
+    if let Some(out) = &args.out {
+        let command = format!(
+            "napilab sim calibrate --lab {} --config {} --out {}{}",
+            file,
+            args.config,
+            out.display(),
+            if args.base == calibrate::VETH_LAB_NAME {
+                String::new()
+            } else {
+                format!(" --base {}", args.base)
+            }
+        );
+        std::fs::write(out, cal.to_toml(&command, &record, &predictions))
+            .with_context(|| format!("cannot write {}", out.display()))?;
+        eprintln!("profile written to {}", out.display());
+    }
+    if args.json {
+        let json = serde_json::json!({
+            "run_id": record.run_id,
+            "scenario": record.scenario_name,
+            "calibration_configuration": args.config,
+            "lab_max_pps": cal.figures.max_pps,
+            "lab_search_stopped": cal.figures.stopped,
+            "search_engine": cal.figures.engine,
+            "twin_max_pps": cal.twin_max_pps,
+            "profile": cal.lab.profile,
+            "testbed": cal.lab.testbed,
+            "how_fitted": cal.notes,
+            "dut_kthread_share": cal
+                .dut_share
+                .iter()
+                .map(|(pps, lab, twin)| serde_json::json!({"delivered_pps": pps, "lab": lab, "twin": twin}))
+                .collect::<Vec<_>>(),
+            "predictions": predictions,
+        });
+        println!("{}", serde_json::to_string_pretty(&json)?);
+        return Ok(());
+    }
     println!(
         "calibrated on {} of run {} ({}): lab maximum {:.0} pkt/s, twin {:.0} pkt/s",
         args.config, record.run_id, record.scenario_name, cal.figures.max_pps, cal.twin_max_pps
@@ -693,22 +740,6 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<()> {
     }
     if !predictions.is_empty() {
         println!("predictions with the fitted profile\n{t}");
-    }
-    if let Some(out) = &args.out {
-        let command = format!(
-            "napilab sim calibrate --lab {} --config {} --out {}{}",
-            file,
-            args.config,
-            out.display(),
-            if args.base == calibrate::VETH_LAB_NAME {
-                String::new()
-            } else {
-                format!(" --base {}", args.base)
-            }
-        );
-        std::fs::write(out, cal.to_toml(&command, &record, &predictions))
-            .with_context(|| format!("cannot write {}", out.display()))?;
-        eprintln!("profile written to {}", out.display());
     }
     Ok(())
 }

@@ -215,3 +215,47 @@ fn sim_run_writes_the_same_report_as_the_lab() {
         "report lacks plots or twin labels"
     );
 }
+
+/// A reader that stops early (`napilab ... --json | head`) ends a read-only command
+/// quietly by SIGPIPE, as Unix tools do, instead of a panic in println!.
+#[test]
+fn a_closed_pipe_ends_a_read_only_command_without_a_panic() {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    let sim =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../napilab-sim/scenarios/router-sq.toml");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_napilab"))
+        .args(["sim", "run"])
+        .arg(&sim)
+        .args([
+            "--profile",
+            "router-e3-1230-ixgbe",
+            // Eight points: about 200 KB of JSON, more than a pipe buffer holds.
+            "--loads",
+            "0.1M,0.2M,0.3M,0.4M,0.5M,0.6M,0.7M,0.8M",
+            "--json",
+            "--no-report",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run napilab");
+    let mut first = [0u8; 16];
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_exact(&mut first)
+        .expect("some output");
+    // The read end is closed here (the ChildStdout was dropped).
+    let out = child.wait_with_output().expect("waits");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGPIPE),
+        "{:?} {err}",
+        out.status
+    );
+}
