@@ -182,14 +182,19 @@ impl Drop for SysctlGuard {
     }
 }
 
-/// Kills the observer process on drop.
-struct Observer(Option<Child>);
+/// Kills the observer process on drop. Its output is read while it runs: an
+/// Observation with the trace tier (stage tables, context shares) is larger than a
+/// pipe's buffer, and an observer blocked writing it would never exit.
+struct Observer {
+    child: Option<Child>,
+    output: Option<std::thread::JoinHandle<String>>,
+}
 
 impl Observer {
     fn start(exe: &Path, ns: &str, duration: Duration, tier: TraceTier) -> Option<Observer> {
         let secs = duration.as_secs_f64();
         let interval = if secs >= 2.0 { 1.0 } else { secs };
-        Command::new("ip")
+        let mut child = Command::new("ip")
             .args(["netns", "exec", ns])
             .arg(exe)
             .args([
@@ -206,13 +211,23 @@ impl Observer {
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
-            .ok()
-            .map(|c| Observer(Some(c)))
+            .ok()?;
+        let output = child.stdout.take().map(|mut o| {
+            std::thread::spawn(move || {
+                let mut out = String::new();
+                let _ = o.read_to_string(&mut out);
+                out
+            })
+        });
+        Some(Observer {
+            child: Some(child),
+            output,
+        })
     }
 
     /// Waits (bounded) for the Observation.
     fn finish(mut self, timeout: Duration, stop: &AtomicBool) -> Result<Observation, String> {
-        let Some(mut child) = self.0.take() else {
+        let Some(mut child) = self.child.take() else {
             return Err("observer not started".into());
         };
         let deadline = Instant::now() + timeout;
@@ -229,17 +244,19 @@ impl Observer {
                 }
             }
         }
-        let mut out = String::new();
-        if let Some(mut o) = child.stdout.take() {
-            let _ = o.read_to_string(&mut out);
-        }
+        // The process has exited: its end of the pipe is closed, so the reader ends.
+        let out = self
+            .output
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
         serde_json::from_str(&out).map_err(|e| format!("observer output: {e}"))
     }
 }
 
 impl Drop for Observer {
     fn drop(&mut self) {
-        if let Some(c) = self.0.as_mut() {
+        if let Some(c) = self.child.as_mut() {
             let _ = c.kill();
             let _ = c.wait();
         }

@@ -1,0 +1,83 @@
+//! `napilab lab run` with `measurement.trace = "stages"`: every point carries its
+//! Observation with the stage profile. Such an Observation is larger than a pipe's
+//! buffer; the lab once waited for the observer to exit before reading its output, so
+//! every traced point ended with "the observer did not finish in time" and no
+//! Observation (3 s at 400 kpps make about 135 KB of it). Needs root (namespaces, BPF, perf events); without it the test prints
+//! why it was skipped.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+const SCENARIO: &str = r#"
+name = "trace-stages"
+[dut]
+generator_cpus = [0]
+sink_cpus = [0]
+[traffic]
+backend = "line-rate"
+loads_pps = [400000]
+[[traffic.classes]]
+name = "be"
+share = 1.0
+size = 64
+port = 9000
+[measurement]
+duration_s = 3.0
+warmup_s = 1.0
+trace = "stages"
+[[configurations]]
+name = "threaded"
+set = { napi = "threaded", napi_cpus = [1] }
+"#;
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[test]
+fn traced_points_carry_their_stage_profile() {
+    if !is_root() {
+        println!("SKIPPED traced_points_carry_their_stage_profile: needs root for network namespaces, BPF and perf events");
+        return;
+    }
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("napilab-lab-trace");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    let scenario = dir.join("trace-stages.toml");
+    std::fs::write(&scenario, SCENARIO).expect("scenario");
+    let out = Command::new(env!("CARGO_BIN_EXE_napilab"))
+        .args(["lab", "run", "--json", "--out"])
+        .arg(&dir)
+        .arg(&scenario)
+        .output()
+        .expect("run napilab");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let record: Value = serde_json::from_slice(&out.stdout).expect("RunRecord JSON");
+    let notices = record["notices"].to_string();
+    assert!(
+        !notices.contains("did not finish in time"),
+        "the observer was killed: {notices}"
+    );
+    let point = &record["configurations"][0]["points"][0];
+    let observation = &point["observation"];
+    let intervals = observation["intervals"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no Observation: {notices}"));
+    let observer_notices = observation["notices"].to_string();
+    if observer_notices.contains("stage profile (--stages)")
+        || observer_notices.contains("BPF tracing tier")
+    {
+        println!("SKIPPED the stage-profile check: this kernel gave the observer no stage profile: {observer_notices}");
+        return;
+    }
+    let stage_samples: u64 = intervals
+        .iter()
+        .flat_map(|iv| iv["trace"]["stages"].as_array().into_iter().flatten())
+        .filter_map(|s| s["samples"].as_u64())
+        .sum();
+    assert!(stage_samples > 0, "no stage samples in {intervals:?}");
+}
