@@ -32,14 +32,9 @@ name = "threaded"
 set = { napi = "threaded", napi_cpus = [1] }
 "#;
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 #[test]
 fn traced_points_carry_their_stage_profile() {
-    if !is_root() {
+    if !napilab_testkit::is_root() {
         println!("SKIPPED traced_points_carry_their_stage_profile: needs root for network namespaces, BPF and perf events");
         return;
     }
