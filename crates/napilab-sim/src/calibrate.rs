@@ -144,7 +144,6 @@ pub struct LabPoint {
     /// The sink's CPU: the line-rate sink is its veth's NAPI kthread (an XDP program);
     /// the paced sink is a socket thread plus that kthread.
     pub sink_share: f64,
-    pub passes: bool,
 }
 
 fn err(file: &str, field: &str, msg: impl Into<String>) -> ConfigError {
@@ -238,20 +237,12 @@ pub fn lab_figures(record: &RunRecord, name: &str, file: &str) -> Result<LabFigu
     let sink_prefix = dut_in
         .strip_suffix("-in")
         .map(|p| format!("napi/{p}-sink-"));
-    let threshold = max.loss_threshold;
     let engine = search_engine(c);
     let points: Vec<LabPoint> = c
         .points
         .iter()
         .filter(|p| p.generator.backend == engine)
-        .filter_map(|p| {
-            lab_point(
-                p,
-                &format!("napi/{dut_in}-"),
-                sink_prefix.as_deref(),
-                threshold,
-            )
-        })
+        .filter_map(|p| lab_point(p, &format!("napi/{dut_in}-"), sink_prefix.as_deref()))
         .collect();
     if points.is_empty() {
         return Err(err(
@@ -282,14 +273,10 @@ fn search_engine(c: &ConfigurationResult) -> String {
         .unwrap_or_default()
 }
 
-/// `p` as the fit uses it; `None` without traffic or without the DUT's kthread (or,
-/// for `dut_prefix` "", without an Observation).
-fn lab_point(
-    p: &PointResult,
-    dut_prefix: &str,
-    sink_prefix: Option<&str>,
-    threshold: f64,
-) -> Option<LabPoint> {
+/// `p` as the fit uses it; `None` without traffic, or without the DUT's kthread (named
+/// by `dut_prefix`) in its Observation. An empty `dut_prefix` needs no Observation and
+/// leaves `dut_share` 0 (the generator's fit).
+fn lab_point(p: &PointResult, dut_prefix: &str, sink_prefix: Option<&str>) -> Option<LabPoint> {
     let dut_share = if dut_prefix.is_empty() {
         0.0
     } else {
@@ -322,7 +309,6 @@ fn lab_point(
         generator_share,
         generator_in_kernel,
         sink_share: sink_thread + sink_napi,
-        passes: from_scenario::passes(p, threshold),
     })
 }
 
@@ -341,7 +327,7 @@ fn generator_batch_cost(record: &RunRecord, engine: &str) -> Option<(f64, Vec<St
         }
         let before = pts.len();
         for p in c.points.iter().filter(|p| p.generator.backend == engine) {
-            if let Some(lp) = lab_point(p, "", None, 1.0) {
+            if let Some(lp) = lab_point(p, "", None) {
                 if !lp.generator_in_kernel {
                     pts.push((lp.sent_pps, lp.generator_share));
                 }
