@@ -221,9 +221,24 @@ fn rate_held_and_attachments_removed(gro: bool) -> Outcome {
     // A second try only when the first one fell short by skipping departures it
     // counted (the generator's vCPU was held off for tens of ms: seen once in CI, 4,709
     // of 50,000 frames skipped in one burst); any other failure fails at once.
+    // Frames the DUT's 256-entry ring refused: veth counts them as the sender's
+    // tx_dropped. Its poller is SCHED_FIFO 20 alone on CPU 1, but a hypervisor stall of
+    // that vCPU longer than the ring lasts (5 ms at 50 kpps) still drops a few (seen in
+    // CI: 21 of 49,384 frames, in a try whose generator skipped 616 departures).
+    let ring_drops = || -> Result<u64, String> {
+        netns::sh_in(
+            &lab.gen_ns,
+            &format!("cat /sys/class/net/{}/statistics/tx_dropped", lab.gen_dev),
+        )
+        .map_err(|e| e.to_string())?
+        .trim()
+        .parse::<u64>()
+        .map_err(|e| format!("{}'s tx_dropped: {e}", lab.gen_dev))
+    };
     for (attempt, point) in [(1, 7u32), (2, 8)] {
         lr.begin(point);
         let c0 = lr.counts().map_err(|e| e.to_string())?;
+        let drops0 = ring_drops()?;
         let g = lr
             .start_generator(
                 LrGenSpec {
@@ -243,10 +258,11 @@ fn rate_held_and_attachments_removed(gro: bool) -> Outcome {
             .map_err(|e| e.to_string())?;
         std::thread::sleep(Duration::from_millis(300));
         let d = lr.counts().map_err(|e| e.to_string())?.since(&c0);
+        let dropped = ring_drops()? - drops0;
         let sent = d.gen[0][1];
         let offered = sent as f64 / g.window_s;
         println!(
-            "  gro {gro}, try {attempt}: offered {offered:.0} pps in {:.3} s ({} calls, {} skipped), sink counted {} of {sent}",
+            "  gro {gro}, try {attempt}: offered {offered:.0} pps in {:.3} s ({} calls, {} skipped), sink counted {} of {sent}, the DUT's ring dropped {dropped}",
             g.window_s, g.calls, g.skipped, d.sink[0]
         );
         if sent != g.issued[0] {
@@ -263,8 +279,13 @@ fn rate_held_and_attachments_removed(gro: bool) -> Outcome {
                 g.skipped
             ));
         }
-        if d.sink[0] != sent {
-            return Err(format!("sink counted {} of {sent}", d.sink[0]));
+        // Every frame that left is counted: by the sink, or by the kernel as refused
+        // at the DUT's ring (the DUT's loss, not the back end's; at most 1%).
+        if d.sink[0] + dropped != sent || dropped as f64 > 0.01 * sent as f64 {
+            return Err(format!(
+                "sink counted {} of {sent}, the DUT's ring dropped {dropped}",
+                d.sink[0]
+            ));
         }
         if (offered / 50_000.0 - 1.0).abs() <= 0.03 {
             break;
