@@ -8,10 +8,10 @@
 //! CPU time the lab's Observation carries):
 //! 1. The DUT's per-packet cost: its kthread's CPU per delivered packet at the highest
 //!    load (overloaded points included: there its polls are full, which is what bounds
-//!    a CPU-limited maximum); then the per-poll cost, so the twin's kthread share
-//!    matches what the lower loads show beyond the twin's own per-wake-up costs (least
-//!    squares over the twin's poll counts, re-running the twin until it settles; not
-//!    below 0).
+//!    a CPU-limited maximum); then the kthread's cost per wake-up (the twin's context
+//!    switch), so the twin's kthread share matches what the lower loads show beyond
+//!    the packets (least squares over the twin's wake-up counts, re-running the twin
+//!    until it settles; not below 0).
 //! 2. The testbed engines' marginal per-packet cost: the sink's CPU over the delivered
 //!    rate in the calibration configuration; the generator's over the sent rate where
 //!    it sent in batches beside a threaded DUT, in any configuration of the run (the
@@ -402,7 +402,9 @@ pub struct Calibration {
     pub notes: Vec<String>,
 }
 
-/// The twin's DUT NAPI kthread share and its polls per second at `pps`.
+/// The twin's DUT NAPI kthread share and the kthread's wake-ups per second at `pps`
+/// (the sender's notifications: each finds the instance idle and wakes its kthread,
+/// which switches in).
 fn twin_dut(
     conf: &TwinConfiguration,
     profile: &Profile,
@@ -420,8 +422,8 @@ fn twin_dut(
         .sum::<f64>()
         / r.observation.intervals.len().max(1) as f64;
     let cpu = conf.poller_cpus.first().copied().unwrap_or(0);
-    let polls = r.model.cpu(cpu).map_or(0.0, |c| c.polls_per_s);
-    Ok((share, polls))
+    let wakeups = r.model.cpu(cpu).map_or(0.0, |c| c.rx_irqs_per_s);
+    Ok((share, wakeups))
 }
 
 /// Fits a lab profile on configuration `name` of `record`, starting from `base`.
@@ -500,12 +502,12 @@ pub fn calibrate(
         let total = sum(&base.profile).max(1e-9);
         [s.poll / total, s.ip_stack / total, s.xmit / total]
     };
-    let set = |p: &mut Profile, per_packet: f64, per_poll: f64| {
+    let set = |p: &mut Profile, per_packet: f64, wakeup: f64| {
         // Whole cycles: the data fix nothing finer.
         p.stage_cycles.poll = (per_packet * split[0]).round();
         p.stage_cycles.ip_stack = (per_packet * split[1]).round();
         p.stage_cycles.xmit = (per_packet * split[2]).round();
-        p.fixed_cycles.poll = per_poll.round();
+        p.fixed_cycles.context_switch = wakeup.round();
     };
     let mut loads: Vec<[f64; 2]> = figures
         .points
@@ -514,8 +516,8 @@ pub fn calibrate(
         .collect();
     loads.sort_by(|a, b| a[0].total_cmp(&b[0]));
     let per_packet = loads.last().map_or(0.0, |p| p[1] / p[0] * 1e9 * ghz);
-    let mut per_poll = 0.0;
-    set(&mut lab.profile, per_packet, per_poll);
+    let mut wakeup = base.profile.fixed_cycles.context_switch;
+    set(&mut lab.profile, per_packet, wakeup);
     // The costs are fitted with prompt wake-ups; the delay is fitted last, against the
     // maximum.
     lab.profile.latency_ns.irq_delivery = 0;
@@ -523,28 +525,29 @@ pub fn calibrate(
     // where the DUT's polls are full and its CPU per packet is what bounds a
     // CPU-limited maximum. (Matching the twin's share there instead is ill-conditioned:
     // near 100% CPU a share of 0.975 or 0.990 moves the cost by 10%. A least-squares fit
-    // of both costs over all loads let the twin's own per-wake-up costs, ASSUMED, pull
-    // the per-packet cost down by 40%.) The per-poll cost then takes what the lower
-    // loads show beyond the twin's (least squares over the twin's poll counts, not
-    // below 0).
+    // of a per-packet and a per-poll cost over all loads let the twin's per-wake-up
+    // cost, then ASSUMED, pull the per-packet cost down by 40%.) The kthread's cost per
+    // wake-up (the twin's context switch, charged to the kthread as /proc charges it)
+    // then takes what the lower loads show beyond the packets: least squares over the
+    // twin's wake-up counts, re-running the twin until it settles, not below 0.
     let k = 1e-9 / ghz;
     for _ in 0..8 {
         let mut rows = Vec::new();
         for p in &loads[..loads.len().saturating_sub(1)] {
-            let (share, polls) = twin_dut(conf, &lab.profile, p[0])?;
-            rows.push((polls, p[1] - share));
+            let (share, wakeups) = twin_dut(conf, &lab.profile, p[0])?;
+            rows.push((wakeups, p[1] - share));
         }
-        let (num, den) = rows.iter().fold((0.0, 0.0), |(n, d), &(polls, gap)| {
-            (n + polls * k * gap, d + (polls * k).powi(2))
+        let (num, den) = rows.iter().fold((0.0, 0.0), |(n, d), &(w, gap)| {
+            (n + w * k * gap, d + (w * k).powi(2))
         });
-        let q = if den > 0.0 {
-            (per_poll + num / den).max(0.0)
+        let next = if den > 0.0 {
+            (wakeup + num / den).max(0.0)
         } else {
-            per_poll
+            wakeup
         };
-        let settled = (q - per_poll).abs() < 0.01 * per_poll.max(10.0);
-        per_poll = q;
-        set(&mut lab.profile, per_packet, per_poll);
+        let settled = (next - wakeup).abs() < 0.01 * wakeup.max(10.0);
+        wakeup = next;
+        set(&mut lab.profile, per_packet, wakeup);
         if settled {
             break;
         }
@@ -555,7 +558,7 @@ pub fn calibrate(
         dut_share.push((p[0], p[1], share));
     }
     notes.push(format!(
-        "stage_cycles poll + ip_stack + xmit = {per_packet:.0} (split as the base profile's, ASSUMED): the DUT's NAPI kthread CPU per delivered packet at the highest load of {name} ({:.0} pkt/s delivered, CPU share {:.3}), where its polls are fullest; fixed_cycles.poll = {per_poll:.0}: what the lower loads show beyond the twin's own per-wake-up costs (not below 0). Measured vs twin share at the {} load(s): {} vs {}",
+        "stage_cycles poll + ip_stack + xmit = {per_packet:.0} (split as the base profile's, ASSUMED): the DUT's NAPI kthread CPU per delivered packet at the highest load of {name} ({:.0} pkt/s delivered, CPU share {:.3}), where its polls are fullest; fixed_cycles.context_switch = {wakeup:.0}: the kthread's cost per wake-up, what the lower loads show beyond the packets (least squares over the twin's wake-ups). Measured vs twin share at the {} load(s): {} vs {}",
         loads.last().map_or(0.0, |p| p[0]),
         loads.last().map_or(0.0, |p| p[1]),
         loads.len(),
@@ -701,9 +704,7 @@ impl Calibration {
             "# ASSUMED (not fixed by the lab figures): the split of the per-packet cost between\n",
         );
         out.push_str("# poll, ip_stack and xmit; hardirq (the sender's notification), softirq,\n");
-        out.push_str(
-            "# context_switch, qdisc, rps, idle_exit, after_interrupt; the other latencies.\n",
-        );
+        out.push_str("# qdisc, rps, idle_exit, after_interrupt; the other latencies.\n");
         out.push_str("# veth has no TX completions: tx_reclaim and tx_softirq are never used.\n");
         if !predictions.is_empty() {
             out.push_str("# Predictions of the run's other configurations with this profile:\n");

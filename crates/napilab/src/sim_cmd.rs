@@ -710,11 +710,11 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<()> {
     }
     let p = &cal.lab.profile;
     println!(
-        "fitted: stage_cycles poll {:.0} + ip_stack {:.0} + xmit {:.0}, fixed_cycles.poll {:.0}, latency_ns.irq_delivery {}; testbed generator {:.0}, sink {:.0} cycles/packet (cpu_ghz {})",
+        "fitted: stage_cycles poll {:.0} + ip_stack {:.0} + xmit {:.0}, fixed_cycles.context_switch {:.0}, latency_ns.irq_delivery {}; testbed generator {:.0}, sink {:.0} cycles/packet (cpu_ghz {})",
         p.stage_cycles.poll,
         p.stage_cycles.ip_stack,
         p.stage_cycles.xmit,
-        p.fixed_cycles.poll,
+        p.fixed_cycles.context_switch,
         p.latency_ns.irq_delivery,
         cal.lab.testbed.map_or(0.0, |t| t.generator_cycles_per_packet),
         cal.lab.testbed.map_or(0.0, |t| t.sink_cycles_per_packet),
