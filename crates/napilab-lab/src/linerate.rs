@@ -32,7 +32,7 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 use napilab_core::EngineStats;
 
-use crate::netns::{enter, mono_ns, pin, sh_in, thread_cpu_ns};
+use crate::netns::{enter, mono_ns, pin, set_irq_deferral, sh_in, thread_cpu_ns};
 use crate::topology::{napi_threads, Lab, GEN_ADDR, SINK_ADDR};
 
 #[allow(
@@ -255,13 +255,7 @@ impl Drop for LineRate {
         self.links.clear();
         if self.sink_deferral {
             // Best effort: the namespace may already be gone with the run.
-            let _ = sh_in(
-                &self.sink_ns,
-                &format!(
-                    "echo 0 > /sys/class/net/{dev}/napi_defer_hard_irqs && echo 0 > /sys/class/net/{dev}/gro_flush_timeout",
-                    dev = self.sink_dev
-                ),
-            );
+            let _ = set_irq_deferral(&self.sink_ns, &self.sink_dev, 0, 0);
         }
         // SAFETY: the skeleton is dropped once, here, before the storage it borrows;
         // `storage` came from Box::into_raw in `start` and is freed once.
@@ -526,14 +520,18 @@ impl LineRate {
         // Interrupt deferral keeps veth's notification masked and polls from a timer
         // instead, a batch per SINK_POLL_NS. Line-rate points carry no latency, so the
         // wait costs no measurement; `Drop` restores the defaults for a paced sink.
-        sh_in(
+        set_irq_deferral(
             &lab.sink_ns,
-            &format!(
-                "echo {SINK_DEFER_HARD_IRQS} > /sys/class/net/{dev}/napi_defer_hard_irqs && echo {SINK_POLL_NS} > /sys/class/net/{dev}/gro_flush_timeout",
-                dev = lab.sink_dev
-            ),
+            &lab.sink_dev,
+            SINK_DEFER_HARD_IRQS,
+            SINK_POLL_NS,
         )
-        .map_err(|e| un(format!("setting interrupt deferral on the sink's {}: {e}", lab.sink_dev)))?;
+        .map_err(|e| {
+            un(format!(
+                "setting interrupt deferral on the sink's {}: {e}",
+                lab.sink_dev
+            ))
+        })?;
         lr.sink_deferral = true;
         lr.applied.push((
             format!("{} napi_defer_hard_irqs, gro_flush_timeout", lab.sink_dev),

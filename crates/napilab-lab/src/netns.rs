@@ -85,6 +85,24 @@ pub fn sh_in(ns: &str, script: &str) -> io::Result<String> {
     cmd("ip", &["netns", "exec", ns, "sh", "-c", script])
 }
 
+/// Sets interrupt deferral on every NAPI instance of `dev` in `ns` (its device-wide
+/// sysfs `napi_defer_hard_irqs` and `gro_flush_timeout`); 0 and 0 restore the kernel's
+/// defaults.
+pub fn set_irq_deferral(
+    ns: &str,
+    dev: &str,
+    defer_hard_irqs: u32,
+    gro_flush_timeout_ns: u64,
+) -> io::Result<()> {
+    sh_in(
+        ns,
+        &format!(
+            "echo {defer_hard_irqs} > /sys/class/net/{dev}/napi_defer_hard_irqs && echo {gro_flush_timeout_ns} > /sys/class/net/{dev}/gro_flush_timeout"
+        ),
+    )
+    .map(drop)
+}
+
 /// Moves the calling thread into the network namespace `ns` (other threads stay).
 /// Sockets created afterwards belong to it.
 pub fn enter(ns: &str) -> io::Result<()> {

@@ -10,7 +10,7 @@ use napilab_core::scenario::{
     ApDirection, DutSettings, NapiContext, QdiscKind, Topology, TopologyKind,
 };
 
-use crate::netns::{cmd, cpu_mask, delete_namespace, ns_name, pin, sh_in};
+use crate::netns::{cmd, cpu_mask, delete_namespace, ns_name, pin, set_irq_deferral, sh_in};
 
 /// SCHED_FIFO priority of the sink veth's NAPI kthread.
 pub const SINK_NAPI_FIFO: u32 = 10;
@@ -279,15 +279,7 @@ impl Lab {
         // defer_hard_irqs counts down, with gro_flush_timeout's timer polling instead, as
         // a NIC keeps its IRQ masked. The device-wide sysfs values set every instance.
         if s.defer_hard_irqs > 0 || s.gro_flush_timeout_ns > 0 {
-            sh_in(
-                &d,
-                &format!(
-                    "echo {} > /sys/class/net/{dev}/napi_defer_hard_irqs && echo {} > /sys/class/net/{dev}/gro_flush_timeout",
-                    s.defer_hard_irqs,
-                    s.gro_flush_timeout_ns,
-                    dev = self.dut_in
-                ),
-            )?;
+            set_irq_deferral(&d, &self.dut_in, s.defer_hard_irqs, s.gro_flush_timeout_ns)?;
             self.applied.push((
                 format!("{} napi_defer_hard_irqs", self.dut_in),
                 s.defer_hard_irqs.to_string(),

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use napilab_core::scenario::{DutPatch, NapiContext, Topology};
 use napilab_core::RunRecord;
+use napilab_lab::counters;
 use napilab_lab::linerate::{LineRate, LrClass, LrGenSpec};
 use napilab_lab::netns::{self, new_run_id};
 use napilab_lab::topology::Lab;
@@ -225,20 +226,11 @@ fn rate_held_and_attachments_removed(gro: bool) -> Outcome {
     // tx_dropped. Its poller is SCHED_FIFO 20 alone on CPU 1, but a hypervisor stall of
     // that vCPU longer than the ring lasts (5 ms at 50 kpps) still drops a few (seen in
     // CI: 21 of 49,384 frames, in a try whose generator skipped 616 departures).
-    let ring_drops = || -> Result<u64, String> {
-        netns::sh_in(
-            &lab.gen_ns,
-            &format!("cat /sys/class/net/{}/statistics/tx_dropped", lab.gen_dev),
-        )
-        .map_err(|e| e.to_string())?
-        .trim()
-        .parse::<u64>()
-        .map_err(|e| format!("{}'s tx_dropped: {e}", lab.gen_dev))
-    };
+    let ring_drops_key = format!("{} tx_dropped", lab.gen_dev);
     for (attempt, point) in [(1, 7u32), (2, 8)] {
         lr.begin(point);
         let c0 = lr.counts().map_err(|e| e.to_string())?;
-        let drops0 = ring_drops()?;
+        let counters0 = counters::snapshot(&lab);
         let g = lr
             .start_generator(
                 LrGenSpec {
@@ -258,7 +250,10 @@ fn rate_held_and_attachments_removed(gro: bool) -> Outcome {
             .map_err(|e| e.to_string())?;
         std::thread::sleep(Duration::from_millis(300));
         let d = lr.counts().map_err(|e| e.to_string())?.since(&c0);
-        let dropped = ring_drops()? - drops0;
+        let dropped = counters::deltas(&counters0, &counters::snapshot(&lab))
+            .into_iter()
+            .find(|(k, _)| *k == ring_drops_key)
+            .map_or(0, |(_, d)| d);
         let sent = d.gen[0][1];
         let offered = sent as f64 / g.window_s;
         println!(

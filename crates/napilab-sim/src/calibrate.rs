@@ -283,11 +283,7 @@ fn lab_point(p: &PointResult, dut_prefix: &str, sink_prefix: Option<&str>) -> Op
         thread_share(p, dut_prefix)?
     };
     let delivered_pps = p.delivered_pps();
-    let sent_pps = if p.duration_s > 0.0 {
-        p.classes.iter().map(|c| c.sent).sum::<u64>() as f64 / p.duration_s
-    } else {
-        0.0
-    };
+    let sent_pps = p.offered_pps;
     let generator_share =
         p.generator.cpu_busy.unwrap_or(0.0) * p.generator.cpus.len().max(1) as f64;
     let generator_in_kernel = p
