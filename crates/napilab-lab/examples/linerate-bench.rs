@@ -55,7 +55,7 @@ fn point(
         duration: Duration::from_secs_f64(secs),
         point,
         cpus: vec![GEN_CPU],
-        pacing: napilab_lab::linerate::Pacing::InKernel,
+        pacing: napilab_lab::linerate::Pacing::InKernel { beside_dut: false },
     };
     let g = lr
         .start_generator(spec, Arc::new(AtomicBool::new(false)))

@@ -139,8 +139,21 @@ pub enum Pacing {
     /// (`lr_pace` in linerate.h): frames leave one by one on schedule and the
     /// kernel's per-call page pools are few, but the thread spins on its CPU (nice
     /// [`PACED_NICE`], SCHED_OTHER: a real-time spinner would be throttled 50 ms a
-    /// second). For a thread with one class on a CPU that does no DUT work.
-    InKernel,
+    /// second). For a thread with one class.
+    InKernel {
+        /// The thread shares its CPU with a threaded DUT poller (or RPS work): it
+        /// runs SCHED_IDLE instead, so it spins only in time the DUT leaves idle and
+        /// every wake-up of the DUT's (or the sink's) poller preempts it at once.
+        /// Why not batches there: each batch call's page pool still holds frames
+        /// when the call returns (the DUT runs only after it), and the deferred
+        /// release of thousands of pools a second took 21% of the shared CPU
+        /// (`perf record -a -g` at 600 kpps, one-CPU threaded: page_pool_release_retry,
+        /// mem_allocator_disconnect); the DUT also gets the CPU only 30-60 us into a
+        /// call, by when a burst has overflowed its 256-frame ring. Measured by the
+        /// search of one-CPU threaded on this machine: 307.8 kpps with 200 us batches,
+        /// 456.2 kpps paced at SCHED_IDLE (docs/lab.md).
+        beside_dut: bool,
+    },
 }
 
 /// Program runs per call with in-kernel pacing: about 12 ms at the ~190 ns a run
@@ -678,13 +691,24 @@ impl LineRate {
         std::thread::spawn(move || {
             let fd = fd?;
             pin(0, &spec.cpus)?;
-            if spec.pacing == Pacing::InKernel {
-                // SAFETY: this thread (tid), a plain integer priority.
-                let tid = unsafe { libc::gettid() } as libc::id_t;
-                // SAFETY: setpriority with valid arguments.
-                if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, PACED_NICE) } != 0 {
-                    return Err(io::Error::last_os_error());
+            match spec.pacing {
+                Pacing::InKernel { beside_dut: false } => {
+                    // SAFETY: this thread (tid), a plain integer priority.
+                    let tid = unsafe { libc::gettid() } as libc::id_t;
+                    // SAFETY: setpriority with valid arguments.
+                    if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, PACED_NICE) } != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
                 }
+                Pacing::InKernel { beside_dut: true } => {
+                    let param = libc::sched_param { sched_priority: 0 };
+                    // SAFETY: this thread (0), a valid sched_param; the policy ends
+                    // with the thread.
+                    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                Pacing::Batches { .. } => {}
             }
             if let Pacing::Batches { fifo: Some(p), .. } = spec.pacing {
                 let param = libc::sched_param {
@@ -706,7 +730,7 @@ impl LineRate {
                 src,
             };
             match spec.pacing {
-                Pacing::InKernel => generate_paced(&port, &pace_fd?, &spec, &stop),
+                Pacing::InKernel { .. } => generate_paced(&port, &pace_fd?, &spec, &stop),
                 Pacing::Batches { .. } => generate(&port, &spec, &stop),
             }
         })

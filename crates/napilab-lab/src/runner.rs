@@ -565,7 +565,7 @@ fn start_engine(
                     } else if inline_dut {
                         "1 ms batches, normal priority: the DUT polls inline in the generator's softirqs".into()
                     } else {
-                        "200 us batches, normal priority: it shares a CPU with the DUT's NAPI or RPS work".into()
+                        "in-kernel pacing at SCHED_IDLE for a thread with one class (it shares a CPU with the DUT's NAPI or RPS work: it spins only in time the DUT leaves idle, so that CPU reads busy and the DUT's share is its kthread's row), else 200 us batches, normal priority".into()
                     },
                 ));
                 notice(
@@ -632,8 +632,9 @@ fn findings_of(points: &[PointResult]) -> Vec<Finding> {
 }
 
 /// Whether the line-rate generator's CPUs do no DUT work (threaded NAPI elsewhere, no
-/// RPS there): only then may it spin (in-kernel pacing) or run SCHED_FIFO; otherwise
-/// it would take CPU time from the DUT it measures.
+/// RPS there): only then may it spin at a high priority (nice -10) or run SCHED_FIFO;
+/// otherwise it would take CPU time from the DUT it measures, and it spins only at
+/// SCHED_IDLE.
 fn line_rate_apart(s: &scenario::DutSettings) -> bool {
     let dut_cpus: Vec<u32> = s.napi_cpus.iter().chain(&s.rps_cpus).copied().collect();
     s.napi == scenario::NapiContext::Threaded
@@ -643,13 +644,15 @@ fn line_rate_apart(s: &scenario::DutSettings) -> bool {
 
 /// How a line-rate generator thread with `classes` classes keeps its schedule.
 fn line_rate_pacing(apart: bool, inline_dut: bool, classes: usize) -> Pacing {
-    match (apart, classes) {
-        (true, 1) => Pacing::InKernel,
-        (true, _) => Pacing::Batches {
+    match (apart, inline_dut, classes) {
+        (true, _, 1) => Pacing::InKernel { beside_dut: false },
+        (true, _, _) => Pacing::Batches {
             fifo: Some(LR_GEN_FIFO),
             inline_dut,
         },
-        (false, _) => Pacing::Batches {
+        // Beside a threaded poller or RPS work (not inline): see Pacing::InKernel.
+        (false, false, 1) => Pacing::InKernel { beside_dut: true },
+        (false, _, _) => Pacing::Batches {
             fifo: None,
             inline_dut,
         },
@@ -1035,4 +1038,42 @@ pub fn namespaces_of(run_id: &str) -> Vec<String> {
         .into_iter()
         .filter(|n| netns::run_id_of_ns(n) == Some(run_id))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_rate_pacing_spins_beside_a_threaded_dut_only_at_idle_priority() {
+        // Apart from the DUT: spin at nice -10 with one class, FIFO batches with more.
+        assert_eq!(
+            line_rate_pacing(true, false, 1),
+            Pacing::InKernel { beside_dut: false }
+        );
+        assert!(matches!(
+            line_rate_pacing(true, false, 2),
+            Pacing::Batches { fifo: Some(_), .. }
+        ));
+        // Beside a threaded poller: paced at SCHED_IDLE, batches with several classes.
+        assert_eq!(
+            line_rate_pacing(false, false, 1),
+            Pacing::InKernel { beside_dut: true }
+        );
+        assert_eq!(
+            line_rate_pacing(false, false, 3),
+            Pacing::Batches {
+                fifo: None,
+                inline_dut: false
+            }
+        );
+        // The DUT polls inline in the generator's softirqs: batches, whatever the classes.
+        assert_eq!(
+            line_rate_pacing(false, true, 1),
+            Pacing::Batches {
+                fifo: None,
+                inline_dut: true
+            }
+        );
+    }
 }

@@ -196,6 +196,68 @@ fn paced_sweep_then_line_rate_search() -> Outcome {
     Ok(None)
 }
 
+/// A generator on the CPU of a threaded DUT poller (one-CPU threaded) paces in the
+/// kernel at SCHED_IDLE: its settings say so, it makes few long BPF_PROG_RUN calls
+/// (200 us batches made at least 1,500 calls a second at 100 kpps, each leaving a page
+/// pool to the kernel's release worker on the DUT's CPU), it holds the rate and every
+/// frame it sent is counted at the sink or as refused at the DUT's ring.
+fn beside_a_threaded_dut_the_generator_paces_in_the_kernel() -> Outcome {
+    let text = "name = \"lr-beside\"\n[dut]\nnapi = \"threaded\"\nnapi_cpus = [0]\ngenerator_cpus = [0]\nsink_cpus = [0]\n[traffic]\nbackend = \"line-rate\"\nloads_pps = [100000]\n[[traffic.classes]]\nname = \"be\"\nshare = 1.0\nsize = 64\nport = 9000\n[measurement]\nduration_s = 1.0\nwarmup_s = 0.2\ndrain_ms = 300\n";
+    let r = run_scenario(text, "lr-beside")?;
+    if let Some(n) = r.notices.iter().find(|n| n.why.contains("cannot run here")) {
+        return Ok(Some(format!("line-rate back end unavailable: {}", n.why)));
+    }
+    let c = &r.configurations[0];
+    let sched = c
+        .settings
+        .iter()
+        .find(|(k, _)| k == "line-rate generator sched")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    if !sched.starts_with("in-kernel pacing at SCHED_IDLE") {
+        return Err(format!("generator scheduling note: {sched:?}"));
+    }
+    let p = &c.points[0];
+    let counter = |name: &str| {
+        p.generator
+            .counters
+            .iter()
+            .find(|(k, _)| k == name)
+            .map_or(0, |(_, v)| *v)
+    };
+    let calls_per_s = counter("prog_run_calls") as f64 / (p.duration_s + 0.2);
+    let cl = &p.classes[0];
+    let refused: u64 = cl
+        .loss_counters
+        .iter()
+        .filter(|(k, _)| k.ends_with("tx_dropped"))
+        .map(|(_, v)| *v)
+        .sum();
+    println!(
+        "  offered {:.0} pps, {calls_per_s:.0} calls/s, sent {} received {} refused at the DUT's ring {refused}",
+        p.offered_pps, cl.sent, cl.received
+    );
+    if calls_per_s > 800.0 {
+        return Err(format!(
+            "{calls_per_s:.0} BPF_PROG_RUN calls a second: not paced in the kernel"
+        ));
+    }
+    if (p.offered_pps / p.requested_pps - 1.0).abs() > 0.03 {
+        return Err(format!(
+            "offered {} for {} requested",
+            p.offered_pps, p.requested_pps
+        ));
+    }
+    // Refused frames are the DUT's loss (a vCPU stall longer than its ring lasts).
+    if cl.received + refused != cl.sent || refused as f64 > 0.01 * cl.sent as f64 {
+        return Err(format!(
+            "sent {} received {} refused {refused}",
+            cl.sent, cl.received
+        ));
+    }
+    Ok(None)
+}
+
 /// Directly: 50 kpps requested for 1 s; every departure sent or counted as skipped,
 /// offered within 3% (a second try if the first lost departures to a stall), every
 /// frame counted at the sink, whose veth polls from a timer while the back end runs
@@ -241,7 +303,7 @@ fn rate_held_and_attachments_removed(gro: bool) -> Outcome {
                     point,
                     cpus: vec![0],
                     // As the runner does when the generator's CPU does no DUT work.
-                    pacing: napilab_lab::linerate::Pacing::InKernel,
+                    pacing: napilab_lab::linerate::Pacing::InKernel { beside_dut: false },
                 },
                 Arc::new(AtomicBool::new(false)),
             )
@@ -345,7 +407,7 @@ fn rate_held_gro_off() -> Outcome {
 
 fn main() {
     type Test = fn() -> Outcome;
-    let tests: [(&str, Test); 4] = [
+    let tests: [(&str, Test); 5] = [
         (
             "low_rate_run_delivers_exactly_what_was_sent",
             low_rate_run_delivers_exactly_what_was_sent,
@@ -358,6 +420,10 @@ fn main() {
         (
             "paced_sweep_then_line_rate_search",
             paced_sweep_then_line_rate_search,
+        ),
+        (
+            "beside_a_threaded_dut_the_generator_paces_in_the_kernel",
+            beside_a_threaded_dut_the_generator_paces_in_the_kernel,
         ),
     ];
     let filter: Vec<String> = std::env::args()

@@ -15,9 +15,10 @@
 //! 2. The testbed engines' marginal per-packet cost: the sink's CPU over the delivered
 //!    rate in the calibration configuration; the generator's over the sent rate where
 //!    it sent in batches beside a threaded DUT, in any configuration of the run (the
-//!    twin charges the generator only where it shares the DUT poller's CPU, and there
-//!    the lab's generator always sends in batches; alone on its CPU it paces in the
-//!    kernel and spins, so its CPU there says nothing per frame).
+//!    twin charges the generator only where it shares the DUT poller's CPU). Runs made
+//!    since the lab paces in the kernel beside a threaded DUT too have no such
+//!    configuration: the generator spins between frames there, so its cost per frame
+//!    is fitted together with its cost per idle run (the program counts them).
 //! 3. The threaded poller's wake-up delay (`latency_ns.irq_delivery`): bisected so the
 //!    twin's maximum-throughput search on the calibration configuration finds the
 //!    lab's maximum. It stands for how long the DUT's NAPI kthread waits to run after
@@ -308,6 +309,54 @@ fn lab_point(p: &PointResult, dut_prefix: &str, sink_prefix: Option<&str>) -> Op
     })
 }
 
+/// The generator's cost per frame where it paces in the kernel (one long call, the
+/// program sending a frame when one is due and dropping the run otherwise): its
+/// thread's CPU is `a` per frame sent plus `b` per idle run (`idle_runs_in_window`),
+/// fitted by least squares over the in-kernel paced points of `engine` in threaded
+/// configurations. Used when no configuration sent in batches beside a threaded DUT
+/// (since the lab paces there too). Returns `a` in ns and the configurations used.
+fn generator_paced_cost(record: &RunRecord, engine: &str) -> Option<(f64, Vec<String>)> {
+    let (mut sxx, mut syy, mut sxy, mut sxz, mut syz) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    let mut n = 0;
+    let mut used = Vec::new();
+    for c in &record.configurations {
+        if setting(c, "napi") != Some("threaded") {
+            continue;
+        }
+        let before = n;
+        for p in c.points.iter().filter(|p| p.generator.backend == engine) {
+            let idle_runs = p
+                .generator
+                .counters
+                .iter()
+                .find(|(k, _)| k == "idle_runs_in_window")
+                .map(|(_, v)| *v as f64);
+            let (Some(lp), Some(idle_runs)) = (lab_point(p, "", None), idle_runs) else {
+                continue;
+            };
+            if !lp.generator_in_kernel || p.duration_s <= 0.0 {
+                continue;
+            }
+            let (x, y, z) = (lp.sent_pps, idle_runs / p.duration_s, lp.generator_share);
+            sxx += x * x;
+            syy += y * y;
+            sxy += x * y;
+            sxz += x * z;
+            syz += y * z;
+            n += 1;
+        }
+        if n > before {
+            used.push(c.name.clone());
+        }
+    }
+    let det = sxx * syy - sxy * sxy;
+    if n < 3 || det.abs() <= 1e-9 * sxx * syy {
+        return None;
+    }
+    let per_frame = (sxz * syy - syz * sxy) / det;
+    (per_frame > 0.0).then_some((per_frame * 1e9, used))
+}
+
 /// The generator's cost per frame when it sends in batches (as it does on a CPU where
 /// the DUT polls): the slope of its thread's CPU over the sent rate at the points of
 /// `engine` where it ran in batches and its thread carried no DUT work (threaded NAPI),
@@ -461,10 +510,19 @@ pub fn calibrate(
                 used.join(", ")
             ),
         ),
-        None => (
-            base_testbed.generator_cycles_per_packet,
-            format!("kept from the base profile (ASSUMED here): no configuration of this run had the {} generator sending in batches beside a threaded DUT", figures.engine),
-        ),
+        None => match generator_paced_cost(record, &figures.engine) {
+            Some((ns, used)) => (
+                (ns * ghz).round(),
+                format!(
+                    "per frame sent where the generator paced in the kernel (least squares of its thread's CPU over frames sent and idle runs, {} of this run), applied also to batches (ASSUMED: no configuration sent in batches beside a threaded DUT)",
+                    used.join(", ")
+                ),
+            ),
+            None => (
+                base_testbed.generator_cycles_per_packet,
+                format!("kept from the base profile (ASSUMED here): no configuration of this run had the {} generator sending in batches beside a threaded DUT or pacing in the kernel", figures.engine),
+            ),
+        },
     };
     let sink_pts: Vec<(f64, f64)> = figures
         .points

@@ -331,6 +331,32 @@ fn calibration_round_trip_on_a_recorded_lab_run() {
     assert!(text.contains("FITTED") && text.contains(&record.run_id));
 }
 
+/// A run with no configuration whose generator sent in batches beside a threaded DUT
+/// (the lab paces in the kernel there since 2026-11-23): the generator's cost per
+/// frame comes from its in-kernel paced points, fitted with a cost per idle run
+/// (two-cpu/threaded of run fb51: 157 ns a frame, 124 an idle run).
+#[test]
+fn without_batches_the_generator_cost_comes_from_its_paced_points() {
+    let (mut record, file) = fixture();
+    record
+        .configurations
+        .retain(|c| c.name != "one-cpu/threaded");
+    let base = LabProfile::load("veth-lab").expect("base");
+    let cal = calibrate::calibrate(&record, &file, "two-cpu/threaded", &base)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let t = cal.lab.testbed.expect("testbed fitted");
+    println!("{}", cal.notes[0]);
+    assert!(
+        cal.notes[0].contains("paced in the kernel") && cal.notes[0].contains("two-cpu/threaded"),
+        "{}",
+        cal.notes[0]
+    );
+    assert!(
+        (140.0..175.0).contains(&t.generator_cycles_per_packet),
+        "{t:?}"
+    );
+}
+
 /// The goal: calibrated on one lab configuration, the twin predicts another's
 /// maximum within 10%. Calibrated on the DUT alone on CPU 1 (two-cpu/threaded), it
 /// predicts the two softirq configurations, where the DUT's poll runs inline on the
