@@ -309,6 +309,36 @@ fn lab_point(p: &PointResult, dut_prefix: &str, sink_prefix: Option<&str>) -> Op
     })
 }
 
+/// The points of `engine` in the run's threaded configurations (the generator's thread
+/// carries no DUT work there) as the generator's fit uses them, with their
+/// configuration's name.
+fn threaded_generator_points<'a>(
+    record: &'a RunRecord,
+    engine: &'a str,
+) -> impl Iterator<Item = (&'a str, &'a PointResult, LabPoint)> + 'a {
+    record
+        .configurations
+        .iter()
+        .filter(|c| setting(c, "napi") == Some("threaded"))
+        .flat_map(move |c| {
+            c.points
+                .iter()
+                .filter(move |p| p.generator.backend == engine)
+                .filter_map(move |p| Some((c.name.as_str(), p, lab_point(p, "", None)?)))
+        })
+}
+
+/// The configurations named in `names`, each once, in order.
+fn distinct(names: impl Iterator<Item = String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for n in names {
+        if !out.contains(&n) {
+            out.push(n);
+        }
+    }
+    out
+}
+
 /// The generator's cost per frame where it paces in the kernel (one long call, the
 /// program sending a frame when one is due and dropping the run otherwise): its
 /// thread's CPU is `a` per frame sent plus `b` per idle run (`idle_runs_in_window`),
@@ -316,44 +346,37 @@ fn lab_point(p: &PointResult, dut_prefix: &str, sink_prefix: Option<&str>) -> Op
 /// configurations. Used when no configuration sent in batches beside a threaded DUT
 /// (since the lab paces there too). Returns `a` in ns and the configurations used.
 fn generator_paced_cost(record: &RunRecord, engine: &str) -> Option<(f64, Vec<String>)> {
-    let (mut sxx, mut syy, mut sxy, mut sxz, mut syz) = (0.0, 0.0, 0.0, 0.0, 0.0);
-    let mut n = 0;
-    let mut used = Vec::new();
-    for c in &record.configurations {
-        if setting(c, "napi") != Some("threaded") {
-            continue;
-        }
-        let before = n;
-        for p in c.points.iter().filter(|p| p.generator.backend == engine) {
+    let pts: Vec<(&str, f64, f64, f64)> = threaded_generator_points(record, engine)
+        .filter(|(_, p, lp)| lp.generator_in_kernel && p.duration_s > 0.0)
+        .filter_map(|(name, p, lp)| {
             let idle_runs = p
                 .generator
                 .counters
                 .iter()
-                .find(|(k, _)| k == "idle_runs_in_window")
-                .map(|(_, v)| *v as f64);
-            let (Some(lp), Some(idle_runs)) = (lab_point(p, "", None), idle_runs) else {
-                continue;
-            };
-            if !lp.generator_in_kernel || p.duration_s <= 0.0 {
-                continue;
-            }
-            let (x, y, z) = (lp.sent_pps, idle_runs / p.duration_s, lp.generator_share);
-            sxx += x * x;
-            syy += y * y;
-            sxy += x * y;
-            sxz += x * z;
-            syz += y * z;
-            n += 1;
-        }
-        if n > before {
-            used.push(c.name.clone());
-        }
+                .find(|(k, _)| k == "idle_runs_in_window")?
+                .1 as f64;
+            Some((
+                name,
+                lp.sent_pps,
+                idle_runs / p.duration_s,
+                lp.generator_share,
+            ))
+        })
+        .collect();
+    let (mut sxx, mut syy, mut sxy, mut sxz, mut syz) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for &(_, x, y, z) in &pts {
+        sxx += x * x;
+        syy += y * y;
+        sxy += x * y;
+        sxz += x * z;
+        syz += y * z;
     }
     let det = sxx * syy - sxy * sxy;
-    if n < 3 || det.abs() <= 1e-9 * sxx * syy {
+    if pts.len() < 3 || det.abs() <= 1e-9 * sxx * syy {
         return None;
     }
     let per_frame = (sxz * syy - syz * sxy) / det;
+    let used = distinct(pts.iter().map(|p| p.0.to_string()));
     (per_frame > 0.0).then_some((per_frame * 1e9, used))
 }
 
@@ -364,24 +387,15 @@ fn generator_paced_cost(record: &RunRecord, engine: &str) -> Option<(f64, Vec<St
 /// spins between frames, so its CPU says nothing about the cost of a frame. Returns
 /// the slope in ns and the configurations used.
 fn generator_batch_cost(record: &RunRecord, engine: &str) -> Option<(f64, Vec<String>)> {
-    let mut pts = Vec::new();
-    let mut used = Vec::new();
-    for c in &record.configurations {
-        if setting(c, "napi") != Some("threaded") {
-            continue;
-        }
-        let before = pts.len();
-        for p in c.points.iter().filter(|p| p.generator.backend == engine) {
-            if let Some(lp) = lab_point(p, "", None) {
-                if !lp.generator_in_kernel {
-                    pts.push((lp.sent_pps, lp.generator_share));
-                }
-            }
-        }
-        if pts.len() > before {
-            used.push(c.name.clone());
-        }
-    }
+    let batch: Vec<(&str, LabPoint)> = threaded_generator_points(record, engine)
+        .filter(|(_, _, lp)| !lp.generator_in_kernel)
+        .map(|(name, _, lp)| (name, lp))
+        .collect();
+    let pts: Vec<(f64, f64)> = batch
+        .iter()
+        .map(|(_, lp)| (lp.sent_pps, lp.generator_share))
+        .collect();
+    let used = distinct(batch.iter().map(|(name, _)| name.to_string()));
     match line(&pts) {
         Some((slope, _)) if slope > 0.0 => Some((slope * 1e9, used)),
         _ => None,
