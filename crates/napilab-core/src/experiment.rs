@@ -146,17 +146,122 @@ pub struct EngineStats {
     pub counters: Vec<(String, u64)>,
 }
 
-/// The highest offered load with loss at most `loss_threshold`, found by bisection in
-/// the manner of RFC 2544.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// The highest offered load with loss at most `loss_threshold`: by MLRsearch (the
+/// first goal's conditional throughput, the mean over the search's repeats) or by
+/// bisection in the manner of RFC 2544.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct MaxThroughput {
     pub pps: f64,
     pub loss_threshold: f64,
     /// Indexes into the configuration's `points` that the search measured.
     pub probes: Vec<usize>,
     /// Why the search stopped: `converged`, `upper_bound_passed` (the generator's
-    /// maximum passed: the DUT was not the limit), `interrupted`.
+    /// maximum passed: the DUT was not the limit), `interrupted`, `time_limit`;
+    /// MLRsearch: the first goal's reasons of all repeats, distinct, joined by `+`.
     pub stopped: String,
+    /// `mlrsearch` or `rfc2544-bisection`; empty in runs made before MLRsearch
+    /// (bisection).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub method: String,
+    /// MLRsearch: every trial, with what the machine took away during it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trials: Vec<TrialRecord>,
+    /// MLRsearch: each repeat's result per goal.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub searches: Vec<SearchRecord>,
+    /// MLRsearch: per goal, the repeats summarised (mean, confidence interval).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub goals: Vec<GoalSummary>,
+}
+
+impl MaxThroughput {
+    /// The summary of the goal named `name`.
+    pub fn goal(&self, name: &str) -> Option<&GoalSummary> {
+        self.goals.iter().find(|g| g.goal.name == name)
+    }
+}
+
+/// One trial of an MLRsearch: a point of the configuration measured at a load for a
+/// duration.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TrialRecord {
+    /// Index into the configuration's `points`.
+    pub point: usize,
+    /// Which repeat of the search measured it (0-based).
+    pub search: u32,
+    pub load_pps: f64,
+    /// Intended trial duration, s.
+    pub duration_s: f64,
+    /// Loss ratio the goals classify; 1 when the generator could not offer the load
+    /// (the trial says nothing about the DUT then, so it counts against the load).
+    pub loss_ratio: f64,
+    /// The generator offered less than 99% of the load.
+    #[serde(default)]
+    pub generator_short: bool,
+    pub disturbance: Disturbance,
+}
+
+/// What the machine took away from the lab during a trial (docs/lab.md, "Disturbed
+/// trials").
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Disturbance {
+    /// Per lab CPU, the share of the trial the hypervisor ran something else
+    /// (`steal` of /proc/stat).
+    pub steal: Vec<(u32, f64)>,
+    /// Per lab CPU, the share of the trial used by processes outside the lab
+    /// (attributed to the CPU each task last ran on: an estimate).
+    pub other_processes: Vec<(u32, f64)>,
+    /// Per lab thread (DUT NAPI kthreads, ksoftirqd, the engines), the share of the
+    /// trial it waited runnable for a CPU (schedstat run delay). Threads of the lab
+    /// that share a CPU wait for each other by design, so this is evidence, not a mark.
+    pub run_delay: Vec<(String, f64)>,
+    /// Share of departures the generator sent late or skipped (a stalled vCPU).
+    pub generator_late: f64,
+    pub disturbed: bool,
+    /// Why it is marked disturbed, with the numbers.
+    pub reasons: Vec<String>,
+}
+
+/// One repeat of an MLRsearch: the result per goal.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SearchRecord {
+    pub search: u32,
+    pub goals: Vec<GoalResult>,
+}
+
+/// An MLRsearch goal's result (draft-ietf-bmwg-mlrsearch, "Goal Result").
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GoalResult {
+    pub goal: String,
+    /// The highest load classified as a lower bound below the relevant upper bound.
+    pub relevant_lower_bound: Option<f64>,
+    /// The lowest load classified as an upper bound.
+    pub relevant_upper_bound: Option<f64>,
+    /// The load at the relevant lower bound times one minus the loss ratio of the
+    /// trials there at the goal's exceed-ratio quantile.
+    pub conditional_throughput: Option<f64>,
+    /// `converged`, `upper_bound_passed`, `time_limit`, `interrupted`.
+    pub stopped: String,
+    /// Indexes into `MaxThroughput::trials` of the full-length trials at the relevant
+    /// lower bound (those the conditional throughput comes from).
+    pub supporting_trials: Vec<usize>,
+    /// The same goal classified again without the disturbed trials.
+    pub undisturbed_conditional_throughput: Option<f64>,
+}
+
+/// A goal over the search's repeats.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GoalSummary {
+    pub goal: crate::scenario::ResolvedGoal,
+    /// Conditional throughput of each repeat that found one.
+    pub values: Vec<f64>,
+    pub mean: Option<f64>,
+    pub interval: Option<crate::uncertainty::ConfidenceInterval>,
+    /// The same without disturbed trials.
+    pub undisturbed_values: Vec<f64>,
+    pub undisturbed_mean: Option<f64>,
+    pub trials: usize,
+    pub disturbed_trials: usize,
 }
 
 /// A run id `YYYYMMDD-HHMMSS-<4 hex>` (UTC) from the start time and a salt (e.g. the

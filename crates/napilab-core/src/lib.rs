@@ -15,11 +15,13 @@ pub mod stats;
 pub mod time;
 pub mod topology;
 pub mod trace;
+pub mod uncertainty;
 pub mod units;
 
 pub use experiment::{
-    ClassResult, ConfigurationResult, EngineStats, LatencySummary, MaxThroughput, PointResult,
-    PointRole, RunKind, RunRecord, RUN_SCHEMA,
+    ClassResult, ConfigurationResult, Disturbance, EngineStats, GoalResult, GoalSummary,
+    LatencySummary, MaxThroughput, PointResult, PointRole, RunKind, RunRecord, SearchRecord,
+    TrialRecord, RUN_SCHEMA,
 };
 pub use finding::{Evidence, Finding, RuleId, Severity, Subject};
 pub use metric::{Metric, Source};

@@ -495,12 +495,39 @@ pub struct Measurement {
     /// Highest load the search tries, packets per second.
     #[serde(default = "d_search_max")]
     pub search_max_pps: f64,
-    /// Most probes the search makes.
+    /// Most probes the bisection makes (`search_method = "bisection"`).
     #[serde(default = "d_search_iterations")]
     pub search_iterations: u32,
-    /// The search stops when (high - low) / high is below this.
+    /// The bisection stops when (high - low) / high is below this; also the default
+    /// goal width of MLRsearch.
     #[serde(default = "d_search_resolution")]
     pub search_resolution: f64,
+    /// `mlrsearch` (default: several goals in one pass, short trials first, a goal
+    /// exceed ratio, docs/lab.md "The maximum-throughput search") or `bisection`
+    /// (RFC 2544 section 26.1 with `loss_threshold`).
+    #[serde(default)]
+    pub search_method: SearchMethod,
+    /// MLRsearch goals; default: one goal `pdr` with `loss_threshold`.
+    #[serde(default)]
+    pub search_goals: Vec<SearchGoal>,
+    /// Independent repeats of the whole search per configuration: the maximum is
+    /// reported as their mean with a confidence interval (needs at least 2).
+    #[serde(default = "d_search_repeats")]
+    pub search_repeats: u32,
+    /// What MLRsearch does with a trial the machine disturbed (CPU steal, other
+    /// processes on the lab's CPUs, a stalled generator): `keep` it, or `repeat` it
+    /// (at most `disturbed_retries` times) and leave it out of the classification.
+    #[serde(default)]
+    pub disturbed_trials: DisturbedTrials,
+    #[serde(default = "d_disturbed_retries")]
+    pub disturbed_retries: u32,
+    /// Most seconds of trials one search may spend (a search that runs out reports the
+    /// bounds it has, stopped `time_limit`).
+    #[serde(default = "d_search_time_limit")]
+    pub search_time_limit_s: f64,
+    /// Confidence level of every interval and significance verdict in the report.
+    #[serde(default = "d_confidence")]
+    pub confidence_level: f64,
     /// Wait after the last departure for packets in flight, ms.
     #[serde(default = "d_drain")]
     pub drain_ms: u64,
@@ -561,6 +588,119 @@ fn d_search_resolution() -> f64 {
 fn d_drain() -> u64 {
     200
 }
+fn d_search_repeats() -> u32 {
+    1
+}
+fn d_disturbed_retries() -> u32 {
+    2
+}
+fn d_search_time_limit() -> f64 {
+    180.0
+}
+fn d_confidence() -> f64 {
+    0.95
+}
+
+/// How the maximum-throughput search looks for the maximum.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SearchMethod {
+    #[default]
+    Mlrsearch,
+    Bisection,
+}
+
+/// What the search does with disturbed trials.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DisturbedTrials {
+    Keep,
+    #[default]
+    Repeat,
+}
+
+/// One MLRsearch goal (draft-ietf-bmwg-mlrsearch, section "Search Goal"): a load is a
+/// lower bound when trials longer than `final_trial_s` with loss at most `loss_ratio`
+/// make up at least `1 - exceed_ratio` of `duration_sum_s` (short trials can only
+/// count against it), an upper bound when high-loss trials already exceed
+/// `exceed_ratio` of it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchGoal {
+    pub name: String,
+    pub loss_ratio: f64,
+    /// Share of the trial time that may exceed the loss ratio, e.g. 0.5.
+    #[serde(default = "d_exceed")]
+    pub exceed_ratio: f64,
+    /// Trials at least this long decide a lower bound; default `measurement.duration_s`.
+    #[serde(default)]
+    pub final_trial_s: Option<f64>,
+    /// Trial time a decision needs; default twice the final trial duration.
+    #[serde(default)]
+    pub duration_sum_s: Option<f64>,
+    /// Duration of the first, exploring trials; default a quarter of the final one,
+    /// at least 0.5 s.
+    #[serde(default)]
+    pub initial_trial_s: Option<f64>,
+    /// The search stops when (upper - lower) / upper is at most this; default
+    /// `measurement.search_resolution`.
+    #[serde(default)]
+    pub width: Option<f64>,
+}
+
+fn d_exceed() -> f64 {
+    0.5
+}
+
+/// A goal with every default filled in from the measurement.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ResolvedGoal {
+    pub name: String,
+    pub loss_ratio: f64,
+    pub exceed_ratio: f64,
+    pub final_trial_s: f64,
+    pub duration_sum_s: f64,
+    pub initial_trial_s: f64,
+    pub width: f64,
+}
+
+impl Measurement {
+    /// The MLRsearch goals with their defaults filled in.
+    pub fn resolved_goals(&self) -> Vec<ResolvedGoal> {
+        let default_goal = [SearchGoal {
+            name: "pdr".into(),
+            loss_ratio: self.loss_threshold,
+            exceed_ratio: d_exceed(),
+            final_trial_s: None,
+            duration_sum_s: None,
+            initial_trial_s: None,
+            width: None,
+        }];
+        let goals: &[SearchGoal] = if self.search_goals.is_empty() {
+            &default_goal
+        } else {
+            &self.search_goals
+        };
+        goals
+            .iter()
+            .map(|g| {
+                let final_trial_s = g.final_trial_s.unwrap_or(self.duration_s);
+                ResolvedGoal {
+                    name: g.name.clone(),
+                    loss_ratio: g.loss_ratio,
+                    exceed_ratio: g.exceed_ratio,
+                    final_trial_s,
+                    duration_sum_s: g.duration_sum_s.unwrap_or(2.0 * final_trial_s),
+                    initial_trial_s: g
+                        .initial_trial_s
+                        .unwrap_or((final_trial_s / 4.0).max(0.5))
+                        .min(final_trial_s),
+                    width: g.width.unwrap_or(self.search_resolution),
+                }
+            })
+            .collect()
+    }
+}
 
 impl Default for Measurement {
     fn default() -> Self {
@@ -574,6 +714,13 @@ impl Default for Measurement {
             search_max_pps: d_search_max(),
             search_iterations: d_search_iterations(),
             search_resolution: d_search_resolution(),
+            search_method: SearchMethod::default(),
+            search_goals: Vec::new(),
+            search_repeats: d_search_repeats(),
+            disturbed_trials: DisturbedTrials::default(),
+            disturbed_retries: d_disturbed_retries(),
+            search_time_limit_s: d_search_time_limit(),
+            confidence_level: d_confidence(),
             drain_ms: d_drain(),
             trace: TraceTier::Off,
         }
@@ -682,6 +829,79 @@ impl Validator<'_> {
             field: field.to_string(),
             message: message.into(),
         });
+    }
+}
+
+fn check_search(m: &Measurement, v: &mut Validator<'_>) {
+    if m.search_repeats == 0 || m.search_repeats > 20 {
+        v.err(
+            "measurement.search_repeats",
+            format!("{} is out of range: use 1 to 20", m.search_repeats),
+        );
+    }
+    if m.disturbed_retries > 10 {
+        v.err("measurement.disturbed_retries", "use 0 to 10");
+    }
+    if !(m.search_time_limit_s >= 1.0 && m.search_time_limit_s <= 86_400.0) {
+        v.err(
+            "measurement.search_time_limit_s",
+            "use 1 to 86400 s (the most trial time one search may spend)",
+        );
+    }
+    if !(m.confidence_level >= 0.5 && m.confidence_level < 1.0) {
+        v.err(
+            "measurement.confidence_level",
+            format!("{} is out of range: use e.g. 0.95", m.confidence_level),
+        );
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for (i, g) in m.search_goals.iter().enumerate() {
+        let f = format!("measurement.search_goals[{i}]");
+        if g.name.trim().is_empty() || !names.insert(g.name.clone()) {
+            v.err(
+                &format!("{f}.name"),
+                "give each goal a unique, non-empty name",
+            );
+        }
+        if !(g.loss_ratio >= 0.0 && g.loss_ratio < 1.0) {
+            v.err(
+                &format!("{f}.loss_ratio"),
+                "use a ratio in [0, 1), e.g. 0.005",
+            );
+        }
+        if !(g.exceed_ratio >= 0.0 && g.exceed_ratio < 1.0) {
+            v.err(
+                &format!("{f}.exceed_ratio"),
+                "use a ratio in [0, 1), e.g. 0.5 (0 makes every high-loss trial decide)",
+            );
+        }
+        let fin = g.final_trial_s.unwrap_or(m.duration_s);
+        if let Some(d) = g.final_trial_s {
+            if !(0.2..=3600.0).contains(&d) {
+                v.err(&format!("{f}.final_trial_s"), "use 0.2 to 3600 s");
+            }
+        }
+        if let Some(d) = g.initial_trial_s {
+            if !(d >= 0.2 && d <= fin) {
+                v.err(
+                    &format!("{f}.initial_trial_s"),
+                    format!("use 0.2 s up to the final trial duration ({fin} s)"),
+                );
+            }
+        }
+        if let Some(d) = g.duration_sum_s {
+            if !(d >= fin && d <= 86_400.0) {
+                v.err(
+                    &format!("{f}.duration_sum_s"),
+                    format!("use at least the final trial duration ({fin} s)"),
+                );
+            }
+        }
+        if let Some(w) = g.width {
+            if !(w > 0.0 && w < 1.0) {
+                v.err(&format!("{f}.width"), "use a fraction in (0, 1), e.g. 0.05");
+            }
+        }
     }
 }
 
@@ -843,6 +1063,7 @@ fn validate(s: &Scenario, v: &mut Validator<'_>, host_cpus: Option<u32>) {
     if m.drain_ms > 10_000 {
         v.err("measurement.drain_ms", "use at most 10000 ms");
     }
+    check_search(m, v);
     // Configurations and axes.
     let mut config_names = std::collections::BTreeSet::new();
     for (i, c) in s.configurations.iter().enumerate() {

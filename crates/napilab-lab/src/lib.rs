@@ -10,17 +10,24 @@
 //!   in-kernel counting sink).
 //! - [`histogram`]: the sink's microsecond latency histogram.
 //! - [`counters`]: where the kernel counted lost packets.
-//! - [`search`]: the maximum-throughput bisection (RFC 2544).
+//! - [`disturbance`]: what the machine took away from a trial (steal, other processes).
+//! - [`mlrsearch`]: the maximum-throughput search after MLRsearch (goals, trials,
+//!   conditional throughput).
+//! - [`search`]: the RFC 2544 bisection (`search_method = "bisection"`).
+//! - [`throughput`]: the repeats of the search, their trials and per-goal summaries.
 //! - [`runner`]: configurations x loads x repeats, the search, the RunRecord.
 //! - [`clean`]: removing what an interrupted or killed run left behind.
 
 pub mod clean;
 pub mod counters;
+pub mod disturbance;
 pub mod histogram;
 pub mod linerate;
+pub mod mlrsearch;
 pub mod netns;
 pub mod runner;
 pub mod search;
+pub mod throughput;
 pub mod topology;
 pub mod traffic;
 

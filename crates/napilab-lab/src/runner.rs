@@ -12,16 +12,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use napilab_core::scenario::{self, Backend, Configuration, Scenario, TraceTier};
+use napilab_core::scenario::{self, Backend, Configuration, Scenario, SearchMethod, TraceTier};
 use napilab_core::{
     ClassResult, ConfigurationResult, Finding, MaxThroughput, Notice, Observation, PointResult,
     PointRole, RunKind, RunRecord, RUN_SCHEMA,
 };
 
 use crate::counters;
+use crate::disturbance;
 use crate::linerate::{self, LineRate, LrClass, LrGenResult, LrGenSpec, Pacing, PACED_NICE};
 use crate::netns::{self, new_run_id, pid_file, RUN_DIR};
 use crate::search::{bisect, Probe};
+use crate::throughput;
 use crate::topology::{Lab, SINK_ADDR};
 use crate::traffic::{start_generator, ClassSpec, GenResult, GenSpec, Sink};
 
@@ -299,10 +301,12 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
     let loads = scenario.loads();
     let m = &scenario.measurement;
     let per_config = loads.len() as u64 * u64::from(m.repeats)
-        + if m.search {
-            u64::from(m.search_iterations)
-        } else {
-            0
+        + match (m.search, m.search_method) {
+            (false, _) => 0,
+            (true, SearchMethod::Bisection) => u64::from(m.search_iterations),
+            // About a dozen trials per MLRsearch (the bar's end is corrected per
+            // configuration).
+            (true, SearchMethod::Mlrsearch) => 12 * u64::from(m.search_repeats),
         };
     let bar = if opts.progress && std::io::stderr().is_terminal() {
         let b = indicatif::ProgressBar::new(per_config * configs.len() as u64);
@@ -433,7 +437,16 @@ fn run_configuration(
         for repeat in 0..m.repeats {
             ctx.bar
                 .set_message(format!("{} @ {:.0} pps", cfg.name, load));
-            match measure_point(ctx, &lab, &mut engine, cfg, load, PointRole::Sweep, repeat)? {
+            match measure_point(
+                ctx,
+                &lab,
+                &mut engine,
+                cfg,
+                load,
+                PointRole::Sweep,
+                repeat,
+                m.duration_s,
+            )? {
                 Some(p) => {
                     known.push((load, passes(&p, m.loss_threshold)));
                     result.points.push(p);
@@ -467,56 +480,53 @@ fn run_configuration(
         known.clear();
     }
     if m.search && !stopped {
-        let first_probe = result.points.len();
-        let mut probes = Vec::new();
-        let mut points = Vec::new();
-        let mut failure = None;
-        let outcome = bisect(
-            m.search_max_pps,
-            &known,
-            m.search_iterations,
-            m.search_resolution,
-            |load| {
-                ctx.bar
-                    .set_message(format!("{} search @ {:.0} pps", cfg.name, load));
-                match measure_point(ctx, &lab, &mut engine, cfg, load, PointRole::Search, 0) {
-                    Ok(Some(p)) => {
-                        let ok = passes(&p, m.loss_threshold);
-                        probes.push(first_probe + points.len());
-                        points.push(p);
-                        ctx.bar.inc(1);
-                        if ok {
-                            Probe::Pass
-                        } else {
-                            Probe::Fail
-                        }
-                    }
-                    Ok(None) => Probe::Interrupted,
-                    Err(e) => {
-                        failure = Some(e);
-                        Probe::Interrupted
-                    }
-                }
-            },
-        );
-        result.points.extend(points);
-        if let Some(e) = failure {
-            return Err(e);
-        }
-        if outcome.stopped == "interrupted" {
-            stopped = true;
-        }
-        result.max_throughput = Some(MaxThroughput {
-            pps: outcome.pps,
-            loss_threshold: m.loss_threshold,
-            probes,
-            stopped: search_stopped(
-                outcome.stopped,
-                outcome.pps,
-                &result.points,
-                m.loss_threshold,
-            ),
-        });
+        let (max, search_stopped) = match m.search_method {
+            SearchMethod::Bisection => {
+                bisection(ctx, &lab, &mut engine, cfg, &known, &mut result.points)?
+            }
+            SearchMethod::Mlrsearch => {
+                let lab_cpus = lab_cpus(&cfg.settings);
+                let lab = &lab;
+                let engine = &mut engine;
+                let ctx = &mut *ctx;
+                throughput::mlrsearch(m, &mut result.points, |load, duration_s, search| {
+                    ctx.bar.set_message(format!(
+                        "{} search {}/{} @ {:.0} pps, {duration_s} s",
+                        cfg.name,
+                        search + 1,
+                        m.search_repeats,
+                        load
+                    ));
+                    let before = disturbance::snapshot(Path::new("/"));
+                    let point = measure_point(
+                        ctx,
+                        lab,
+                        engine,
+                        cfg,
+                        load,
+                        PointRole::Search,
+                        search,
+                        duration_s,
+                    )?;
+                    ctx.bar.inc(1);
+                    Ok(point.map(|point| {
+                        let after = disturbance::snapshot(Path::new("/"));
+                        let sent = point.classes.iter().map(|c| c.sent).sum();
+                        let late = disturbance::generator_late(&point.generator, sent);
+                        let disturbance = disturbance::assess(
+                            &before,
+                            &after,
+                            &lab_cpus,
+                            LAB_KERNEL_THREADS,
+                            late,
+                        );
+                        throughput::MeasuredTrial { point, disturbance }
+                    }))
+                })?
+            }
+        };
+        stopped |= search_stopped;
+        result.max_throughput = Some(max);
     }
     ctx.bar.set_position(pos0 + per_config);
     result.findings = findings_of(&result.points);
@@ -528,6 +538,92 @@ fn run_configuration(
     sysctls.revert()?;
     Ok((result, stopped))
 }
+
+/// The RFC 2544 bisection (`search_method = "bisection"`), one trial per load.
+fn bisection(
+    ctx: &mut Ctx<'_>,
+    lab: &Lab,
+    engine: &mut Engine,
+    cfg: &Configuration,
+    known: &[(f64, bool)],
+    all_points: &mut Vec<PointResult>,
+) -> Result<(MaxThroughput, bool)> {
+    let m = &ctx.scenario.measurement;
+    let first_probe = all_points.len();
+    let mut probes = Vec::new();
+    let mut points = Vec::new();
+    let mut failure = None;
+    let outcome = bisect(
+        m.search_max_pps,
+        known,
+        m.search_iterations,
+        m.search_resolution,
+        |load| {
+            ctx.bar
+                .set_message(format!("{} search @ {:.0} pps", cfg.name, load));
+            match measure_point(
+                ctx,
+                lab,
+                engine,
+                cfg,
+                load,
+                PointRole::Search,
+                0,
+                m.duration_s,
+            ) {
+                Ok(Some(p)) => {
+                    let ok = passes(&p, m.loss_threshold);
+                    probes.push(first_probe + points.len());
+                    points.push(p);
+                    ctx.bar.inc(1);
+                    if ok {
+                        Probe::Pass
+                    } else {
+                        Probe::Fail
+                    }
+                }
+                Ok(None) => Probe::Interrupted,
+                Err(e) => {
+                    failure = Some(e);
+                    Probe::Interrupted
+                }
+            }
+        },
+    );
+    all_points.extend(points);
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let max = MaxThroughput {
+        pps: outcome.pps,
+        loss_threshold: m.loss_threshold,
+        probes,
+        stopped: search_stopped(outcome.stopped, outcome.pps, all_points, m.loss_threshold),
+        method: "rfc2544-bisection".into(),
+        ..MaxThroughput::default()
+    };
+    Ok((max, outcome.stopped == "interrupted"))
+}
+
+/// The CPUs a configuration's lab uses (the engines, the DUT's NAPI and RPS CPUs):
+/// where a disturbance matters.
+fn lab_cpus(s: &scenario::DutSettings) -> Vec<u32> {
+    let mut cpus: Vec<u32> = s
+        .generator_cpus
+        .iter()
+        .chain(&s.sink_cpus)
+        .chain(&s.napi_cpus)
+        .chain(&s.rps_cpus)
+        .copied()
+        .collect();
+    cpus.sort_unstable();
+    cpus.dedup();
+    cpus
+}
+
+/// Kernel threads that do the lab's work, by command-name prefix: their run delay is
+/// recorded per trial.
+const LAB_KERNEL_THREADS: &[&str] = &["napi/", "ksoftirqd/", "kworker/"];
 
 /// Starts the traffic back end of a configuration (its sink side stays up for all of
 /// its points); a line-rate back end that cannot run here falls back to paced, with a
@@ -681,6 +777,7 @@ fn measure_point(
     load: f64,
     role: PointRole,
     repeat: u32,
+    duration_s: f64,
 ) -> Result<Option<PointResult>> {
     let s = ctx.scenario;
     let m = &s.measurement;
@@ -691,7 +788,7 @@ fn measure_point(
     let point = ctx.next_point;
     ctx.next_point += 1;
     let warmup = Duration::from_secs_f64(m.warmup_s);
-    let duration = Duration::from_secs_f64(m.duration_s);
+    let duration = Duration::from_secs_f64(duration_s);
     // One generator thread per ingress queue, on generator_cpus[queue] (XPS steers
     // its packets to that queue; XDP frames land on the RX queue of the sending CPU
     // modulo the queue count), with the classes of that queue.
@@ -953,7 +1050,7 @@ fn measure_point(
             let window = if g.window_s > 0.0 {
                 g.window_s
             } else {
-                m.duration_s
+                duration_s
             };
             let sent: u64 = g.sent.iter().sum();
             (
@@ -989,7 +1086,7 @@ fn measure_point(
             let window = if g.window_s > 0.0 {
                 g.window_s
             } else {
-                m.duration_s
+                duration_s
             };
             let sent: u64 = classes.iter().map(|c| c.sent).sum();
             let emitted: u64 = counts.gen.iter().map(|x| x[0] + x[1]).sum();

@@ -211,6 +211,7 @@ impl SyntheticRun {
                 loss_threshold: self.loss_threshold,
                 probes: vec![first_probe, first_probe + 1],
                 stopped: stopped.into(),
+                ..MaxThroughput::default()
             }),
             points,
             findings,

@@ -662,6 +662,7 @@ pub fn run_configuration(
             loss_threshold: plan.loss_threshold,
             probes: (offset..offset + n).collect(),
             stopped: outcome.stopped.to_string(),
+            ..MaxThroughput::default()
         }),
     ))
 }

@@ -105,6 +105,7 @@ pub fn max_throughput(
             loss_threshold,
             probes,
             stopped: stopped.to_string(),
+            ..MaxThroughput::default()
         },
         points,
     )

@@ -1,0 +1,321 @@
+//! What the machine took away from the lab during a trial: CPU steal (the hypervisor
+//! ran another guest), processes outside the lab on the lab's CPUs, how long the lab's
+//! threads waited for a CPU, and whether the generator fell behind. A trial with too
+//! much of the first two or a stalled generator is marked disturbed, and the search
+//! can repeat it (docs/lab.md, "Disturbed trials").
+//!
+//! Read from /proc around each trial: /proc/stat for steal, and every task's
+//! /proc/<pid>/task/<tid>/{stat,schedstat} for CPU time, last CPU and run delay. The
+//! CPU time of a task is attributed to the CPU it last ran on, an estimate that is
+//! right for pinned tasks and for the short trials of a search.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Instant;
+
+use napilab_core::{Disturbance, EngineStats};
+use napilab_probe::procfs::{parse_task_stat, read_stat};
+
+/// Marks a trial disturbed above these.
+pub const STEAL_LIMIT: f64 = 0.02;
+pub const OTHER_PROCESSES_LIMIT: f64 = 0.05;
+pub const GENERATOR_LATE_LIMIT: f64 = 0.001;
+
+/// Who a task belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Owner {
+    /// napilab itself and the processes it started (observers, `ip`).
+    Lab,
+    /// A kernel thread (NAPI kthreads, ksoftirqd, workers): the kernel's share of the
+    /// lab's work, or of anything else; never counted as another process.
+    Kernel,
+    Other,
+}
+
+#[derive(Clone, Debug)]
+struct TaskSample {
+    comm: String,
+    owner: Owner,
+    /// utime + stime, USER_HZ ticks.
+    ticks: u64,
+    cpu: Option<u32>,
+    /// schedstat's second field: ns spent runnable, waiting for a CPU.
+    run_delay_ns: u64,
+}
+
+/// /proc read before or after a trial.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    at: Instant,
+    /// Per CPU: (steal, total) ticks.
+    stat: Vec<(u32, u64, u64)>,
+    tasks: HashMap<u32, TaskSample>,
+}
+
+/// USER_HZ: /proc reports CPU times in these ticks (100 on every Linux architecture
+/// napilab runs on; sysconf says so).
+fn user_hz() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz > 0 {
+        hz as f64
+    } else {
+        100.0
+    }
+}
+
+/// Parent pid: the field after the state, after the last `)`.
+fn ppid_of(stat: &str) -> Option<u32> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Reads /proc under `root`. Unreadable tasks (they exit all the time) are skipped.
+pub fn snapshot(root: &Path) -> Snapshot {
+    let at = Instant::now();
+    let stat = read_stat(root)
+        .map(|s| {
+            s.cpus
+                .iter()
+                .map(|(c, t)| (*c, t.steal, t.total()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let me = std::process::id();
+    let mut tasks = HashMap::new();
+    let Ok(procs) = std::fs::read_dir(root.join("proc")) else {
+        return Snapshot { at, stat, tasks };
+    };
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(process_stat) = std::fs::read_to_string(p.path().join("stat")) else {
+            continue;
+        };
+        let ppid = ppid_of(&process_stat);
+        let owner = if pid == me || ppid == Some(me) {
+            Owner::Lab
+        } else if pid == 2 || ppid == Some(2) {
+            Owner::Kernel
+        } else {
+            Owner::Other
+        };
+        let Ok(threads) = std::fs::read_dir(p.path().join("task")) else {
+            continue;
+        };
+        for t in threads.flatten() {
+            let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            let Ok(text) = std::fs::read_to_string(t.path().join("stat")) else {
+                continue;
+            };
+            let Ok(ts) = parse_task_stat(&text) else {
+                continue;
+            };
+            let run_delay_ns = std::fs::read_to_string(t.path().join("schedstat"))
+                .ok()
+                .and_then(|s| s.split_whitespace().nth(1)?.parse().ok())
+                .unwrap_or(0);
+            tasks.insert(
+                tid,
+                TaskSample {
+                    comm: ts.comm,
+                    owner,
+                    ticks: ts.utime + ts.stime,
+                    cpu: ts.processor,
+                    run_delay_ns,
+                },
+            );
+        }
+    }
+    Snapshot { at, stat, tasks }
+}
+
+/// Share of departures the generator sent late or skipped, from its EngineStats.
+pub fn generator_late(generator: &EngineStats, sent: u64) -> f64 {
+    let counter = |name: &str| {
+        generator
+            .counters
+            .iter()
+            .find(|(k, _)| k == name)
+            .map_or(0, |(_, v)| *v)
+    };
+    let late = counter("late_departures") + counter("skipped_behind_schedule");
+    late as f64 / (sent + counter("skipped_behind_schedule")).max(1) as f64
+}
+
+/// What happened between two snapshots on the lab's `cpus`; `lab_threads` says which
+/// kernel threads' run delay to record (by command-name prefix, e.g. `napi/`,
+/// `ksoftirqd/`).
+pub fn assess(
+    before: &Snapshot,
+    after: &Snapshot,
+    cpus: &[u32],
+    lab_threads: &[&str],
+    generator_late: f64,
+) -> Disturbance {
+    let wall_s = after.at.duration_since(before.at).as_secs_f64().max(1e-3);
+    let hz = user_hz();
+    let mut d = Disturbance {
+        generator_late,
+        ..Disturbance::default()
+    };
+    for &cpu in cpus {
+        let find = |s: &Snapshot| s.stat.iter().find(|(c, _, _)| *c == cpu).copied();
+        if let (Some((_, s0, t0)), Some((_, s1, t1))) = (find(before), find(after)) {
+            let total = t1.saturating_sub(t0);
+            if total > 0 {
+                d.steal
+                    .push((cpu, s1.saturating_sub(s0) as f64 / total as f64));
+            }
+        }
+    }
+    let mut other: HashMap<u32, f64> = cpus.iter().map(|c| (*c, 0.0)).collect();
+    let mut delays: Vec<(String, f64)> = Vec::new();
+    for (tid, a) in &after.tasks {
+        let b = before.tasks.get(tid);
+        let ticks = a.ticks.saturating_sub(b.map_or(0, |b| b.ticks));
+        if a.owner == Owner::Other {
+            if let Some(share) = a.cpu.and_then(|c| other.get_mut(&c)) {
+                *share += ticks as f64 / hz / wall_s;
+            }
+        }
+        let is_lab_kthread =
+            a.owner == Owner::Kernel && lab_threads.iter().any(|p| a.comm.starts_with(p));
+        let is_engine = a.owner == Owner::Lab && a.comm.starts_with("napilab");
+        if (is_lab_kthread || is_engine) && a.cpu.is_some_and(|c| cpus.contains(&c)) {
+            let delay = a
+                .run_delay_ns
+                .saturating_sub(b.map_or(0, |b| b.run_delay_ns)) as f64
+                / 1e9
+                / wall_s;
+            if delay > 0.0005 {
+                delays.push((format!("{} ({tid})", a.comm), delay));
+            }
+        }
+    }
+    delays.sort_by(|x, y| y.1.total_cmp(&x.1));
+    delays.truncate(8);
+    d.run_delay = delays;
+    let mut other: Vec<(u32, f64)> = other.into_iter().collect();
+    other.sort_by_key(|(c, _)| *c);
+    d.other_processes = other;
+    for (cpu, s) in &d.steal {
+        if *s > STEAL_LIMIT {
+            d.reasons.push(format!(
+                "CPU {cpu}: steal {:.1}% of the trial (limit {:.0}%)",
+                s * 100.0,
+                STEAL_LIMIT * 100.0
+            ));
+        }
+    }
+    for (cpu, s) in &d.other_processes {
+        if *s > OTHER_PROCESSES_LIMIT {
+            d.reasons.push(format!(
+                "CPU {cpu}: other processes used {:.1}% (limit {:.0}%)",
+                s * 100.0,
+                OTHER_PROCESSES_LIMIT * 100.0
+            ));
+        }
+    }
+    if generator_late > GENERATOR_LATE_LIMIT {
+        d.reasons.push(format!(
+            "generator late or skipped on {:.2}% of departures (limit {:.1}%)",
+            generator_late * 100.0,
+            GENERATOR_LATE_LIMIT * 100.0
+        ));
+    }
+    d.disturbed = !d.reasons.is_empty();
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parent_pid_survives_odd_command_names() {
+        assert_eq!(ppid_of("42 (a) b) c) S 7 42 42 0"), Some(7));
+        assert_eq!(ppid_of("42 (kworker/0:1) I 2 0 0"), Some(2));
+        assert_eq!(ppid_of("garbage"), None);
+    }
+
+    fn snap(steal: u64, total: u64, tasks: &[(u32, &str, Owner, u64, u32, u64)]) -> Snapshot {
+        Snapshot {
+            at: Instant::now(),
+            stat: vec![(0, steal, total), (1, 0, total)],
+            tasks: tasks
+                .iter()
+                .map(|&(tid, comm, owner, ticks, cpu, delay)| {
+                    (
+                        tid,
+                        TaskSample {
+                            comm: comm.into(),
+                            owner,
+                            ticks,
+                            cpu: Some(cpu),
+                            run_delay_ns: delay,
+                        },
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn steal_and_other_processes_mark_a_trial() {
+        let mut before = snap(0, 1000, &[(10, "cc1", Owner::Other, 0, 0, 0)]);
+        before.at -= std::time::Duration::from_secs(1);
+        let hz = user_hz() as u64;
+        let after = snap(
+            50,
+            1100,
+            &[
+                // A compiler took half of CPU 0.
+                (10, "cc1", Owner::Other, hz / 2, 0, 0),
+                (11, "napi/x-1", Owner::Kernel, hz, 0, 300_000_000),
+            ],
+        );
+        let d = assess(&before, &after, &[0], &["napi/"], 0.0);
+        assert!(d.disturbed);
+        assert_eq!(d.reasons.len(), 2, "{d:?}");
+        assert!((d.steal[0].1 - 0.5).abs() < 1e-9);
+        assert!(
+            d.other_processes[0].1 > 0.4 && d.other_processes[0].1 < 0.6,
+            "{d:?}"
+        );
+        assert!(d.run_delay[0].0.starts_with("napi/x-1"));
+        // The same on a CPU the lab does not use: not disturbed.
+        let d = assess(&before, &after, &[1], &["napi/"], 0.0);
+        assert!(!d.disturbed, "{d:?}");
+        // A stalled generator alone marks it.
+        let d = assess(&before, &after, &[1], &["napi/"], 0.01);
+        assert!(d.disturbed && d.reasons[0].contains("generator"));
+    }
+
+    #[test]
+    fn this_host_can_be_read() {
+        let s = snapshot(Path::new("/"));
+        assert!(!s.stat.is_empty(), "no CPUs in /proc/stat");
+        assert!(
+            s.tasks.values().any(|t| t.owner == Owner::Lab),
+            "this test's own process"
+        );
+    }
+
+    #[test]
+    fn generator_lateness_from_either_back_end() {
+        let paced = EngineStats {
+            counters: vec![("late_departures".into(), 10)],
+            ..EngineStats::default()
+        };
+        assert!((generator_late(&paced, 1000) - 0.01).abs() < 1e-12);
+        let lr = EngineStats {
+            counters: vec![("skipped_behind_schedule".into(), 100)],
+            ..EngineStats::default()
+        };
+        assert!((generator_late(&lr, 900) - 0.1).abs() < 1e-12);
+    }
+}
