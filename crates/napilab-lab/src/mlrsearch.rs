@@ -458,7 +458,8 @@ mod tests {
         let one_s = goal(0.005, 0.5, 1.0, 120.0, 1.0, 0.01);
         let exceed20 = goal(0.005, 0.2, 60.0, 60.0, 1.0, 0.01);
         use Class::*;
-        let points: [(&[(usize, f64, f64)], [Class; 4]); 6] = [
+        type Point<'a> = (&'a [(usize, f64, f64)], [Class; 4]);
+        let points: [Point; 6] = [
             (
                 &[(59, 1.0, 0.0)],
                 [Undecided, Undecided, Undecided, Undecided],
@@ -566,7 +567,10 @@ mod tests {
         let knee = 777_000.0 / (1.0 - 0.005);
         assert!(lb <= knee && ub > knee && (ub - lb) / ub <= 0.02, "{r:?}");
         let ct = r.conditional_throughput.expect("ct");
-        assert!(ct <= 777_000.0 * 1.0001 && ct >= 777_000.0 * 0.97, "{ct}");
+        assert!(
+            (777_000.0 * 0.97..=777_000.0 * 1.0001).contains(&ct),
+            "{ct}"
+        );
         // Short trials explored; final trials only decided.
         let short = o.trials.iter().filter(|t| t.duration_s < 2.0).count();
         assert!(short >= 3, "{:?}", o.trials);
@@ -643,7 +647,7 @@ mod tests {
         let (n, p) = (&o.goals[0], &o.goals[1]);
         let n_ct = n.conditional_throughput.expect("ndr");
         let p_ct = p.conditional_throughput.expect("pdr");
-        assert!(n_ct <= 400_000.0 && n_ct >= 400_000.0 * 0.97, "{n:?}");
+        assert!((400_000.0 * 0.97..=400_000.0).contains(&n_ct), "{n:?}");
         // PDR accepts 2% loss: its load can be 400k / 0.98 = 408k.
         assert!(p.relevant_lower_bound.expect("lb") >= n.relevant_lower_bound.expect("lb"));
         assert!(p_ct >= 400_000.0 * 0.97, "{p:?}");
@@ -723,7 +727,7 @@ mod tests {
         let o = search(std::slice::from_ref(&g), &l, measure);
         let r = &o.goals[0];
         let ct = r.conditional_throughput.expect("ct");
-        assert!(ct >= 600_000.0 * 0.98 && ct <= 600_000.0, "{r:?}");
+        assert!((600_000.0 * 0.98..=600_000.0).contains(&ct), "{r:?}");
         assert!(o.trials.iter().any(|t| t.excluded));
         assert!(o
             .trials

@@ -437,16 +437,13 @@ fn run_configuration(
         for repeat in 0..m.repeats {
             ctx.bar
                 .set_message(format!("{} @ {:.0} pps", cfg.name, load));
-            match measure_point(
-                ctx,
-                &lab,
-                &mut engine,
-                cfg,
+            let spec = PointSpec {
                 load,
-                PointRole::Sweep,
+                role: PointRole::Sweep,
                 repeat,
-                m.duration_s,
-            )? {
+                duration_s: m.duration_s,
+            };
+            match measure_point(ctx, &lab, &mut engine, cfg, spec)? {
                 Some(p) => {
                     known.push((load, passes(&p, m.loss_threshold)));
                     result.points.push(p);
@@ -498,16 +495,13 @@ fn run_configuration(
                         load
                     ));
                     let before = disturbance::snapshot(Path::new("/"));
-                    let point = measure_point(
-                        ctx,
-                        lab,
-                        engine,
-                        cfg,
+                    let spec = PointSpec {
                         load,
-                        PointRole::Search,
-                        search,
+                        role: PointRole::Search,
+                        repeat: search,
                         duration_s,
-                    )?;
+                    };
+                    let point = measure_point(ctx, lab, engine, cfg, spec)?;
                     ctx.bar.inc(1);
                     Ok(point.map(|point| {
                         let after = disturbance::snapshot(Path::new("/"));
@@ -561,16 +555,13 @@ fn bisection(
         |load| {
             ctx.bar
                 .set_message(format!("{} search @ {:.0} pps", cfg.name, load));
-            match measure_point(
-                ctx,
-                lab,
-                engine,
-                cfg,
+            let spec = PointSpec {
                 load,
-                PointRole::Search,
-                0,
-                m.duration_s,
-            ) {
+                role: PointRole::Search,
+                repeat: 0,
+                duration_s: m.duration_s,
+            };
+            match measure_point(ctx, lab, engine, cfg, spec) {
                 Ok(Some(p)) => {
                     let ok = passes(&p, m.loss_threshold);
                     probes.push(first_probe + points.len());
@@ -768,17 +759,29 @@ struct LineRateStart {
     at: Instant,
 }
 
+/// What one point measures.
+#[derive(Clone, Copy, Debug)]
+struct PointSpec {
+    load: f64,
+    role: PointRole,
+    repeat: u32,
+    duration_s: f64,
+}
+
 /// Measures one point; None when the run was stopped during it.
 fn measure_point(
     ctx: &mut Ctx<'_>,
     lab: &Lab,
     engine: &mut Engine,
     cfg: &Configuration,
-    load: f64,
-    role: PointRole,
-    repeat: u32,
-    duration_s: f64,
+    spec: PointSpec,
 ) -> Result<Option<PointResult>> {
+    let PointSpec {
+        load,
+        role,
+        repeat,
+        duration_s,
+    } = spec;
     let s = ctx.scenario;
     let m = &s.measurement;
     let stop = ctx.opts.stop.clone();

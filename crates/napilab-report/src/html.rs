@@ -10,13 +10,15 @@ use napilab_core::{
     Severity,
 };
 
+use crate::comparison;
 use crate::metrics::unit_name;
+use napilab_core::uncertainty::ConfidenceInterval;
 use plotters::prelude::SeriesLabelPosition;
 
 use crate::plot::{self, colour, fmt_percent, fmt_short, Chart, Series, Style, YAxis};
 use crate::series::{class_names, conf_cpus, load_groups, stage_cores};
 
-const CSS: &str = "
+pub(crate) const CSS: &str = "
 body { font-family: system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif; color: #222;
   margin: 0 auto; max-width: 1400px; padding: 0 24px 48px; line-height: 1.45; }
 h1 { font-size: 1.6em; margin: 24px 0 4px; }
@@ -252,63 +254,162 @@ fn header(out: &mut String, run: &RunRecord, l: &Labels) {
 }
 
 fn stopped_meaning(stopped: &str) -> &'static str {
-    match stopped {
-        "converged" => "the bisection converged: the DUT limits throughput here",
+    // MLRsearch joins its repeats' reasons with `+`; the first one explains.
+    match stopped.split('+').next().unwrap_or(stopped) {
+        "converged" => "the search converged: the DUT limits throughput here",
+        "converged_generator_limited" => {
+            "every load above the answer failed only because the generator could not offer \
+             it: the testbed's limit, a lower bound of the DUT's maximum"
+        }
         "upper_bound_passed" => {
-            "the generator's maximum passed with loss under the threshold: the DUT was not \
+            "the highest load tried passed with loss under the threshold: the DUT was not \
              the limit, so this is a lower bound"
         }
+        "no_lower_bound" => "even the lowest load tried failed",
+        "time_limit" => "the search ran out of time (search_time_limit_s): the bounds so far",
         "interrupted" => "the run was interrupted: the best passing load found so far",
         _ => "see the run's notices",
     }
 }
 
+fn interval_text(ci: Option<&ConfidenceInterval>) -> String {
+    match ci {
+        Some(ci) => format!(
+            "[{}, {}] (&plusmn;{:.1}%)",
+            grouped(ci.low),
+            grouped(ci.high),
+            ci.relative_half_width() * 100.0
+        ),
+        None => "-".into(),
+    }
+}
+
 fn max_throughput(out: &mut String, run: &RunRecord, l: &Labels) {
     out.push_str("<h2 id=\"max\">Maximum throughput</h2>\n");
+    let rows = comparison::maxima(run);
+    let level = comparison::level_of(run);
+    let mlr = rows.iter().any(|r| r.method == "mlrsearch");
     let _ = writeln!(
         out,
-        "<p class=\"sub\">Highest offered load with loss at most the threshold, found by \
-         bisection in the manner of RFC 2544. {}.</p>",
+        "<p class=\"sub\">{} {}.</p>",
+        if mlr {
+            format!(
+                "Found by MLRsearch (draft-ietf-bmwg-mlrsearch; docs/lab.md): per goal, the \
+                 conditional throughput at the relevant lower bound, the mean over the \
+                 search's repeats with its {:.0}% confidence interval (Student t; none with \
+                 one repeat). A trial is disturbed when the machine took CPU from the lab \
+                 (steal, other processes) or stalled the generator; the last column gives \
+                 the result classified again without those trials.",
+                level * 100.0
+            )
+        } else {
+            "Highest offered load with loss at most the threshold, found by bisection in \
+             the manner of RFC 2544: one search, no interval."
+                .to_string()
+        },
         esc(l.traffic)
     );
-    if run
-        .configurations
-        .iter()
-        .all(|c| c.max_throughput.is_none())
-    {
+    if rows.is_empty() {
         out.push_str(
             "<p class=\"empty\">The scenario did not ask for a maximum-throughput search.</p>\n",
         );
         return;
     }
     out.push_str(
-        "<table id=\"max-table\">\n<tr><th>configuration</th><th class=\"num\">max throughput (pkt/s)</th>\
-         <th class=\"num\">loss threshold</th><th class=\"num\">probes</th><th>search stopped</th><th>meaning</th></tr>\n",
+        "<table id=\"max-table\">\n<tr><th>configuration</th><th>goal</th><th class=\"num\">loss ratio</th>\
+         <th class=\"num\">max throughput (pkt/s)</th><th>confidence interval</th>\
+         <th class=\"num\">repeats</th><th class=\"num\">trials (disturbed)</th>\
+         <th class=\"num\">without disturbed</th><th>search stopped</th><th>meaning</th></tr>\n",
     );
-    for conf in &run.configurations {
-        match &conf.max_throughput {
-            Some(m) => {
-                let _ = writeln!(
-                    out,
-                    "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
-                     <td class=\"num\">{}</td><td><code>{}</code></td><td>{}</td></tr>",
-                    esc(&conf.name),
-                    grouped(m.pps),
-                    pct(m.loss_threshold, 3),
-                    m.probes.len(),
-                    esc(&m.stopped),
-                    esc(stopped_meaning(&m.stopped))
-                );
-            }
-            None => {
-                let _ = writeln!(
-                    out,
-                    "<tr><td>{}</td><td class=\"num\">-</td><td class=\"num\">-</td>\
-                     <td class=\"num\">-</td><td>no search</td><td></td></tr>",
-                    esc(&conf.name)
-                );
-            }
-        }
+    for r in &rows {
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td>\
+             <td class=\"num\">{}</td><td class=\"num\">{} ({})</td><td class=\"num\">{}</td>\
+             <td><code>{}</code></td><td>{}</td></tr>",
+            esc(&r.configuration),
+            esc(&r.goal),
+            pct(r.loss_ratio, 3),
+            grouped(r.estimate.mean),
+            interval_text(r.estimate.interval.as_ref()),
+            r.estimate.values.len(),
+            r.trials,
+            r.disturbed_trials,
+            r.undisturbed_mean.map_or("-".into(), grouped),
+            esc(&r.stopped),
+            esc(stopped_meaning(&r.stopped))
+        );
+    }
+    out.push_str("</table>\n");
+    let pairs = comparison::configuration_differences(run);
+    if pairs.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "<h3 id=\"differences\">Differences between configurations</h3>\n<p class=\"sub\">Each \
+         pair's difference of the mean maxima (B - A), its {:.0}% confidence interval and \
+         Welch's t-test: <em>significant</em> when p &lt; {:.2}. With one repeat per \
+         configuration nothing can be said (run with <code>measurement.search_repeats</code> \
+         of 3 or more).</p>",
+        level * 100.0,
+        1.0 - level
+    );
+    out.push_str(
+        "<table id=\"differences-table\">\n<tr><th>metric</th><th>A</th><th>B</th><th class=\"num\">B - A</th>\
+         <th class=\"num\">relative</th><th>interval of the difference</th><th class=\"num\">p</th><th>verdict</th></tr>\n",
+    );
+    for p in &pairs {
+        let d = &p.difference;
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{:+.1}%</td>\
+             <td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+            esc(&p.metric),
+            esc(&p.a),
+            esc(&p.b),
+            grouped(d.delta),
+            d.relative * 100.0,
+            d.interval
+                .as_ref()
+                .map_or("-".into(), |ci| format!("[{}, {}]", grouped(ci.low), grouped(ci.high))),
+            d.p_value.map_or("-".into(), |p| format!("{p:.3}")),
+            esc(&d.verdict)
+        );
+    }
+    out.push_str("</table>\n");
+}
+
+/// Latency percentiles per sweep load with their intervals, for configurations whose
+/// points measured latency.
+fn latency_intervals(out: &mut String, conf: &ConfigurationResult, level: f64) {
+    let rows = comparison::latencies(conf, level);
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "<table class=\"latency-intervals\">\n<tr><th>class</th><th class=\"num\">load (pkt/s)</th>\
+         <th>percentile</th><th class=\"num\">us</th><th>{:.0}% interval (us)</th><th>how</th></tr>",
+        level * 100.0
+    );
+    for r in rows.iter().filter(|r| r.percentile != "p50") {
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{:.1}</td><td>{}</td><td>{}</td></tr>",
+            esc(&r.class),
+            grouped(r.requested_pps),
+            esc(&r.percentile),
+            r.estimate.mean,
+            r.estimate
+                .interval
+                .as_ref()
+                .map_or("-".into(), |ci| format!("[{:.1}, {:.1}]", ci.low, ci.high)),
+            r.estimate
+                .interval
+                .as_ref()
+                .map_or("-".into(), |ci| esc(&ci.method))
+        );
     }
     out.push_str("</table>\n");
 }
@@ -483,6 +584,7 @@ fn per_configuration_figures(out: &mut String, run: &RunRecord, l: &Labels) -> R
             figures.push(truth);
         }
         figures_html(out, &figures);
+        latency_intervals(out, conf, comparison::level_of(run));
         stage_table(out, conf);
     }
     Ok(())

@@ -6,6 +6,8 @@
 //! rendered as a self-contained HTML report with SVG plots, a CSV of the points and the
 //! run's JSON. The layout of all of these is documented in docs/report.md.
 
+mod compare_page;
+pub mod comparison;
 mod csv;
 mod html;
 mod metrics;
@@ -21,6 +23,7 @@ use anyhow::{Context, Result};
 use napilab_core::RunRecord;
 use serde::Serialize;
 
+pub use crate::compare_page::comparison_html;
 pub use crate::csv::points_csv;
 pub use crate::html::{report_html, utc};
 pub use crate::metrics::{point_metrics, MetricRow};

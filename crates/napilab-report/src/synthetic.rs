@@ -4,12 +4,14 @@
 //! result and findings. The numbers are made up but shaped like a real sweep (delivered
 //! load flattens at the capacity, latency climbs near it, IRQs fall as NAPI polls).
 
+use napilab_core::scenario::ResolvedGoal;
 use napilab_core::trace::{CpuTraceTime, StageCost, TraceInterval};
+use napilab_core::uncertainty::{mean_sd, t_interval};
 use napilab_core::{
     ClassResult, ConfigurationResult, CpuAccounting, CpuInterval, CpuTimeShares, EngineStats,
-    Evidence, Finding, HostFacts, Hz, Interval, LatencySummary, MaxThroughput, Metric, Notice,
-    Observation, Origin, OriginKind, PointResult, PointRole, RuleId, RunKind, RunRecord, Settings,
-    Severity, Source, Subject, TopologyMap, Unit, OBSERVATION_SCHEMA, RUN_SCHEMA,
+    Evidence, Finding, GoalSummary, HostFacts, Hz, Interval, LatencySummary, MaxThroughput, Metric,
+    Notice, Observation, Origin, OriginKind, PointResult, PointRole, RuleId, RunKind, RunRecord,
+    Settings, Severity, Source, Subject, TopologyMap, Unit, OBSERVATION_SCHEMA, RUN_SCHEMA,
 };
 
 /// One configuration of a synthetic run.
@@ -37,6 +39,9 @@ pub struct SyntheticRun {
     pub loss_threshold: f64,
     /// Observations carry the trace tier: measured softirq time and a stage profile.
     pub traced: bool,
+    /// MLRsearch repeats of the maximum (0: one bisection): each repeat's conditional
+    /// throughput is the capacity x 0.97 moved by -1%, 0, +1%, ... in turn.
+    pub search_repeats: u32,
 }
 
 impl SyntheticRun {
@@ -64,6 +69,7 @@ impl SyntheticRun {
             ],
             loss_threshold: 0.001,
             traced: false,
+            search_repeats: 0,
         }
     }
 
@@ -81,6 +87,12 @@ impl SyntheticRun {
 
     pub fn loads(mut self, loads_pps: &[f64]) -> Self {
         self.loads_pps = loads_pps.to_vec();
+        self
+    }
+
+    /// Maxima found by MLRsearch with `repeats` repeats of one goal (`pdr`).
+    pub fn searched(mut self, repeats: u32) -> Self {
+        self.search_repeats = repeats;
         self
     }
 
@@ -206,16 +218,46 @@ impl SyntheticRun {
                 ),
                 ("dut_cpus".into(), "0,1".into()),
             ],
-            max_throughput: Some(MaxThroughput {
-                pps: below,
-                loss_threshold: self.loss_threshold,
-                probes: vec![first_probe, first_probe + 1],
-                stopped: stopped.into(),
-                ..MaxThroughput::default()
-            }),
+            max_throughput: Some(self.max_throughput(below, first_probe, stopped)),
             points,
             findings,
         }
+    }
+
+    fn max_throughput(&self, below: f64, first_probe: usize, stopped: &str) -> MaxThroughput {
+        let mut max = MaxThroughput {
+            pps: below,
+            loss_threshold: self.loss_threshold,
+            probes: vec![first_probe, first_probe + 1],
+            stopped: stopped.into(),
+            ..MaxThroughput::default()
+        };
+        if self.search_repeats > 0 {
+            let values: Vec<f64> = (0..self.search_repeats)
+                .map(|i| below * (1.0 + 0.01 * (f64::from(i % 3) - 1.0)))
+                .collect();
+            max.method = "mlrsearch".into();
+            max.goals = vec![GoalSummary {
+                goal: ResolvedGoal {
+                    name: "pdr".into(),
+                    loss_ratio: self.loss_threshold,
+                    exceed_ratio: 0.5,
+                    final_trial_s: self.duration_s,
+                    duration_sum_s: 2.0 * self.duration_s,
+                    initial_trial_s: self.duration_s / 4.0,
+                    width: 0.03,
+                },
+                mean: mean_sd(&values).map(|(m, _)| m),
+                interval: t_interval(&values, 0.95),
+                undisturbed_values: values.clone(),
+                undisturbed_mean: mean_sd(&values).map(|(m, _)| m),
+                values,
+                trials: 2,
+                disturbed_trials: 0,
+            }];
+            max.pps = max.goals[0].mean.unwrap_or(below);
+        }
+        max
     }
 
     fn point(

@@ -221,11 +221,11 @@ fn html_has_every_plot_the_tables_and_no_external_references() {
     let max = &html[html.find("id=\"max-table\"").expect("max table")..];
     let max = &max[..max.find("</table>").expect("end")];
     assert!(
-        max.contains("<td>one-core/softirq</td><td class=\"num\">291,000</td>"),
+        max.contains("<td>one-core/softirq</td><td>max</td><td class=\"num\">0.100%</td><td class=\"num\">291,000</td>"),
         "{max}"
     );
     assert!(
-        max.contains("<td>two-core/threaded</td><td class=\"num\">436,500</td>"),
+        max.contains("<td>two-core/threaded</td><td>max</td><td class=\"num\">0.100%</td><td class=\"num\">436,500</td>"),
         "{max}"
     );
     assert!(max.contains("0.100%"));

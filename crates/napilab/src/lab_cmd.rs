@@ -10,6 +10,7 @@ use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
 use napilab_core::scenario::{DEFAULT_SCENARIO, DEFAULT_SCENARIO_NAME};
 use napilab_core::{PointRole, RunRecord};
 use napilab_lab::{clean, RunOptions};
+use napilab_report::comparison;
 
 #[derive(clap::Args)]
 pub struct LabArgs {
@@ -297,34 +298,74 @@ pub fn summary(r: &RunRecord) -> String {
         }
     }
     out.push_str(&format!("{t}\n"));
+    out.push_str(&maxima_table(r));
+    for n in &r.notices {
+        out.push_str(&format!("note: {}: {}\n", n.what, n.why));
+    }
+    out
+}
+
+/// The maxima with their intervals and the verdicts between configurations.
+fn maxima_table(r: &RunRecord) -> String {
+    let rows = comparison::maxima(r);
+    if rows.is_empty() {
+        return String::new();
+    }
+    let level = comparison::level_of(r);
     let mut m = Table::new();
     m.load_style(UTF8_BORDERS_ONLY);
     m.set_header(vec![
-        "configuration",
-        "max forwarding kpps",
-        "loss threshold",
-        "probes",
-        "stopped",
+        "configuration".to_string(),
+        "goal (loss)".into(),
+        "max kpps".into(),
+        format!("{:.0}% interval", level * 100.0),
+        "repeats".into(),
+        "trials (disturbed)".into(),
+        "w/o disturbed".into(),
+        "stopped".into(),
     ]);
-    let mut any = false;
-    for c in &r.configurations {
-        if let Some(x) = &c.max_throughput {
-            any = true;
-            m.add_row(vec![
-                c.name.clone(),
-                kpps(x.pps),
-                format!("{}", x.loss_threshold),
-                x.probes.len().to_string(),
-                x.stopped.clone(),
+    for x in &rows {
+        m.add_row(vec![
+            x.configuration.clone(),
+            format!("{} ({})", x.goal, x.loss_ratio),
+            kpps(x.estimate.mean),
+            x.estimate.interval.as_ref().map_or("-".into(), |ci| {
+                format!("{} - {}", kpps(ci.low), kpps(ci.high))
+            }),
+            x.estimate.values.len().to_string(),
+            format!("{} ({})", x.trials, x.disturbed_trials),
+            x.undisturbed_mean.map_or("-".into(), kpps),
+            x.stopped.clone(),
+        ]);
+    }
+    let mut out = String::new();
+    if rows.iter().any(|x| x.method == "mlrsearch") {
+        out.push_str("maximum throughput (MLRsearch: conditional throughput per goal, mean over the search's repeats, Student-t interval; a trial is disturbed when steal, other processes or a stalled generator took from it)\n");
+    } else {
+        out.push_str("maximum throughput (RFC 2544 bisection; a load passes when loss <= threshold and the generator offered >= 99% of it)\n");
+    }
+    out.push_str(&format!("{m}\n"));
+    let pairs = comparison::configuration_differences(r);
+    if !pairs.is_empty() {
+        let mut t = Table::new();
+        t.load_style(UTF8_BORDERS_ONLY);
+        t.set_header(vec!["metric", "A", "B", "B - A", "p", "verdict"]);
+        for p in &pairs {
+            t.add_row(vec![
+                p.metric.clone(),
+                p.a.clone(),
+                p.b.clone(),
+                format!("{:+.1}%", p.difference.relative * 100.0),
+                p.difference
+                    .p_value
+                    .map_or("-".into(), |v| format!("{v:.3}")),
+                p.difference.verdict.clone(),
             ]);
         }
-    }
-    if any {
-        out.push_str("maximum throughput (RFC 2544 bisection; a load passes when loss <= threshold and the generator offered >= 99% of it)\n");
-        out.push_str(&format!("{m}\n"));
-    }
-    for n in &r.notices {
-        out.push_str(&format!("note: {}: {}\n", n.what, n.why));
+        out.push_str(&format!(
+            "differences between configurations (Welch's t-test at {:.0}%)\n{t}\n",
+            level * 100.0
+        ));
     }
     out
 }

@@ -1,5 +1,6 @@
 //! The `napilab` binary: argument parsing and wiring only (design.md section 3).
 
+mod compare_cmd;
 mod lab_cmd;
 mod map_cmd;
 mod observe_cmd;
@@ -42,6 +43,10 @@ enum Command {
     /// Render a run (from the results store or a run.json file) as an HTML report with
     /// plots, a CSV of its points and its JSON; `--list` lists the stored runs.
     Report(report_cmd::ReportArgs),
+    /// Compare two stored runs (or two configurations of one run): each maximum and
+    /// latency with its confidence interval, the difference, and whether it is
+    /// significant (Welch's t-test); `--html` writes the paired plots.
+    Compare(compare_cmd::CompareArgs),
 }
 
 #[derive(clap::Args)]
@@ -126,7 +131,11 @@ fn main() -> ExitCode {
     // The lab and tune keep SIGPIPE ignored: they must run their cleanup.
     if matches!(
         cli.command,
-        Command::Map(_) | Command::Observe(_) | Command::Sim(_) | Command::Report(_)
+        Command::Map(_)
+            | Command::Observe(_)
+            | Command::Sim(_)
+            | Command::Report(_)
+            | Command::Compare(_)
     ) {
         // SAFETY: called before any thread is started; restores the default action.
         unsafe {
@@ -156,6 +165,7 @@ fn main() -> ExitCode {
         Command::Lab(args) => lab_cmd::run(args),
         Command::Sim(args) => sim_cmd::run(args),
         Command::Report(args) => report_cmd::run(args),
+        Command::Compare(args) => compare_cmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -57,7 +57,7 @@ fn looks_like_file(what: &str) -> bool {
     what.ends_with(".json") || what.contains('/') || Path::new(what).is_file()
 }
 
-fn load(what: &str, db: &Path) -> Result<RunRecord> {
+pub(crate) fn load(what: &str, db: &Path) -> Result<RunRecord> {
     if looks_like_file(what) {
         let text = std::fs::read_to_string(what)
             .with_context(|| format!("cannot read the run file {what}: check the path"))?;

@@ -1,0 +1,401 @@
+//! Numbers with their uncertainty, and the differences between them: each
+//! configuration's maximum (per search goal, over the search's repeats) and latency
+//! percentiles (over the sweep's repeats) with confidence intervals; the verdict on each
+//! pairwise difference between configurations of a run; and the A/B comparison of two
+//! runs (`napilab compare`).
+
+use napilab_core::uncertainty::{mean_sd, quantile_interval, t_interval, welch};
+use napilab_core::uncertainty::{ConfidenceInterval, Difference};
+use napilab_core::{ConfigurationResult, PointRole, RunRecord};
+use serde::Serialize;
+
+/// The confidence level when a run does not say (its goals' intervals carry theirs).
+pub const DEFAULT_LEVEL: f64 = 0.95;
+
+/// A number measured one or more times.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Estimate {
+    pub mean: f64,
+    pub interval: Option<ConfidenceInterval>,
+    /// Each repeat's value.
+    pub values: Vec<f64>,
+}
+
+impl Estimate {
+    fn of(values: Vec<f64>, level: f64) -> Option<Estimate> {
+        let (mean, _) = mean_sd(&values)?;
+        Some(Estimate {
+            mean,
+            interval: t_interval(&values, level),
+            values,
+        })
+    }
+}
+
+/// A configuration's maximum for one search goal.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MaxEstimate {
+    pub configuration: String,
+    /// The goal's name (`max` for a bisection or a twin run).
+    pub goal: String,
+    pub loss_ratio: f64,
+    /// `mlrsearch`, `rfc2544-bisection`.
+    pub method: String,
+    pub estimate: Estimate,
+    pub stopped: String,
+    pub trials: usize,
+    pub disturbed_trials: usize,
+    /// The mean without the disturbed trials (MLRsearch only).
+    pub undisturbed_mean: Option<f64>,
+}
+
+/// The run's confidence level: that of its goals' intervals, else the default.
+pub fn level_of(run: &RunRecord) -> f64 {
+    run.configurations
+        .iter()
+        .filter_map(|c| c.max_throughput.as_ref())
+        .flat_map(|m| &m.goals)
+        .find_map(|g| g.interval.as_ref().map(|i| i.level))
+        .unwrap_or(DEFAULT_LEVEL)
+}
+
+/// Every configuration's maxima, a row per goal.
+pub fn maxima(run: &RunRecord) -> Vec<MaxEstimate> {
+    let level = level_of(run);
+    let mut rows = Vec::new();
+    for conf in &run.configurations {
+        let Some(m) = &conf.max_throughput else {
+            continue;
+        };
+        if m.goals.is_empty() {
+            rows.push(MaxEstimate {
+                configuration: conf.name.clone(),
+                goal: "max".into(),
+                loss_ratio: m.loss_threshold,
+                method: if m.method.is_empty() {
+                    "rfc2544-bisection".into()
+                } else {
+                    m.method.clone()
+                },
+                estimate: Estimate {
+                    mean: m.pps,
+                    interval: None,
+                    values: vec![m.pps],
+                },
+                stopped: m.stopped.clone(),
+                trials: m.probes.len(),
+                disturbed_trials: 0,
+                undisturbed_mean: None,
+            });
+            continue;
+        }
+        for (gi, g) in m.goals.iter().enumerate() {
+            let mut stopped: Vec<String> = m
+                .searches
+                .iter()
+                .filter_map(|s| s.goals.get(gi).map(|r| r.stopped.clone()))
+                .collect();
+            stopped.dedup();
+            rows.push(MaxEstimate {
+                configuration: conf.name.clone(),
+                goal: g.goal.name.clone(),
+                loss_ratio: g.goal.loss_ratio,
+                method: m.method.clone(),
+                estimate: Estimate::of(g.values.clone(), level).unwrap_or(Estimate {
+                    mean: 0.0,
+                    interval: None,
+                    values: Vec::new(),
+                }),
+                stopped: stopped.join("+"),
+                trials: g.trials,
+                disturbed_trials: g.disturbed_trials,
+                undisturbed_mean: g.undisturbed_mean,
+            });
+        }
+    }
+    rows
+}
+
+/// A latency percentile of one class at one sweep load.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LatencyEstimate {
+    pub configuration: String,
+    pub requested_pps: f64,
+    pub class: String,
+    /// `p50`, `p99`, `p999`.
+    pub percentile: String,
+    pub estimate: Estimate,
+}
+
+/// Latency percentiles per configuration, sweep load and class: over the repeats
+/// (Student t) when the sweep repeated the load, else within the one point's samples
+/// (order statistics, which assume independent samples: a lower bound on the
+/// uncertainty).
+pub fn latencies(conf: &ConfigurationResult, level: f64) -> Vec<LatencyEstimate> {
+    let mut loads: Vec<f64> = conf
+        .points
+        .iter()
+        .filter(|p| p.role == PointRole::Sweep)
+        .map(|p| p.requested_pps)
+        .collect();
+    loads.sort_by(f64::total_cmp);
+    loads.dedup();
+    let mut out = Vec::new();
+    for load in loads {
+        let at: Vec<_> = conf
+            .points
+            .iter()
+            .filter(|p| p.role == PointRole::Sweep && p.requested_pps == load)
+            .collect();
+        let Some(first) = at.first() else { continue };
+        for (ci, class) in first.classes.iter().enumerate() {
+            for (name, q, pick) in [
+                (
+                    "p50",
+                    0.5,
+                    (|l: &napilab_core::LatencySummary| l.p50_us) as fn(&_) -> f64,
+                ),
+                ("p99", 0.99, |l| l.p99_us),
+                ("p999", 0.999, |l| l.p999_us),
+            ] {
+                let lats: Vec<&napilab_core::LatencySummary> = at
+                    .iter()
+                    .filter_map(|p| p.classes.get(ci).and_then(|c| c.latency.as_ref()))
+                    .filter(|l| l.samples > 0)
+                    .collect();
+                if lats.is_empty() {
+                    continue;
+                }
+                let values: Vec<f64> = lats.iter().map(|l| pick(l)).collect();
+                let estimate = if values.len() >= 2 {
+                    Estimate::of(values, level)
+                } else {
+                    Some(Estimate {
+                        mean: values[0],
+                        interval: quantile_interval(&lats[0].histogram, q, level),
+                        values,
+                    })
+                };
+                if let Some(estimate) = estimate {
+                    out.push(LatencyEstimate {
+                        configuration: conf.name.clone(),
+                        requested_pps: load,
+                        class: class.name.clone(),
+                        percentile: name.into(),
+                        estimate,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The difference of one metric between two sides (configurations or runs).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PairDifference {
+    pub metric: String,
+    pub a: String,
+    pub b: String,
+    pub a_estimate: Estimate,
+    pub b_estimate: Estimate,
+    pub difference: Difference,
+}
+
+/// Every pair of configurations of a run, on each goal's maximum.
+pub fn configuration_differences(run: &RunRecord) -> Vec<PairDifference> {
+    let level = level_of(run);
+    let rows = maxima(run);
+    let mut out = Vec::new();
+    for (i, a) in rows.iter().enumerate() {
+        for b in rows.iter().skip(i + 1) {
+            if a.goal != b.goal || a.configuration == b.configuration {
+                continue;
+            }
+            out.push(PairDifference {
+                metric: format!("max throughput ({})", a.goal),
+                a: a.configuration.clone(),
+                b: b.configuration.clone(),
+                difference: welch(&a.estimate.values, &b.estimate.values, level),
+                a_estimate: a.estimate.clone(),
+                b_estimate: b.estimate.clone(),
+            });
+        }
+    }
+    out
+}
+
+/// Two runs (or two configurations) side by side.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Comparison {
+    pub a_run: String,
+    pub b_run: String,
+    pub level: f64,
+    /// (configuration of A, configuration of B) compared.
+    pub pairs: Vec<(String, String)>,
+    pub rows: Vec<PairDifference>,
+    /// Configurations of either run without a counterpart.
+    pub unmatched: Vec<String>,
+}
+
+/// Compares `b` against `a`. `pairs` names the configurations to set side by side
+/// (A's, B's); empty: every configuration name the two runs share.
+pub fn compare(a: &RunRecord, b: &RunRecord, pairs: &[(String, String)]) -> Comparison {
+    let level = level_of(a).max(level_of(b));
+    let names = |r: &RunRecord| -> Vec<String> {
+        r.configurations.iter().map(|c| c.name.clone()).collect()
+    };
+    let (an, bn) = (names(a), names(b));
+    let pairs: Vec<(String, String)> = if pairs.is_empty() {
+        an.iter()
+            .filter(|n| bn.contains(n))
+            .map(|n| (n.clone(), n.clone()))
+            .collect()
+    } else {
+        pairs.to_vec()
+    };
+    let unmatched = if pairs.is_empty() || pairs.iter().all(|(x, y)| x == y) {
+        an.iter()
+            .filter(|n| !bn.contains(n))
+            .chain(bn.iter().filter(|n| !an.contains(n)))
+            .cloned()
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let (ma, mb) = (maxima(a), maxima(b));
+    let mut rows = Vec::new();
+    for (ca, cb) in &pairs {
+        let label = |run: &RunRecord, c: &str| format!("{} {}", run.run_id, c);
+        for xa in ma.iter().filter(|m| &m.configuration == ca) {
+            let Some(xb) = mb
+                .iter()
+                .find(|m| &m.configuration == cb && m.goal == xa.goal)
+            else {
+                continue;
+            };
+            rows.push(PairDifference {
+                metric: format!("max throughput ({}, loss <= {})", xa.goal, xa.loss_ratio),
+                a: label(a, ca),
+                b: label(b, cb),
+                difference: welch(&xa.estimate.values, &xb.estimate.values, level),
+                a_estimate: xa.estimate.clone(),
+                b_estimate: xb.estimate.clone(),
+            });
+        }
+        let conf = |r: &RunRecord, n: &str| r.configurations.iter().find(|c| c.name == n).cloned();
+        if let (Some(fa), Some(fb)) = (conf(a, ca), conf(b, cb)) {
+            let (la, lb) = (latencies(&fa, level), latencies(&fb, level));
+            for x in la.iter().filter(|x| x.percentile == "p99") {
+                let Some(y) = lb.iter().find(|y| {
+                    y.percentile == x.percentile
+                        && y.class == x.class
+                        && y.requested_pps == x.requested_pps
+                }) else {
+                    continue;
+                };
+                rows.push(PairDifference {
+                    metric: format!(
+                        "{} latency {} us at {:.0} pps",
+                        x.class, x.percentile, x.requested_pps
+                    ),
+                    a: label(a, ca),
+                    b: label(b, cb),
+                    difference: welch(&x.estimate.values, &y.estimate.values, level),
+                    a_estimate: x.estimate.clone(),
+                    b_estimate: y.estimate.clone(),
+                });
+            }
+        }
+    }
+    Comparison {
+        a_run: a.run_id.clone(),
+        b_run: b.run_id.clone(),
+        level,
+        pairs,
+        rows,
+        unmatched,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synthetic::SyntheticRun;
+    use napilab_core::scenario::ResolvedGoal;
+    use napilab_core::{GoalSummary, RunKind};
+
+    /// The synthetic run with MLRsearch results: per configuration the repeats'
+    /// conditional throughputs of one goal.
+    fn searched(values: &[&[f64]]) -> RunRecord {
+        let mut run = SyntheticRun::new(RunKind::Lab).build();
+        for (conf, v) in run.configurations.iter_mut().zip(values) {
+            let m = conf.max_throughput.as_mut().expect("synthetic max");
+            m.method = "mlrsearch".into();
+            m.goals = vec![GoalSummary {
+                goal: ResolvedGoal {
+                    name: "pdr".into(),
+                    loss_ratio: 0.005,
+                    ..ResolvedGoal::default()
+                },
+                values: v.to_vec(),
+                mean: mean_sd(v).map(|(m, _)| m),
+                interval: t_interval(v, 0.95),
+                ..GoalSummary::default()
+            }];
+        }
+        run
+    }
+
+    #[test]
+    fn a_run_compared_with_itself_shows_no_significant_difference() {
+        let run = searched(&[&[300e3, 310e3, 305e3], &[450e3, 440e3, 455e3]]);
+        let c = compare(&run, &run, &[]);
+        assert!(!c.rows.is_empty());
+        for r in &c.rows {
+            assert_eq!(r.difference.delta, 0.0, "{r:?}");
+            assert!(!r.difference.verdict.starts_with("significant"), "{r:?}");
+        }
+        assert_eq!(c.pairs.len(), 2);
+    }
+
+    #[test]
+    fn configurations_that_differ_beyond_their_spread_are_significant() {
+        let run = searched(&[&[300e3, 310e3, 305e3], &[450e3, 440e3, 455e3]]);
+        let d = configuration_differences(&run);
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].difference.verdict, "significant", "{d:?}");
+        // Overlapping repeats: not significant.
+        let run = searched(&[&[300e3, 340e3, 280e3], &[310e3, 290e3, 330e3]]);
+        let d = configuration_differences(&run);
+        assert_eq!(d[0].difference.verdict, "not significant", "{d:?}");
+        // Maxima carry their interval.
+        let m = maxima(&run);
+        let ci = m[0].estimate.interval.as_ref().expect("interval");
+        assert!(ci.low < 306_667.0 && ci.high > 306_667.0, "{ci:?}");
+    }
+
+    #[test]
+    fn two_configurations_of_one_run_can_be_compared_by_name() {
+        let run = searched(&[&[300e3, 310e3, 305e3], &[450e3, 440e3, 455e3]]);
+        let names: Vec<String> = run.configurations.iter().map(|c| c.name.clone()).collect();
+        let c = compare(&run, &run, &[(names[0].clone(), names[1].clone())]);
+        let max = c
+            .rows
+            .iter()
+            .find(|r| r.metric.starts_with("max throughput"))
+            .expect("max row");
+        assert!(max.difference.delta > 100e3);
+        assert_eq!(max.difference.verdict, "significant");
+    }
+
+    #[test]
+    fn a_single_sweep_point_gets_an_order_statistic_interval() {
+        let run = SyntheticRun::new(RunKind::Lab).build();
+        let l = latencies(&run.configurations[0], 0.95);
+        let p99 = l.iter().find(|x| x.percentile == "p99").expect("p99");
+        let ci = p99.estimate.interval.as_ref().expect("interval");
+        assert!(ci.method.starts_with("order statistics"), "{ci:?}");
+        assert!(ci.low <= ci.high);
+    }
+}

@@ -1,0 +1,117 @@
+//! End-to-end tests of `napilab compare` on synthetic run files.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use napilab_core::RunKind;
+use napilab_report::synthetic::{SyntheticConfiguration, SyntheticRun};
+use serde_json::Value;
+
+fn napilab(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_napilab"))
+        .args(args)
+        .output()
+        .expect("run napilab")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("napilab-compare-cli-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    dir
+}
+
+fn s(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+/// A run whose first configuration's capacity is `softirq_capacity`, searched three
+/// times.
+fn write_run(dir: &Path, run_id: &str, softirq_capacity: f64) -> PathBuf {
+    let mut synth = SyntheticRun::new(RunKind::Lab).run_id(run_id).searched(3);
+    synth.configurations[0] = SyntheticConfiguration {
+        name: "one-core/softirq".into(),
+        capacity_pps: softirq_capacity,
+        generator_limit_pps: 1e9,
+    };
+    let path = dir.join(format!("{run_id}.json"));
+    std::fs::write(&path, serde_json::to_string(&synth.build()).expect("json")).expect("write run");
+    path
+}
+
+#[test]
+fn a_tuned_run_is_told_apart_from_noise() {
+    let dir = scratch("ab");
+    let a = write_run(&dir, "20260101-120000-aaaa", 300e3);
+    // B: the softirq configuration 20% faster, the threaded one unchanged.
+    let b = write_run(&dir, "20260101-130000-bbbb", 360e3);
+    let html = dir.join("compare.html");
+    let out = napilab(&["compare", s(&a), s(&b), "--json", "--html", s(&html)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let rows = v["rows"].as_array().expect("rows");
+    let max_row = |conf: &str| {
+        rows.iter()
+            .find(|r| {
+                r["metric"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("max throughput"))
+                    && r["a"].as_str().is_some_and(|a| a.ends_with(conf))
+            })
+            .unwrap_or_else(|| panic!("no max row for {conf}: {rows:?}"))
+    };
+    let soft = max_row("one-core/softirq");
+    assert_eq!(soft["difference"]["verdict"], "significant", "{soft}");
+    assert!(soft["difference"]["relative"].as_f64().expect("relative") > 0.15);
+    assert!(soft["a_estimate"]["interval"]["low"].as_f64().is_some());
+    let threaded = max_row("two-core/threaded");
+    assert_eq!(
+        threaded["difference"]["verdict"], "not significant",
+        "{threaded}"
+    );
+    let page = std::fs::read_to_string(&html).expect("html page");
+    assert!(page.contains("<svg") && page.contains("id=\"comparison\""));
+}
+
+#[test]
+fn two_configurations_of_one_run_and_bad_input() {
+    let dir = scratch("configs");
+    let a = write_run(&dir, "20260101-120000-aaaa", 300e3);
+    let out = napilab(&[
+        "compare",
+        s(&a),
+        "--configs",
+        "one-core/softirq:two-core/threaded",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("significant"), "{text}");
+    // A configuration that does not exist is named, with the ones that do.
+    let out = napilab(&["compare", s(&a), "--configs", "one-core/softirq:nope"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("\"nope\"") && err.contains("two-core/threaded"),
+        "{err}"
+    );
+    // Malformed pair, and a run compared with itself without --configs.
+    let out = napilab(&["compare", s(&a), "--configs", "one-core/softirq"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("X:Y"));
+    let out = napilab(&["compare", s(&a)]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--configs"));
+    // A file that is not a run.
+    let junk = dir.join("junk.json");
+    std::fs::write(&junk, "{}").expect("write");
+    let out = napilab(&["compare", s(&junk), s(&a)]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a napilab run record"));
+}
