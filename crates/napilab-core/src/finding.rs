@@ -1,11 +1,11 @@
-//! Findings: a named misreading or bottleneck with its evidence (domain.md section 4).
+//! Findings: a named misreading or bottleneck with its evidence (docs/studies.md#misreadings).
 
 use serde::{Deserialize, Serialize};
 
 use crate::metric::Metric;
 
 /// The catalogue of rules. The number in each doc comment is the misreading's number in
-/// domain.md section 4.
+/// docs/studies.md#misreadings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RuleId {

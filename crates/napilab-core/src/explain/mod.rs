@@ -1,5 +1,6 @@
-//! The explain catalogue: rules that turn an Observation into findings (domain.md
-//! section 4). Rules only read the Observation, so they work the same on a live host, a
+//! The explain catalogue: rules that turn an Observation into findings
+//! (docs/studies.md#misreadings). Rules only read the Observation, so they work the
+//! same on a live host, a
 //! replay, a lab run or the twin. Each rule averages its metrics over the intervals
 //! where they exist (weighted by interval length), so a finding speaks for the whole
 //! observation rather than repeating per interval.
