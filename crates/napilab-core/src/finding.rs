@@ -27,6 +27,9 @@ pub enum RuleId {
     AccountingTruth,
     /// 4: full-budget polls that the device's received packets do not justify.
     DriverContract,
+    /// 6: NAPI work piled onto one CPU by the threads that schedule it (execution-order
+    /// inversion), while device IRQs are spread.
+    NapiLoadImbalance,
 }
 
 impl RuleId {
@@ -41,6 +44,7 @@ impl RuleId {
             RuleId::HotCpu => "hot_cpu",
             RuleId::AccountingTruth => "accounting_truth",
             RuleId::DriverContract => "driver_contract",
+            RuleId::NapiLoadImbalance => "napi_load_imbalance",
         }
     }
 }
