@@ -624,6 +624,24 @@ fn every_kind_veth_supports_applies_and_reverts() {
     assert_eq!(features(), features_before);
 }
 
+/// `napi.threaded` (the `threaded` profile) on a veth whose receive side has no NAPI
+/// instance (GRO off): the kernel would refuse the device-wide `threaded` file too, so
+/// the plan is refused up front, saying to turn GRO on, and nothing changes. (The
+/// sysfs fallback itself, for kernels before 6.17 and id-less instances, cannot be
+/// reached on a 6.17+ kernel with veth.)
+fn threaded_without_napi_instances_is_refused_with_the_reason() {
+    let ns = Netns::create("thr-nogro", false).expect("fixture");
+    sh(&format!(
+        "ip netns exec {} ethtool -K vb gro off >/dev/null",
+        ns.name
+    ))
+    .expect("GRO off");
+    let before = ns.snapshot();
+    let e = ns.err(json!({ "verb": "apply", "profile": "threaded", "dev": ["vb"] }));
+    assert!(e.contains("GRO"), "{e}");
+    assert_same(&before, &ns.snapshot(), "refused threaded plan");
+}
+
 fn main() {
     if let Ok(spec) = std::env::var(CHILD_ENV) {
         std::process::exit(child(&spec));
@@ -650,6 +668,10 @@ fn main() {
         (
             "every_kind_veth_supports_applies_and_reverts",
             every_kind_veth_supports_applies_and_reverts,
+        ),
+        (
+            "threaded_without_napi_instances_is_refused_with_the_reason",
+            threaded_without_napi_instances_is_refused_with_the_reason,
         ),
     ];
     let filter: Vec<String> = std::env::args()
