@@ -198,6 +198,9 @@ pub fn plan(
         warn_about_kthreads(ctx, &mut out);
         Ok(out)
     } else {
+        // An item that expands to many queues fails the same way for each: say it once.
+        let mut said = std::collections::BTreeSet::new();
+        errors.retain(|e| said.insert(e.clone()));
         Err(PlanError::Refused {
             profile: profile.name.clone(),
             errors,

@@ -639,6 +639,8 @@ fn threaded_without_napi_instances_is_refused_with_the_reason() {
     let before = ns.snapshot();
     let e = ns.err(json!({ "verb": "apply", "profile": "threaded", "dev": ["vb"] }));
     assert!(e.contains("GRO"), "{e}");
+    // Both queues fail the same way; the refusal says it once.
+    assert_eq!(e.matches("has no NAPI instance now").count(), 1, "{e}");
     assert_same(&before, &ns.snapshot(), "refused threaded plan");
 }
 
