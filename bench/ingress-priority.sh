@@ -1,5 +1,5 @@
 #!/bin/sh
-# Ingress priority with stock kernel mechanisms (domain.md 5.2 and section 6), A/B in
+# Ingress priority with stock kernel mechanisms (docs/studies.md#ingress-qos-study and docs/kernel.md LAB-3), A/B in
 # one run: real-time round-trip latency under a best-effort UDP flood, with both RX
 # queues' NAPI threads on one CPU at equal priority (A: `napilab tune apply threaded`)
 # and with the RT queue's thread SCHED_FIFO (B: `napilab tune apply ingress-priority`).
@@ -70,7 +70,7 @@ ip -n "$S" addr add 10.78.0.1/30 dev va
 ip -n "$R" addr add 10.78.0.2/30 dev vb
 ip -n "$S" link set va up
 ip -n "$R" link set vb up
-# GRO on vb gives it NAPI instances; the sender needs TSO/GSO off (domain.md 6).
+# GRO on vb gives it NAPI instances; the sender needs TSO/GSO off (docs/kernel.md#veth).
 ip netns exec "$R" ethtool -K vb gro on >/dev/null
 ip netns exec "$S" ethtool -K va tso off gso off >/dev/null
 mask() { printf '%x' $((1 << $1)); }

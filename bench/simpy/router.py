@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Minimal SimPy model of the single-core software router (domain.md 5.2), for the
+"""Minimal SimPy model of the single-core software router (docs/studies.md#ingress-qos-study), for the
 speed comparison printed by napilab-sim's `sim-bench` example.
 
 It keeps the twin's core loop and costs but less detail: Poisson arrivals (one SimPy

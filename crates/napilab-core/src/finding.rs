@@ -1,11 +1,11 @@
-//! Findings: a named misreading or bottleneck with its evidence (domain.md section 4).
+//! Findings: a named misreading or bottleneck with its evidence (docs/studies.md#misreadings).
 
 use serde::{Deserialize, Serialize};
 
 use crate::metric::Metric;
 
 /// The catalogue of rules. The number in each doc comment is the misreading's number in
-/// domain.md section 4.
+/// docs/studies.md#misreadings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RuleId {
@@ -27,6 +27,9 @@ pub enum RuleId {
     AccountingTruth,
     /// 4: full-budget polls that the device's received packets do not justify.
     DriverContract,
+    /// 6: NAPI work piled onto one CPU by the threads that schedule it (execution-order
+    /// inversion), while device IRQs are spread.
+    NapiLoadImbalance,
 }
 
 impl RuleId {
@@ -41,6 +44,7 @@ impl RuleId {
             RuleId::HotCpu => "hot_cpu",
             RuleId::AccountingTruth => "accounting_truth",
             RuleId::DriverContract => "driver_contract",
+            RuleId::NapiLoadImbalance => "napi_load_imbalance",
         }
     }
 }

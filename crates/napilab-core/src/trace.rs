@@ -181,7 +181,7 @@ pub struct DropReasonCount {
     pub rate: Metric,
 }
 
-/// Time one CPU spent in one packet-path stage (domain.md 5.1), from kernel stacks
+/// Time one CPU spent in one packet-path stage (docs/studies.md#ap-stages), from kernel stacks
 /// sampled with the `cpu-clock` event and mapped to stages by their callers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StageShare {

@@ -198,7 +198,7 @@ fn derive_time_shares(
     let now: &CpuTimes = cur.stat.as_ref()?.cpu(cpu)?;
     let total = delta(before.total(), now.total()).filter(|t| *t > 0)? as f64;
     // Which categories are measured rather than tick-sampled depends on the kernel's
-    // accounting mode (domain.md section 3, "CPU accounting").
+    // accounting mode (docs/kernel.md#cpu-accounting).
     let measured_irq = matches!(accounting, CpuAccounting::IrqTime | CpuAccounting::Virtual);
     let measured_all = accounting == CpuAccounting::Virtual;
     let share = |b: u64, n: u64, measured: bool| {

@@ -16,7 +16,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         c.measurement.duration_ms = ms;
         Ok(napilab_sim::run(&c, &router, 1))
     };
-    println!("router SQ (domain.md 5.2), 500 ms per point, seed 1");
+    println!("router SQ (docs/studies.md#ingress-qos-study), 500 ms per point, seed 1");
     let r = sq(2_200_000.0, 500.0)?;
     println!(
         "  max forwarding: {:.3} Mpps (published about 1.75)",
@@ -78,11 +78,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let ap = Profile::builtin("ap-cortex-a72-bcmgenet")?;
     let cycles = |r: &napilab_sim::SimResult, cpu: usize| {
-        // "RX SoftIRQ" stage of 5.1: __do_softirq + net_rx_action minus the poll, i.e.
-        // the per-run cost times the NET_RX runs on the Ethernet core.
+        // "RX SoftIRQ" stage (docs/studies.md AP-5): __do_softirq + net_rx_action
+        // minus the poll, i.e. the per-run cost times the NET_RX runs on the Ethernet core.
         r.model.totals.cpus[cpu].net_rx_softirqs_per_s * ap.fixed_cycles.softirq / 1e6
     };
-    println!("access point E2W (domain.md 5.1), 5 s per point, seed 1");
+    println!("access point E2W (docs/studies.md#ap-study), 5 s per point, seed 1");
     for (name, toml, eth_cpu) in [
         (
             "single-core",
@@ -144,7 +144,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         include_str!("../profiles/ap-cortex-a72-w2e.toml"),
         "profiles/ap-cortex-a72-w2e.toml",
     )?;
-    println!("access point W2E (domain.md 5.1; profile and coalescing partly assumed), seed 1");
+    println!("access point W2E (docs/studies.md#ap-study; profile and coalescing partly assumed), seed 1");
     for (name, toml) in [
         (
             "single-core",
@@ -191,6 +191,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             mt.stopped
         );
     }
-    println!("  published (5.1): 100 Mbit/s single-core 8,300 packets/s, 4,650 RX IRQs/s, 6,350 RX softirqs/s, 2,000 WiFi TX IRQs/s; 500 Mbit/s dual-core RX SoftIRQ stage 35 M cycles/s");
+    println!("  published (docs/studies.md AP-1 to AP-5): 100 Mbit/s single-core 8,300 packets/s, 4,650 RX IRQs/s, 6,350 RX softirqs/s, 2,000 WiFi TX IRQs/s; 500 Mbit/s dual-core RX SoftIRQ stage 35 M cycles/s");
     Ok(())
 }

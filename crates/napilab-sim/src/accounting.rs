@@ -1,6 +1,6 @@
 //! CPU time accounting: the true time each CPU spent per context, and what
-//! `/proc/stat` would show under tick sampling (domain.md section 3, "CPU
-//! accounting"): a tick landing in softirq counts as softirq (ksoftirqd included), in
+//! `/proc/stat` would show under tick sampling (docs/kernel.md#cpu-accounting):
+//! a tick landing in softirq counts as softirq (ksoftirqd included), in
 //! a hard IRQ as irq, in a kthread as system, otherwise idle. With NOHZ idle the tick
 //! is stopped while the CPU sits in the idle loop, so an IRQ and the softirq run on its
 //! exit are not sampled at all, and idle is the measured idle sleep time.

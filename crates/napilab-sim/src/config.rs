@@ -103,11 +103,11 @@ fn default_socket_limit() -> u32 {
 pub struct HostConfig {
     pub cpus: u32,
     /// CONFIG_HZ: tick-sampling granularity, jiffies for `MAX_SOFTIRQ_TIME` and the
-    /// `netdev_budget_usecs` default (domain.md section 3).
+    /// `netdev_budget_usecs` default (docs/kernel.md#net-rx-action-limits).
     #[serde(default = "default_hz")]
     pub hz: u32,
     /// Kernel version `major.minor`; selects the 4.9-6.4 rule that skips inline softirq
-    /// processing while ksoftirqd is runnable (domain.md section 3).
+    /// processing while ksoftirqd is runnable (docs/kernel.md#softirq-restart).
     #[serde(default = "default_kernel")]
     pub kernel: String,
     #[serde(default)]
@@ -230,7 +230,7 @@ pub struct RxQueueConfig {
 }
 
 /// One RX ring. Several rings under one NAPI model the per-class rings of the ingress
-/// QoS study (domain.md 5.2), each served up to its own `budget` per poll.
+/// QoS study (docs/studies.md#ingress-qos-study), each served up to its own `budget` per poll.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RingConfig {
@@ -314,8 +314,8 @@ pub enum TxCompletion {
     RxNapi,
     /// As `tx_irq`, but every TX-completion vector has its affinity on this CPU, so
     /// the reclaim runs there whichever CPU transmitted (`completion = { on_cpu = 0 }`;
-    /// the access point's dual-core configuration of domain.md 5.1: WiFi IRQ on core
-    /// 0, Ethernet IRQ on core 1).
+    /// the access point's dual-core configuration,
+    /// docs/studies.md#ap-study: WiFi IRQ on core 0, Ethernet IRQ on core 1).
     OnCpu(u32),
 }
 
@@ -701,7 +701,7 @@ impl SimConfig {
     }
 
     /// Whether inline softirq processing is skipped while ksoftirqd is runnable: the
-    /// rule of kernels 4.9 to 6.4 (domain.md section 3).
+    /// rule of kernels 4.9 to 6.4 (docs/kernel.md#softirq-restart).
     pub fn skip_inline_while_ksoftirqd(&self) -> bool {
         match parse_kernel(&self.host.kernel) {
             Some(v) => ((4, 9)..(6, 5)).contains(&v),

@@ -3,7 +3,7 @@
 //! `Observation` as a live host or a lab run (design.md section 2).
 //!
 //! Entry point: [`run`]. The model is described in docs/sim.md; kernel semantics follow
-//! /work/shared/docs/domain.md section 3.
+//! docs/kernel.md.
 
 pub mod accounting;
 pub mod calibrate;

@@ -1,5 +1,5 @@
-//! The NAPI instance state machine (domain.md section 3, "NAPI contract" and
-//! "Software IRQ deferral"): SCHED and MISSED bits, `napi_complete_done` with
+//! The NAPI instance state machine (docs/kernel.md#napi-contract and
+//! docs/kernel.md#irq-deferral): SCHED and MISSED bits, `napi_complete_done` with
 //! `defer-hard-irqs` and `gro-flush-timeout`.
 
 use crate::event::Nanos;

@@ -19,7 +19,8 @@ pub struct Profile {
     pub latency_ns: LatencyNs,
 }
 
-/// Cycles per packet of each stage of domain.md 5.1's decomposition.
+/// Cycles per packet of each stage of the access-point study's decomposition
+/// (docs/studies.md#ap-stages).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct StageCycles {

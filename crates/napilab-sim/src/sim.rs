@@ -449,7 +449,7 @@ impl<'a> Sim<'a> {
             });
         }
         // Egress: TX queue k is used by CPU k (XPS) and reclaimed by its own NAPI in
-        // NET_RX_SOFTIRQ on CPU k after a TX completion IRQ (domain.md 2, step 6).
+        // NET_RX_SOFTIRQ on CPU k after a TX completion IRQ (docs/kernel.md#packet-path, step 6).
         let mut txqs = Vec::new();
         let mut tx_lines = Vec::new();
         let mut tx_napi = Vec::new();
@@ -869,8 +869,8 @@ impl<'a> Sim<'a> {
         if !line.enabled {
             return;
         }
-        // The handler masks the vector (domain.md 2, step 2); the NIC does not raise it
-        // again until the driver unmasks it.
+        // The handler masks the vector (docs/kernel.md#packet-path, step 2); the NIC
+        // does not raise it again until the driver unmasks it.
         line.enabled = false;
         let c = line.cpu;
         self.cpus[c].pending_irqs.push_back(IrqSrc::Line(l));

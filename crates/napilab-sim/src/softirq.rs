@@ -1,6 +1,6 @@
 //! Softirq state: one `__do_softirq` run with its restart limits, and one
-//! `net_rx_action` run with its packet budget and time limit (domain.md section 3,
-//! "`net_rx_action` limits" and "Softirq restart and ksoftirqd").
+//! `net_rx_action` run with its packet budget and time limit (docs/kernel.md#net-rx-action-limits
+//! and docs/kernel.md#softirq-restart).
 
 use std::collections::VecDeque;
 

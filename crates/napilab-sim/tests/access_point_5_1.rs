@@ -1,4 +1,4 @@
-//! The WiFi access point of domain.md 5.1 (Cortex-A72, bcmgenet -> AX210/mac80211,
+//! The WiFi access point of docs/studies.md#ap-study (Cortex-A72, bcmgenet -> AX210/mac80211,
 //! Ethernet-to-WiFi). Published figures: at 100 Mbit/s single-core about 8,300
 //! packets/s, 4,650 Ethernet RX IRQs/s, 6,350 RX softirqs/s and 2,000 WiFi TX IRQs/s
 //! (the softirq excess is TX completion work: misreading 2), checked within 20%; two
@@ -55,7 +55,7 @@ fn ap(toml: &str, what: &str, pps: f64) -> napilab_sim::SimResult {
 const SINGLE: &str = include_str!("../scenarios/ap-e2w-single-core.toml");
 const DUAL: &str = include_str!("../scenarios/ap-e2w-dual-core.toml");
 
-/// Dual-core (domain.md 5.1: WiFi IRQ on core 0, Ethernet IRQ on core 1): "E2W is
+/// Dual-core (docs/studies.md AP-7: WiFi IRQ on core 0, Ethernet IRQ on core 1): "E2W is
 /// processed entirely on the Ethernet IRQ core because mac80211 bypasses the qdisc"
 /// (core 0 only takes the WiFi TX-completion IRQs and reclaims), and "dual-core costs
 /// more ... (more IRQs ...)": with the completions on the other core they are no
@@ -95,7 +95,7 @@ fn e2w_dual_core_stays_on_the_ethernet_core_with_more_irqs() {
 }
 
 /// 500 Mbit/s (41,500 packets/s), dual-core: the per-stage cycles per second of
-/// domain.md 5.1 (E2W: poll 125 M, IP stack 24 M, init xmit 546 M, TX reclaim 42 M),
+/// docs/studies.md AP-5 (E2W: poll 125 M, IP stack 24 M, init xmit 546 M, TX reclaim 42 M),
 /// within 20%, from the twin's counts of the work each stage did (packets polled,
 /// through the IP stack, transmitted, descriptors reclaimed) times the profile's
 /// per-packet cycles. The profile's per-packet cycles were derived from these very
@@ -178,7 +178,7 @@ fn e2w_predicted_maximum_per_core_configuration() {
     );
 }
 
-/// Wi-Fi-to-Ethernet (W2E) with the W2E per-stage cycles of 5.1
+/// Wi-Fi-to-Ethernet (W2E) with the W2E per-stage cycles of docs/studies.md AP-6
 /// (`profiles/ap-cortex-a72-w2e.toml`; coalescing assumed as for E2W). Predicted:
 /// 500 Mbit/s forwarded without loss in both core configurations; in dual-core the
 /// Ethernet IRQ core takes the TX completions and the reclaim; the maximum is the

@@ -1,5 +1,5 @@
-//! Application threads receiving locally delivered traffic (domain.md section 3: "CPU
-//! accounting", "Softirq restart and ksoftirqd"; misreading 8 of section 4).
+//! Application threads receiving locally delivered traffic (docs/kernel.md#cpu-accounting,
+//! docs/kernel.md#softirq-restart; misreading M8 of docs/studies.md#misreadings).
 
 mod common;
 use common::*;
@@ -160,7 +160,7 @@ fn with_busy_poll(mut cfg: SimConfig, usecs: u32, budget: u32, prefer: bool) -> 
     cfg
 }
 
-/// Plain busy polling (domain.md section 3, "Busy polling"): the application polls
+/// Plain busy polling (docs/kernel.md#busy-polling): the application polls
 /// the NAPI instance from its own context, charged as its system time, burning the
 /// CPU at low load and cutting latency. Without prefer-busy-poll, `busy_poll_stop`
 /// completes the instance and unmasks the IRQ after every busy loop that found data,
@@ -223,7 +223,7 @@ fn plain_busy_polling_burns_the_cpu_but_keeps_irqs() {
     );
 }
 
-/// The four modes of domain.md 5.3 on one core running the application and its NAPI
+/// The four modes of docs/studies.md IRQS-1 on one core running the application and its NAPI
 /// instance (combined TxRx channel as on the ConnectX-4): No Coalescing, hardware
 /// coalescing (rx-usecs 8, rx-frames 128; DIM itself is not modelled), Busy Wait, IRQ
 /// Suspend, each with its published settings. Published findings checked

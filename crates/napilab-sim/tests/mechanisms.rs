@@ -1,4 +1,4 @@
-//! Kernel mechanisms of domain.md section 3 and the misreadings of section 4 that the
+//! Kernel mechanisms of docs/kernel.md and the misreadings of docs/studies.md#misreadings that the
 //! twin must reproduce, on the router scenario.
 
 mod common;
@@ -7,7 +7,7 @@ use napilab_core::trace::ExecContext;
 use napilab_core::{OriginKind, RuleId, Source, Subject};
 use napilab_sim::config::NapiContext;
 
-/// Misreading 3 (domain.md section 4; section 3 "CPU accounting"): at low load the
+/// Misreading 3 (docs/studies.md M3; docs/kernel.md#cpu-accounting): at low load the
 /// softirq work runs right after an IRQ on an otherwise idle CPU, and tick-sampled
 /// /proc/stat (NOHZ idle) shows far less softirq time than the CPU really spends.
 #[test]
@@ -44,7 +44,7 @@ fn misreading_3_tick_sampling_hides_softirq_at_low_load() {
 }
 
 /// Misreading 2: RX softirqs outnumber RX IRQs because TX completion IRQs raise
-/// NET_RX_SOFTIRQ too (domain.md 2, step 6).
+/// NET_RX_SOFTIRQ too (docs/kernel.md#packet-path, step 6).
 #[test]
 fn misreading_2_tx_completions_inflate_rx_softirqs() {
     let r = run_router(500_000.0, 50.0);
@@ -60,7 +60,7 @@ fn misreading_2_tx_completions_inflate_rx_softirqs() {
 
 /// At saturation NAPI stays in polling mode: every RX poll uses its whole weight, the
 /// inline softirq hits its restart/time limit and hands over to ksoftirqd, and
-/// ksoftirqd time is charged to softirq in the tick view (domain.md section 3).
+/// ksoftirqd time is charged to softirq in the tick view (docs/kernel.md#cpu-accounting).
 /// `net_rx_action` polls each listed instance at most once per run, so with one RX
 /// instance (64) plus the TX completion instance the 300-packet budget is never hit:
 /// no `time_squeeze` (as in Linux: the run ends when only `repoll` is left).
@@ -77,7 +77,7 @@ fn saturation_hands_over_to_ksoftirqd() {
 }
 
 /// The budget is checked after each poll, so a run can exceed netdev_budget by up to
-/// weight - 1 (domain.md section 3). Four saturated RX queues on one CPU with
+/// weight - 1 (docs/kernel.md#net-rx-action-limits). Four saturated RX queues on one CPU with
 /// netdev_budget 100: each run stops after two full polls (128 packets) and counts a
 /// `time_squeeze`.
 #[test]
@@ -262,7 +262,7 @@ fn observation_shape() {
     assert_eq!(&back, o);
 }
 
-/// RPS (domain.md section 3): the receiving CPU runs only the driver poll and steers
+/// RPS (docs/kernel.md#rps): the receiving CPU runs only the driver poll and steers
 /// each packet to a target CPU's backlog, woken by an IPI at the end of
 /// `net_rx_action`; the target's backlog NAPI runs the IP stack. A full backlog drops
 /// (softnet_stat column 2).
@@ -312,7 +312,7 @@ fn rps_moves_the_stack_to_the_target_cpu() {
     assert!(drops > 100_000.0, "backlog drops {drops}");
 }
 
-/// TX reclaim inside the RX poll (domain.md 2, step 6) with a combined TxRx vector:
+/// TX reclaim inside the RX poll (docs/kernel.md#packet-path, step 6) with a combined TxRx vector:
 /// no separate TX-completion IRQs; the one vector fires for both; the ring never
 /// overflows because every RX poll reclaims first. At saturation the RX poll runs
 /// continuously and reclaims as it goes, so the TX-completion IRQ overhead of the

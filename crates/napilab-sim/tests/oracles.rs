@@ -94,7 +94,7 @@ fn one_poller_matches_m_d_1_mean_wait() {
     }
 }
 
-/// domain.md 5.2: with per-ring budgets in one NAPI poll (LL-WFQ: RT 60, BE 4), an RT
+/// docs/studies.md QOS-7: with per-ring budgets in one NAPI poll (LL-WFQ: RT 60, BE 4), an RT
 /// packet waits at most Tmax = b * x / (1 - rho_RT), b the BE ring budget and x the
 /// per-packet service time, even with the BE ring flooded (1.2 x capacity here).
 ///

@@ -1,12 +1,13 @@
-//! The single-queue software router of domain.md 5.2 (Xeon E3-1230, X540/ixgbe, one
-//! core, 128-byte Poisson traffic, RX ring 512, throttling off) against the published
-//! figures quoted there. The profile `profiles/router-e3-1230-ixgbe.toml` was
+//! The single-queue software router of the ingress-QoS study (Xeon E3-1230, X540/ixgbe,
+//! one core, 128-byte Poisson traffic, RX ring 512, throttling off) against the
+//! published figures of docs/studies.md#ingress-qos-study (QOS-1 to QOS-6). The
+//! profile `profiles/router-e3-1230-ixgbe.toml` was
 //! calibrated on these figures; these tests keep it so.
 
 mod common;
 use common::*;
 
-/// domain.md 5.2: "SQ forwards at most about 1.75 Mpps" (within 5%).
+/// docs/studies.md QOS-1: "SQ forwards at most about 1.75 Mpps" (within 5%).
 #[test]
 fn maximum_forwarding_rate_is_about_1_75_mpps() {
     let r = run_router(2_200_000.0, 60.0);
@@ -19,7 +20,7 @@ fn maximum_forwarding_rate_is_about_1_75_mpps() {
     assert!(r.model.totals.rx_dropped_pps > 300_000.0);
 }
 
-/// domain.md 5.2: "every strategy copes with 1.5 Mpps" and "SQ mean latency about
+/// docs/studies.md QOS-2 and QOS-3: "every strategy copes with 1.5 Mpps" and "SQ mean latency about
 /// 11.7 us at 1.5 Mpps" (within 15%).
 #[test]
 fn copes_with_1_5_mpps_at_about_11_7_us() {
@@ -34,7 +35,7 @@ fn copes_with_1_5_mpps_at_about_11_7_us() {
     assert!(rel(mean, 11.7) < 0.15, "mean latency {mean:.2} us");
 }
 
-/// domain.md 5.2: "SQ IRQ rate about 32k/s at 1.5 Mpps, falling to zero above 1.7
+/// docs/studies.md QOS-4: "SQ IRQ rate about 32k/s at 1.5 Mpps, falling to zero above 1.7
 /// Mpps" (misreading 1: IRQs fall while the core is fully busy). Tolerance 15% at 1.5
 /// Mpps, as for the latency figure (the twin gives about 36k/s, 13% high; the
 /// published value is read off a plot and the profile's per-IRQ costs were fitted to
@@ -51,7 +52,7 @@ fn irq_rate_about_32k_at_1_5_mpps_and_vanishes_past_saturation() {
     assert!(i05 > 2.0 * i15, "{i05:.0} vs {i15:.0}");
 }
 
-/// domain.md 5.2: "SQ latency jumps near 1.65 Mpps as bursts build backlog".
+/// docs/studies.md QOS-6: "SQ latency jumps near 1.65 Mpps as bursts build backlog".
 #[test]
 fn latency_jumps_near_saturation() {
     let mean = |pps| run_router(pps, 60.0).model.classes[0].latency.mean_us;
@@ -66,7 +67,7 @@ fn latency_jumps_near_saturation() {
     assert!(l175 > 3.0 * l15, "{l15:.1} -> {l175:.1}");
 }
 
-/// domain.md 5.2: "CPU utilisation rises steeply to 0.2 Mpps (IRQ cost) ... then
+/// docs/studies.md QOS-5: "CPU utilisation rises steeply to 0.2 Mpps (IRQ cost) ... then
 /// grows linearly to 100% near 1.7 Mpps". The published flat stretch from 0.2 to 0.7
 /// Mpps is NOT reproduced (the twin rises by about 0.28 there); docs/sim.md says what
 /// was ruled out (tick sampling: a periodic tick reads the true curve, NOHZ reads

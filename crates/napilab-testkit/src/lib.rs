@@ -36,7 +36,7 @@ fn sh_in(ns: &str, script: &str) -> Result<String, String> {
 impl VethPair {
     /// Creates both namespaces and the pair, with static neighbours and IPv6 off so that
     /// only the test's own packets cross it. GRO on `vb` gives it a NAPI instance and
-    /// TSO/GSO off on `va` makes every frame use it (domain.md section 6); `threaded`
+    /// TSO/GSO off on `va` makes every frame use it (docs/kernel.md#veth); `threaded`
     /// switches that instance to a NAPI kthread. `prefix` names the namespaces after the
     /// suite (e.g. `napilab-test`). `Err` carries why it could not (the caller prints it
     /// and skips).

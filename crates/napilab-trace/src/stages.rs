@@ -1,6 +1,6 @@
 //! Stage profile (source `sample`): kernel stacks sampled on every CPU with the
 //! software `cpu-clock` perf event (this kind of VM has no hardware counters), each
-//! stack mapped to a packet-path stage of domain.md section 5.1 by its callers.
+//! stack mapped to a packet-path stage of docs/studies.md#ap-stages by its callers.
 //!
 //! The mapping walks a stack from its outermost frame to the sampled function; a frame
 //! named in [`RULES`] switches the stage, so a function belongs to the stage of its
@@ -29,7 +29,7 @@ mod skel {
 
 use skel::{StageProfileSkel, StageProfileSkelBuilder};
 
-/// Stages, in the order of domain.md 5.1, plus where samples outside the path go.
+/// Stages, in the order of docs/studies.md#ap-stages, plus where samples outside the path go.
 pub const STAGES: [&str; 14] = [
     "init_rx_irq",
     "init_deferred_work",

@@ -352,7 +352,7 @@ fn epoll_busy_poll_is_attributed_to_the_application() {
         return;
     };
     // Prefer-busy-poll keeps the NAPI instance for the application only while IRQ
-    // deferral is set (domain.md section 3, "Busy polling").
+    // deferral is set (docs/kernel.md#busy-polling).
     if let Err(e) = pair
         .command(&pair.b, "sh")
         .args([

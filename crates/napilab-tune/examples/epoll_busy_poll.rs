@@ -1,4 +1,4 @@
-//! The application half of the `busy-wait` and `irq-suspend` profiles (domain.md 5.3):
+//! The application half of the `busy-wait` and `irq-suspend` profiles (docs/studies.md IRQS-1):
 //! a UDP receiver whose epoll instance busy-polls the socket's NAPI instance, with the
 //! per-epoll parameters set by the `EPIOCSPARAMS` ioctl (Linux 6.9+).
 //!

@@ -159,7 +159,14 @@ pub fn apply(ctx: &mut Ctx, plan: Plan, journal_dir: &Path) -> Result<ApplyRepor
             Err(error) => {
                 let mut rollback_errors = Vec::new();
                 for (key, old) in entries.iter().rev() {
-                    if let Err(e) = knob(key.kind).restore(ctx, key, old) {
+                    let k = knob(key.kind);
+                    // The failed change is journalled before its write; when the kernel
+                    // refused the write the value is still the old one and there is
+                    // nothing to restore (writing it again may be refused the same way).
+                    if k.read(ctx, key).is_ok_and(|now| &now == old) {
+                        continue;
+                    }
+                    if let Err(e) = k.restore(ctx, key, old) {
                         rollback_errors.push(format!("{key}: {e}"));
                     }
                 }

@@ -46,7 +46,16 @@ pub struct Plan {
     /// Optional settings left out, with the reason.
     pub skipped: Vec<Skipped>,
     pub app: Option<AppAdvice>,
+    /// Things to weigh before applying (e.g. many NAPI kthreads); the same text is also
+    /// the note of the change concerned, so the plan's text output shows it there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
+
+/// NAPI kthreads per online CPU above which a plan warns: each kthread is a task the
+/// scheduler places and migrates, and the WireGuard study's remedy of one kthread per
+/// peer (docs/studies.md WG-4) costs scheduling when instances far outnumber CPUs.
+pub const KTHREADS_PER_CPU_WARNING: usize = 4;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
@@ -78,6 +87,7 @@ pub fn plan(
         unchanged: Vec::new(),
         skipped: Vec::new(),
         app: profile.app.clone(),
+        warnings: Vec::new(),
     };
     let mut errors = Vec::new();
     let mut irqs: Option<Vec<napilab_core::IrqInfo>> = None;
@@ -113,13 +123,7 @@ pub fn plan(
         };
         for (key, queue) in targets {
             let (key, fallback_note) = match sysfs_fallback(ctx, &key) {
-                Some(dev_key) => {
-                    let note = format!(
-                        "this kernel has no per-NAPI {} (6.13+): the device-wide sysfs file {} is used, for every instance of {}",
-                        key.attr,
-                        dev_key.attr,
-                        key.dev()
-                    );
+                Some((dev_key, note)) => {
                     if seen.contains(&dev_key) {
                         // Another queue of the device already set the device file.
                         out.skipped.push(Skipped {
@@ -191,8 +195,12 @@ pub fn plan(
         }
     }
     if errors.is_empty() {
+        warn_about_kthreads(ctx, &mut out);
         Ok(out)
     } else {
+        // An item that expands to many queues fails the same way for each: say it once.
+        let mut said = std::collections::BTreeSet::new();
+        errors.retain(|e| said.insert(e.clone()));
         Err(PlanError::Refused {
             profile: profile.name.clone(),
             errors,
@@ -213,31 +221,116 @@ fn created_earlier(changes: &[Change], key: &Key) -> bool {
         })
 }
 
-/// For per-NAPI `defer-hard-irqs` and `gro-flush-timeout` on a kernel that has NAPI
-/// instances but not these per-NAPI attributes (before 6.13): the per-device sysfs
-/// file that holds the same setting for every instance of the device.
-fn sysfs_fallback(ctx: &mut Ctx, key: &Key) -> Option<Key> {
+/// The per-device sysfs file that holds a per-NAPI setting for every instance of the
+/// device, with the note saying why it is used, when the per-NAPI attribute is not
+/// there: `defer-hard-irqs` and `gro-flush-timeout` before 6.13, `threaded` before 6.17
+/// (docs/kernel.md#per-napi-settings). For `threaded` also when netlink lists no
+/// instance for the queue (a kernel before 6.8, or instances without an id such as a
+/// TUN device's): `/sys/class/net/<dev>/threaded` (5.12+) covers those too. Not for a
+/// veth without instances (GRO and XDP off): the kernel refuses the device file when
+/// the device has no NAPI instance, so the plan keeps the per-NAPI refusal, which says
+/// to turn GRO on.
+fn sysfs_fallback(ctx: &mut Ctx, key: &Key) -> Option<(Key, String)> {
     if key.kind != Kind::Napi {
         return None;
     }
-    let file = match key.attr.as_str() {
-        "defer-hard-irqs" => "napi_defer_hard_irqs",
-        "gro-flush-timeout" => "gro_flush_timeout",
+    let (file, since) = match key.attr.as_str() {
+        "defer-hard-irqs" => ("napi_defer_hard_irqs", "6.13"),
+        "gro-flush-timeout" => ("gro_flush_timeout", "6.13"),
+        "threaded" => ("threaded", "6.17"),
         _ => return None,
     };
-    let napi = ctx.napi(key).ok()?;
-    let missing = match key.attr.as_str() {
-        "defer-hard-irqs" => napi.defer_hard_irqs.is_none(),
-        _ => napi.gro_flush_timeout_ns.is_none(),
-    };
-    missing.then(|| Key {
+    let dev_key = Key {
         kind: Kind::Device,
         attr: file.to_string(),
         dev: key.dev.clone(),
         ifindex: key.ifindex,
         queue: None,
         irq: None,
+    };
+    let why = match ctx.napi(key) {
+        Ok(napi) => {
+            let missing = match key.attr.as_str() {
+                "defer-hard-irqs" => napi.defer_hard_irqs.is_none(),
+                "gro-flush-timeout" => napi.gro_flush_timeout_ns.is_none(),
+                _ => napi.threaded.is_none(),
+            };
+            if !missing {
+                return None;
+            }
+            format!("this kernel has no per-NAPI {} ({since}+)", key.attr)
+        }
+        Err(KnobError::Unsupported(e)) if key.attr == "threaded" => {
+            if !ctx
+                .path(&format!("sys/class/net/{}/threaded", key.dev()))
+                .exists()
+                || ctx.driver(key) == "veth"
+            {
+                return None;
+            }
+            format!("per-NAPI threaded cannot be set here ({e})")
+        }
+        Err(_) => return None,
+    };
+    let note = format!(
+        "{why}: the device-wide sysfs file {} is used, for every instance of {}",
+        dev_key.attr,
+        key.dev()
+    );
+    Some((dev_key, note))
+}
+
+/// How many NAPI kthreads the plan's changes create: one per instance switched from
+/// softirq to threaded (a device-wide switch counts the device's RX queues, the usual
+/// one instance per queue).
+fn kthreads_created(ctx: &Ctx, changes: &[Change]) -> usize {
+    changes
+        .iter()
+        .filter(|c| {
+            c.key.attr == "threaded"
+                && c.to != Value::Num(0)
+                && matches!(c.from, Some(Value::Num(0)))
+        })
+        .map(|c| match c.key.kind {
+            Kind::Device => ctx.rx_queues(c.key.dev()).len().max(1),
+            _ => 1,
+        })
+        .sum()
+}
+
+/// The warning for `created` new NAPI kthreads on `cpus` online CPUs, if they are many.
+pub fn kthread_warning(created: usize, cpus: usize) -> Option<String> {
+    let cpus = cpus.max(1);
+    (created > KTHREADS_PER_CPU_WARNING * cpus).then(|| {
+        format!(
+            "this plan creates {created} NAPI kthreads for {cpus} online CPUs (more than {KTHREADS_PER_CPU_WARNING} per CPU): each is a task the scheduler places, wakes and migrates, so with many instances the context switches and migrations can cost more than the softirq imbalance they remove; consider pinning them (--cpus) or threading only the busiest instances (napi.threaded with queues = ...)"
+        )
     })
+}
+
+/// Online CPUs of the host `ctx` describes (its `sys/devices/system/cpu/online`), or
+/// of this machine when the file cannot be read.
+fn online_cpus(ctx: &Ctx) -> usize {
+    std::fs::read_to_string(ctx.path("sys/devices/system/cpu/online"))
+        .ok()
+        .and_then(|s| napilab_probe::procfs::parse_cpu_list(s.trim()))
+        .map(|l| l.len())
+        .filter(|n| *n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
+}
+
+fn warn_about_kthreads(ctx: &Ctx, plan: &mut Plan) {
+    let created = kthreads_created(ctx, &plan.changes);
+    let Some(warning) = kthread_warning(created, online_cpus(ctx)) else {
+        return;
+    };
+    if let Some(first) = plan.changes.iter_mut().find(|c| c.key.attr == "threaded") {
+        first.note = Some(match first.note.take() {
+            Some(n) => format!("{n}; WARNING: {warning}"),
+            None => format!("WARNING: {warning}"),
+        });
+    }
+    plan.warnings.push(warning);
 }
 
 enum TargetError {
@@ -368,4 +461,20 @@ fn targets(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod kthread_tests {
+    use super::*;
+
+    #[test]
+    fn warns_only_past_four_kthreads_per_cpu() {
+        assert_eq!(kthread_warning(8, 2), None);
+        let w = kthread_warning(9, 2).expect("9 kthreads on 2 CPUs");
+        assert!(w.contains("9 NAPI kthreads for 2 online CPUs"), "{w}");
+        assert!(kthread_warning(1_000, 18).is_some());
+        assert_eq!(kthread_warning(72, 18), None);
+        // No CPU count read: judged as one CPU, never a division by zero.
+        assert!(kthread_warning(5, 0).is_some());
+    }
 }

@@ -4,7 +4,7 @@
 //! ```toml
 //! name = "irq-suspend"
 //! summary = "..."
-//! study = "domain.md 5.3 ..."
+//! study = "docs/studies.md IRQS-1 ..."
 //! [params.dev]
 //! help = "device(s) whose RX NAPI instances get the settings"
 //! required = true
@@ -31,7 +31,7 @@ use crate::model::{parse_cpus, Kind, Value};
 pub struct Profile {
     pub name: String,
     pub summary: String,
-    /// The study (domain.md section) the settings come from.
+    /// The study (docs/studies.md, with the study's anchor and figure ids) the settings come from.
     pub study: String,
     #[serde(default)]
     pub params: BTreeMap<String, ParamSpec>,
@@ -75,7 +75,7 @@ fn yes() -> bool {
     true
 }
 
-/// The epoll busy-poll parameters of domain.md 5.3, for the application
+/// The epoll busy-poll parameters of docs/studies.md IRQS-1, for the application
 /// (`EPIOCSPARAMS`; see examples/epoll_busy_poll.rs).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]

@@ -624,6 +624,55 @@ fn every_kind_veth_supports_applies_and_reverts() {
     assert_eq!(features(), features_before);
 }
 
+/// `napi.threaded` (the `threaded` profile) on a veth whose receive side has no NAPI
+/// instance (GRO off): the kernel would refuse the device-wide `threaded` file too, so
+/// the plan is refused up front, saying to turn GRO on, and nothing changes. (The
+/// sysfs fallback itself, for kernels before 6.17 and id-less instances, cannot be
+/// reached on a 6.17+ kernel with veth.)
+fn threaded_without_napi_instances_is_refused_with_the_reason() {
+    let ns = Netns::create("thr-nogro", false).expect("fixture");
+    sh(&format!(
+        "ip netns exec {} ethtool -K vb gro off >/dev/null",
+        ns.name
+    ))
+    .expect("GRO off");
+    let before = ns.snapshot();
+    let e = ns.err(json!({ "verb": "apply", "profile": "threaded", "dev": ["vb"] }));
+    assert!(e.contains("GRO"), "{e}");
+    // Both queues fail the same way; the refusal says it once.
+    assert_eq!(e.matches("has no NAPI instance now").count(), 1, "{e}");
+    assert_same(&before, &ns.snapshot(), "refused threaded plan");
+}
+
+/// A write the kernel refuses (the device-wide `threaded` file of a veth without NAPI
+/// instances, GRO off: EOPNOTSUPP) after napilab's own checks passed: the apply fails
+/// naming the setting, and the rollback does not report the untouched value as a
+/// failed restore.
+fn a_refused_write_leaves_nothing_to_restore() {
+    let ns = Netns::create("refused", false).expect("fixture");
+    sh(&format!(
+        "ip netns exec {} ethtool -K vb gro off >/dev/null",
+        ns.name
+    ))
+    .expect("GRO off");
+    let before = ns.snapshot();
+    let p = ns.scratch.join("refused.toml");
+    std::fs::write(
+        &p,
+        "name = \"refused\"\nsummary = \"t\"\nstudy = \"t\"\n[params.dev]\nhelp = \"d\"\nrequired = true\n\
+         [[set]]\nsetting = \"device.threaded\"\nvalue = 1\nwhy = \"w\"\n",
+    )
+    .expect("write");
+    let e = ns.err(json!({ "verb": "apply", "profile": p.display().to_string(), "dev": ["vb"] }));
+    assert!(e.contains("vb threaded"), "{e}");
+    assert!(!e.contains("restoring failed"), "{e}");
+    assert_same(&before, &ns.snapshot(), "after a refused write");
+    let j = ns.journals();
+    assert_eq!(j.len(), 1);
+    let text = std::fs::read_to_string(&j[0]).expect("journal");
+    assert!(text.contains("\"complete\":true"), "{text}");
+}
+
 fn main() {
     if let Ok(spec) = std::env::var(CHILD_ENV) {
         std::process::exit(child(&spec));
@@ -650,6 +699,14 @@ fn main() {
         (
             "every_kind_veth_supports_applies_and_reverts",
             every_kind_veth_supports_applies_and_reverts,
+        ),
+        (
+            "threaded_without_napi_instances_is_refused_with_the_reason",
+            threaded_without_napi_instances_is_refused_with_the_reason,
+        ),
+        (
+            "a_refused_write_leaves_nothing_to_restore",
+            a_refused_write_leaves_nothing_to_restore,
         ),
     ];
     let filter: Vec<String> = std::env::args()

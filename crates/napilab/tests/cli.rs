@@ -116,7 +116,8 @@ fn forwarding_recording_replays_with_findings() {
 }
 
 /// The twin through the CLI: a sweep and a maximum-throughput search on the software
-/// router of domain.md 5.2 (published maximum about 1.75 Mpps).
+/// router of the ingress-QoS study (published maximum about 1.75 Mpps,
+/// docs/studies.md QOS-1).
 #[test]
 fn sim_run_gives_a_deterministic_model_run_record() {
     let run_twin = |extra: &[&str]| -> Value {

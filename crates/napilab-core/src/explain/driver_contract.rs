@@ -2,8 +2,9 @@
 //! mode. A poll may return the budget (64) only when it received that many packets, so
 //! a NAPI instance's full-budget polls per second cannot exceed the device's received
 //! packets per second / 64. Many more full-budget polls than that means the driver
-//! breaks the NAPI contract (bcmgenet, mlx5 and bcm63xx with TX work pending; domain.md
-//! section 3), and "full-budget polls" and packets per softirq stop meaning RX backlog.
+//! breaks the NAPI contract (bcmgenet, mlx5 and bcm63xx with TX work pending;
+//! docs/kernel.md#drivers-breaking-the-contract), and "full-budget polls" and packets
+//! per softirq stop meaning RX backlog.
 //! Needs `observe --trace` (per-NAPI polls) and the device's RX counter.
 
 use std::collections::BTreeMap;

@@ -50,7 +50,7 @@ pub fn check(observation: &Observation) -> Vec<Finding> {
             }],
             threshold: format!("root qdisc noqueue or absent, and tx >= {MIN_TX_PACKETS_PER_SECOND} pkt/s"),
             explanation: format!(
-                "{} has no egress qdisc, so __dev_queue_xmit hands each packet straight to the driver in the context that forwarded it: receive, IP processing and transmit all stay on the ingress core. A queueing qdisc (even pfifo) lets NET_TX_SOFTIRQ drain packets on another core, spreading the work at a per-packet cost (the access-point study's Ethernet-to-WiFi vs WiFi-to-Ethernet asymmetry, domain.md 5.1).",
+                "{} has no egress qdisc, so __dev_queue_xmit hands each packet straight to the driver in the context that forwarded it: receive, IP processing and transmit all stay on the ingress core. A queueing qdisc (even pfifo) lets NET_TX_SOFTIRQ drain packets on another core, spreading the work at a per-packet cost (the access-point study's Ethernet-to-WiFi vs WiFi-to-Ethernet asymmetry, docs/studies.md AP-7).",
                 device.name
             ),
             intervals,

@@ -1,14 +1,15 @@
-//! The explain catalogue: rules that turn an Observation into findings (domain.md
-//! section 4). Rules only read the Observation, so they work the same on a live host, a
-//! replay, a lab run or the twin. Each rule averages its metrics over the intervals
-//! where they exist (weighted by interval length), so a finding speaks for the whole
-//! observation rather than repeating per interval.
+//! The explain catalogue: rules that turn an Observation into findings
+//! (docs/studies.md#misreadings). Rules only read the Observation, so they work the
+//! same on a live host, a replay, a lab run or the twin. Each rule averages its metrics
+//! over the intervals where they exist (weighted by interval length), so a finding
+//! speaks for the whole observation rather than repeating per interval.
 
 mod accounting_truth;
 mod driver_contract;
 mod egress_qdisc;
 mod hot_cpu;
 mod ksoftirqd;
+mod napi_imbalance;
 mod polling_mode;
 mod softirq_excess;
 mod tick_sampling;
@@ -29,6 +30,7 @@ pub fn explain(observation: &Observation) -> Vec<Finding> {
     findings.extend(hot_cpu::check(observation));
     findings.extend(accounting_truth::check(observation));
     findings.extend(driver_contract::check(observation));
+    findings.extend(napi_imbalance::check(observation));
     findings.sort_by(|a, b| {
         b.severity
             .cmp(&a.severity)

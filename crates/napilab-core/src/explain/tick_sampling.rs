@@ -67,7 +67,7 @@ pub fn check(observation: &Observation) -> Vec<Finding> {
             "any CPU time share with source `tick`; a warning when NET_RX softirqs >= {PACKET_WORK_SOFTIRQS}/s on a CPU"
         ),
         explanation: format!(
-            "{mode}, so /proc/stat charges each whole tick to whatever the timer interrupt finds running. Softirq work that runs right after a hard IRQ on an otherwise idle CPU is mostly counted as idle, and ksoftirqd, NAPI threads and busy polling show up as softirq or system time of a thread. Treat the softirq and irq columns as a lower bound: on this kind of VM a forwarding CPU showed 0-2% softirq where tracepoints measured 8-16% (domain.md section 6). `napilab observe --trace` measures the real time."
+            "{mode}, so /proc/stat charges each whole tick to whatever the timer interrupt finds running. Softirq work that runs right after a hard IRQ on an otherwise idle CPU is mostly counted as idle, and ksoftirqd, NAPI threads and busy polling show up as softirq or system time of a thread. Treat the softirq and irq columns as a lower bound: on this kind of VM a forwarding CPU showed 0-2% softirq where tracepoints measured 8-16% (docs/kernel.md LAB-2). `napilab observe --trace` measures the real time."
         ),
         intervals,
     }]

@@ -5,7 +5,7 @@
 //! `ENOENT` while resolving a generic-netlink family name says "this kernel has no
 //! such family" (netdev appeared in 6.5), while the same errno from a routing dump
 //! would be a real failure. Callers need the distinction to report "needs a newer
-//! kernel" instead of failing obscurely (domain.md section 6).
+//! kernel" instead of failing obscurely (docs/kernel.md#this-machine).
 
 use std::io;
 

@@ -6,7 +6,7 @@
 //! the per-second sampling (`links()` + `qdiscs()`) costs two syscall round trips and
 //! the decoding, with no socket setup or family lookup.
 //!
-//! Kernel-version notes (domain.md sections 3 and 6), approximate: the `netdev` family
+//! Kernel-version notes (docs/kernel.md#per-napi-settings), approximate: the `netdev` family
 //! appeared in 6.3 (`dev-get`, XDP features), `queue-get`/`napi-get` in 6.8,
 //! `qstats-get` in 6.9 (most drivers implement it from 6.10 on), the per-NAPI
 //! `defer-hard-irqs`, `gro-flush-timeout` and `irq-suspend-timeout` in 6.13, and the

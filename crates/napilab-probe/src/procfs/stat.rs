@@ -3,7 +3,7 @@
 //! The time columns grew with the kernel: 4 (user nice system idle, 2.4), 7 (+iowait
 //! irq softirq, 2.6.0), 8 (+steal, 2.6.11), 9 (+guest, 2.6.24), 10 (+guest_nice,
 //! 2.6.33). Units are USER_HZ ticks. How these are sampled (tick-based unless
-//! `CONFIG_IRQ_TIME_ACCOUNTING`) matters more than the numbers; see domain.md section 3.
+//! `CONFIG_IRQ_TIME_ACCOUNTING`) matters more than the numbers; see docs/kernel.md#cpu-accounting.
 
 use std::path::Path;
 
