@@ -121,6 +121,9 @@ pub enum Measured {
         loss_ratio: f64,
         /// The machine disturbed this trial (docs/lab.md "Disturbed trials").
         disturbed: bool,
+        /// Seconds the trial took in all (warm-up, drain and overhead included):
+        /// what the search's time limit counts.
+        wall_s: f64,
     },
     Interrupted,
 }
@@ -132,7 +135,7 @@ pub struct Limits {
     pub max_load: f64,
     /// Lowest load tried (a goal whose lower bound would be below it stops there).
     pub min_load: f64,
-    /// Most seconds of trials in all.
+    /// Most seconds the trials may take in all (their wall time, overhead included).
     pub time_limit_s: f64,
     /// Repeat a disturbed trial (leaving it out) at most this often per load and
     /// duration; None keeps disturbed trials.
@@ -370,7 +373,6 @@ pub fn search(
                     }
                     let mut retries = 0;
                     loop {
-                        spent += duration;
                         match measure(load, duration) {
                             Measured::Interrupted => {
                                 for s in stopped.iter_mut() {
@@ -381,16 +383,24 @@ pub fn search(
                             Measured::Trial {
                                 loss_ratio,
                                 disturbed: d,
+                                wall_s,
                             } => {
-                                let repeat = limits.repeat_disturbed.is_some_and(|n| retries < n);
+                                spent += wall_s.max(duration);
+                                // A disturbed trial is left out and measured again
+                                // until the retries are used up; the last one counts,
+                                // or a machine that is always busy would stall the
+                                // search at one load.
+                                let retry = d
+                                    && limits.repeat_disturbed.is_some_and(|n| retries < n)
+                                    && spent + duration <= limits.time_limit_s;
                                 trials.push(Trial {
                                     load,
                                     duration_s: duration,
                                     loss_ratio,
-                                    excluded: d && limits.repeat_disturbed.is_some(),
+                                    excluded: retry,
                                 });
                                 disturbed.push(d);
-                                if !(d && repeat) || spent + duration > limits.time_limit_s {
+                                if !retry {
                                     break;
                                 }
                                 retries += 1;
@@ -536,6 +546,7 @@ mod tests {
             Measured::Trial {
                 loss_ratio: loss,
                 disturbed: false,
+                wall_s: 0.0,
             }
         }
     }
@@ -686,6 +697,7 @@ mod tests {
                 Measured::Trial {
                     loss_ratio: 0.5,
                     disturbed: false,
+                    wall_s: 0.0,
                 }
             }
         });
@@ -696,6 +708,7 @@ mod tests {
             Measured::Trial {
                 loss_ratio: 0.5,
                 disturbed: false,
+                wall_s: 0.0,
             }
         });
         assert_eq!(o.goals[0].stopped, "no_lower_bound");
@@ -718,6 +731,7 @@ mod tests {
             Measured::Trial {
                 loss_ratio: if disturbed { base.max(0.1) } else { base },
                 disturbed,
+                wall_s: 0.0,
             }
         };
         let l = Limits {
@@ -737,5 +751,35 @@ mod tests {
         // Classified again without them: the same here, as they were left out.
         let again = o.without_disturbed(std::slice::from_ref(&g), &l);
         assert_eq!(again[0].conditional_throughput, r.conditional_throughput);
+    }
+
+    /// On a machine that disturbs every trial, the retries run out and the trials
+    /// count: the search still converges instead of measuring one load until its time
+    /// limit (as a first version did, 720 trials at the highest load).
+    #[test]
+    fn a_machine_that_always_disturbs_does_not_stall_the_search() {
+        let g = goal(0.005, 0.5, 1.0, 2.0, 0.5, 0.05);
+        let l = Limits {
+            repeat_disturbed: Some(2),
+            ..limits()
+        };
+        let o = search(std::slice::from_ref(&g), &l, |load, d| Measured::Trial {
+            loss_ratio: if load > 300_000.0 {
+                (load - 300_000.0) / load
+            } else {
+                0.0
+            },
+            disturbed: true,
+            wall_s: d + 1.0,
+        });
+        assert_eq!(o.goals[0].stopped, "converged", "{:?}", o.goals[0]);
+        // Every load measured three times: two left out, the third kept.
+        let kept = o.trials.iter().filter(|t| !t.excluded).count();
+        assert_eq!(o.trials.len(), 3 * kept);
+        // The time limit counts wall time: 1 s of overhead per trial.
+        let spent: f64 = o.trials.iter().map(|t| t.duration_s + 1.0).sum();
+        assert!(spent <= l.time_limit_s);
+        let again = o.without_disturbed(std::slice::from_ref(&g), &l);
+        assert_eq!(again[0].conditional_throughput, None);
     }
 }

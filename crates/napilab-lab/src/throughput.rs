@@ -50,6 +50,7 @@ pub fn mlrsearch(
         let first_trial = max.trials.len();
         let mut failure = None;
         let outcome = mlrsearch::search(&goals, &limits, |load, duration_s| {
+            let started = std::time::Instant::now();
             match measure(load, duration_s, search) {
                 Ok(Some(t)) => {
                     let generator_short = t.point.offered_pps < 0.99 * t.point.requested_pps;
@@ -75,6 +76,7 @@ pub fn mlrsearch(
                     Measured::Trial {
                         loss_ratio,
                         disturbed,
+                        wall_s: started.elapsed().as_secs_f64(),
                     }
                 }
                 Ok(None) => Measured::Interrupted,
