@@ -13,12 +13,15 @@
 //! - [`search`]: the maximum-throughput bisection (RFC 2544).
 //! - [`runner`]: configurations x loads x repeats, the search, the RunRecord.
 //! - [`clean`]: removing what an interrupted or killed run left behind.
+//! - [`request`]: request workloads: the key-value server, memcached, the load
+//!   generator.
 
 pub mod clean;
 pub mod counters;
 pub mod histogram;
 pub mod linerate;
 pub mod netns;
+pub mod request;
 pub mod runner;
 pub mod search;
 pub mod topology;

@@ -1,5 +1,6 @@
 //! The `napilab` binary: argument parsing and wiring only (design.md section 3).
 
+mod kv_cmd;
 mod lab_cmd;
 mod map_cmd;
 mod observe_cmd;
@@ -42,6 +43,13 @@ enum Command {
     /// Render a run (from the results store or a run.json file) as an HTML report with
     /// plots, a CSV of its points and its JSON; `--list` lists the stored runs.
     Report(report_cmd::ReportArgs),
+    /// Serve the memcached text protocol (get/set/delete) in a namespace with one epoll
+    /// instance per NAPI instance and an interrupt mode's epoll parameters; prints its
+    /// statistics at exit (the lab's key-value server).
+    KvServer(kv_cmd::ServerArgs),
+    /// Offer open-loop (Poisson) or closed-loop memcached-protocol load and report QPS,
+    /// latency percentiles, errors, and whether the generator was the limit.
+    KvLoad(kv_cmd::LoadArgs),
 }
 
 #[derive(clap::Args)]
@@ -156,6 +164,8 @@ fn main() -> ExitCode {
         Command::Lab(args) => lab_cmd::run(args),
         Command::Sim(args) => sim_cmd::run(args),
         Command::Report(args) => report_cmd::run(args),
+        Command::KvServer(args) => kv_cmd::run_server(args),
+        Command::KvLoad(args) => kv_cmd::run_load(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

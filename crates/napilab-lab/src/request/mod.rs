@@ -1,0 +1,20 @@
+//! Request workloads: a key-value server in the DUT namespace and a load generator in
+//! the client namespace, speaking the memcached text protocol (docs/lab.md, "Request
+//! workloads").
+//!
+//! - [`protocol`]: the `get`/`set`/`delete` subset, requests and replies.
+//! - [`keyspace`]: the preloaded keys and their values.
+//! - [`epoll`]: the interrupt modes' epoll side (`EPIOCSPARAMS`, blocking or not) and
+//!   what this kernel supports.
+//! - [`server`]: napilab's server, one epoll instance per NAPI instance.
+//! - [`memcached`]: the distribution's memcached, started in a namespace.
+//! - [`loadgen`]: the open- and closed-loop load generator, and a simple client.
+//! - [`results`]: what a point stores (latency percentiles, server statistics).
+
+pub mod epoll;
+pub mod keyspace;
+pub mod loadgen;
+pub mod memcached;
+pub mod protocol;
+pub mod results;
+pub mod server;
