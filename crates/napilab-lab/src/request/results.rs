@@ -192,6 +192,11 @@ pub struct WorkerStats {
     pub requests: u64,
     /// Thread CPU time / wall time (user + system, busy polling included).
     pub cpu_busy: f64,
+    /// Thread CPU time / (wall time - time it waited for a CPU on the run queue,
+    /// /proc/thread-self/schedstat): how much of the CPU it got it kept busy. About 1
+    /// for a spinning thread even when other tasks share its CPU (a busy machine), where
+    /// `cpu_busy` reads lower. None without schedstat.
+    pub busy_when_scheduled: Option<f64>,
     pub epoll: EpollStats,
 }
 
