@@ -500,4 +500,50 @@ mod tests {
             }
         );
     }
+
+    /// The fuzz target's property (fuzz/fuzz_targets/kv_protocol.rs) on mutations of
+    /// valid traffic, so it is checked on every `cargo test`, not only under the fuzzer.
+    #[test]
+    fn mutated_input_never_panics_and_messages_are_prefixes() {
+        let seeds: [&[u8]; 3] = [
+            b"set key:1 0 0 5\r\nhello\r\nget key:1 key:2\r\ndelete key:2 noreply\r\n",
+            b"VALUE key:1 0 5\r\nhello\r\nEND\r\nSTORED\r\nNOT_FOUND\r\nDELETED\r\n",
+            b"VALUE k 0 5\r\nEND\r\n\r\nEND\r\nSERVER_ERROR oom\r\nget a\r\n",
+        ];
+        let mut x: u64 = 0x1234_5678;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..20_000 {
+            let mut buf = seeds[round % seeds.len()].to_vec();
+            for _ in 0..1 + next() % 4 {
+                let at = (next() % buf.len() as u64) as usize;
+                match next() % 3 {
+                    0 => buf[at] = next() as u8,
+                    1 => buf.insert(at, b"0123456789 \r\n"[(next() % 13) as usize]),
+                    _ => {
+                        buf.remove(at);
+                    }
+                }
+                if buf.is_empty() {
+                    break;
+                }
+            }
+            let mut at = 0;
+            while let Ok(Some((r, used))) = parse_request(&buf[at..]) {
+                assert!(used > 0 && at + used <= buf.len());
+                assert_eq!(parse_request(&buf[at..at + used]), Ok(Some((r, used))));
+                at += used;
+            }
+            let mut at = 0;
+            while let Ok(Some((r, used))) = parse_response(&buf[at..]) {
+                assert!(used > 0 && at + used <= buf.len());
+                assert_eq!(parse_response(&buf[at..at + used]), Ok(Some((r, used))));
+                at += used;
+            }
+        }
+    }
 }
