@@ -1,0 +1,127 @@
+//! End-to-end tests of `napilab kv-server` and `napilab kv-load`: bad input names the
+//! flag (no root), and (root) the server started in one namespace answers the load
+//! generator in another, and prints its statistics as JSON on SIGTERM. Namespaces
+//! `nl-kv-cli-<pid>-*` from napilab-testkit, deleted on drop.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+fn napilab(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_napilab"))
+        .args(args)
+        .output()
+        .expect("run napilab")
+}
+
+#[test]
+fn bad_input_names_the_flag() {
+    let out = napilab(&["kv-server", "--mode", "adaptive", "--listen", "127.0.0.1:0"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--mode") && err.contains("irq-suspend"),
+        "{err}"
+    );
+
+    let out = napilab(&["kv-load", "--server", "127.0.0.1:1", "--qps=-5"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("qps"), "{err}");
+
+    let out = napilab(&[
+        "kv-load",
+        "--server",
+        "127.0.0.1:1",
+        "--closed",
+        "--cpus",
+        "x",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--cpus"), "{err}");
+}
+
+#[test]
+fn server_and_load_in_namespaces_report_json() {
+    let pair = match napilab_testkit::VethPair::create("nl-kv-cli", "e2e", false) {
+        Ok(p) => p,
+        Err(e) => {
+            println!("SKIPPED server_and_load_in_namespaces_report_json: {e}");
+            return;
+        }
+    };
+    let mut server = Command::new(env!("CARGO_BIN_EXE_napilab"))
+        .args([
+            "kv-server",
+            "--netns",
+            &pair.b,
+            "--listen",
+            "10.77.0.2:11211",
+        ])
+        .args(["--keys", "1000", "--for", "20s", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start kv-server");
+    // It says so on stderr once it listens.
+    let mut line = String::new();
+    let stderr = server.stderr.take().expect("piped");
+    BufReader::new(stderr)
+        .read_line(&mut line)
+        .expect("read stderr");
+    assert!(line.contains("listening on 10.77.0.2:11211"), "{line}");
+
+    let out = napilab(&[
+        "kv-load",
+        "--netns",
+        &pair.a,
+        "--server",
+        "10.77.0.2:11211",
+        "--qps",
+        "2000",
+        "--for",
+        "1s",
+        "--warmup",
+        "200ms",
+        "--keys",
+        "1000",
+        "--json",
+    ]);
+    // SIGTERM: the server stops and prints its statistics.
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
+    let srv = server.wait_with_output().expect("kv-server output");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let load: Value = serde_json::from_slice(&out.stdout).expect("kv-load JSON");
+    assert_eq!(load["schema"], "napilab.kv-load/1");
+    assert_eq!(load["errors"], 0, "{load}");
+    assert_eq!(load["timeouts"], 0, "{load}");
+    let achieved = load["achieved_qps"].as_f64().expect("achieved_qps");
+    assert!(achieved > 1500.0 && achieved < 2500.0, "{load}");
+    assert!(
+        load["latency"]["p99_us"].as_f64().expect("p99") > 0.0,
+        "{load}"
+    );
+
+    let stats: Value = serde_json::from_slice(&srv.stdout).expect("kv-server JSON");
+    assert_eq!(stats["schema"], "napilab.kv-server/1");
+    assert_eq!(stats["engine"], "napilab-kv");
+    let replies = load["replies"].as_u64().expect("replies");
+    assert!(
+        stats["requests"].as_u64().expect("requests") >= replies,
+        "{stats}"
+    );
+    assert!(
+        stats["workers"][0]["epoll"]["returns_with_events"]
+            .as_u64()
+            .expect("epoll")
+            > 0,
+        "{stats}"
+    );
+}
