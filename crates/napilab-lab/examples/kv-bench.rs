@@ -102,7 +102,8 @@ fn child(spec: &str) -> i32 {
     }
 }
 
-fn tune(ns: &str, verb: &str, profile: &str, dir: &Path) -> Result<(), String> {
+/// Ok(true) when apply wrote a journal (something changed).
+fn tune(ns: &str, verb: &str, profile: &str, dir: &Path) -> Result<bool, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let out = Command::new("ip")
         .args(["netns", "exec", ns])
@@ -111,7 +112,7 @@ fn tune(ns: &str, verb: &str, profile: &str, dir: &Path) -> Result<(), String> {
         .output()
         .map_err(|e| e.to_string())?;
     if out.status.success() {
-        Ok(())
+        Ok(String::from_utf8_lossy(&out.stdout).trim() == "journal")
     } else {
         Err(format!(
             "tune {verb} {profile}: {}",
@@ -136,6 +137,7 @@ struct Row {
     srv_cpu_us: Vec<f64>,
     limited: Vec<String>,
     offered: Vec<f64>,
+    gen_busy: Vec<f64>,
 }
 
 impl Row {
@@ -147,6 +149,7 @@ impl Row {
             srv_cpu_us: vec![],
             limited: vec![],
             offered: vec![],
+            gen_busy: vec![],
         }
     }
     /// `server`: the server's CPU seconds and requests over the whole load (warm-up
@@ -154,6 +157,7 @@ impl Row {
     fn add(&mut self, r: &LoadResult, server: Option<(f64, u64)>) {
         self.qps.push(r.achieved_qps);
         self.offered.push(r.offered_qps);
+        self.gen_busy.push(r.generator.cpu_busy);
         self.p99.push(r.latency.p99_us);
         // Generator CPU per request: its busy share (thread CPU / wall over the whole
         // run) at a steady rate of achieved_qps.
@@ -212,7 +216,7 @@ fn run(secs: f64, repeats: usize) -> Result<(), String> {
         memory_mb: 256,
         mode: EpollMode::named("no-coalescing")?,
     };
-    let open_loads = [20_000.0, 40_000.0, 80_000.0, 160_000.0];
+    let open_loads = [10_000.0, 20_000.0, 40_000.0, 80_000.0, 160_000.0];
     let mut mc_closed = Row::new();
     let mut mc_open: Vec<Row> = open_loads.iter().map(|_| Row::new()).collect();
     for rep in 0..repeats {
@@ -250,17 +254,18 @@ fn run(secs: f64, repeats: usize) -> Result<(), String> {
     println!("   generator capacity from one core (1 / CPU per request): {:.0} requests/s; memcached's: {:.0} requests/s (process time only, its softirq time is not in it)", 1e6 / gen_us, 1e6 / mc_us);
     println!("\n2. memcached, open loop from one generator core");
     println!(
-        "   {:>10} {:>10} {:>10} {:>10}  generator",
-        "target", "offered", "achieved", "p99 us"
+        "   {:>10} {:>10} {:>10} {:>10} {:>10}  generator",
+        "target", "offered", "achieved", "p99 us", "gen CPU %"
     );
     for (i, q) in open_loads.iter().enumerate() {
         let r = &mc_open[i];
         println!(
-            "   {:>10.0} {:>10.0} {:>10.0} {:>10.0}  {}",
+            "   {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0}  {}",
             q,
             median(r.offered.clone()),
             median(r.qps.clone()),
             median(r.p99.clone()),
+            median(r.gen_busy.clone()) * 100.0,
             if r.limited.is_empty() {
                 "kept its schedule".to_string()
             } else {
@@ -295,8 +300,9 @@ fn run(secs: f64, repeats: usize) -> Result<(), String> {
             // `deferral` is the no-coalescing server with software interrupt deferral
             // (the lab's stand-in for NIC coalescing): defer 2 polls, 20 us timer.
             let profile = if mode == "deferral" { None } else { Some(mode) };
+            let mut journalled = false;
             if let Some(pr) = profile {
-                tune(&p.b, "apply", pr, &dir)?;
+                journalled = tune(&p.b, "apply", pr, &dir)?;
             } else {
                 napilab_lab::netns::set_irq_deferral(&p.b, "vb", 2, 20_000)
                     .map_err(|e| e.to_string())?;
@@ -315,7 +321,9 @@ fn run(secs: f64, repeats: usize) -> Result<(), String> {
                 Ok::<_, String>((r?, s))
             })();
             if let Some(pr) = profile {
-                tune(&p.b, "revert", pr, &dir)?;
+                if journalled {
+                    tune(&p.b, "revert", pr, &dir)?;
+                }
             } else {
                 napilab_lab::netns::set_irq_deferral(&p.b, "vb", 0, 0)
                     .map_err(|e| e.to_string())?;
