@@ -3,8 +3,7 @@
 //! generator in another, and prints its statistics as JSON on SIGTERM. Namespaces
 //! `nl-kv-cli-<pid>-*` from napilab-testkit, deleted on drop.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::Value;
 
@@ -52,27 +51,15 @@ fn server_and_load_in_namespaces_report_json() {
             return;
         }
     };
-    let mut server = Command::new(env!("CARGO_BIN_EXE_napilab"))
-        .args([
-            "kv-server",
-            "--netns",
-            &pair.b,
-            "--listen",
-            "10.77.0.2:11211",
-        ])
-        .args(["--keys", "1000", "--for", "20s", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start kv-server");
-    // It says so on stderr once it listens.
-    let mut line = String::new();
-    let stderr = server.stderr.take().expect("piped");
-    BufReader::new(stderr)
-        .read_line(&mut line)
-        .expect("read stderr");
-    assert!(line.contains("listening on 10.77.0.2:11211"), "{line}");
-
+    // Started as the lab starts it (request::server_process): ready once it says it
+    // listens; stopped with SIGTERM, after which it prints its statistics.
+    let server = napilab_lab::request::server_process::ServerProcess::start(
+        std::path::Path::new(env!("CARGO_BIN_EXE_napilab")),
+        &pair.b,
+        "10.77.0.2:11211".parse().expect("address"),
+        &["--keys", "1000", "--for", "20s"],
+    )
+    .expect("start kv-server");
     let out = napilab(&[
         "kv-load",
         "--netns",
@@ -89,10 +76,7 @@ fn server_and_load_in_namespaces_report_json() {
         "1000",
         "--json",
     ]);
-    // SIGTERM: the server stops and prints its statistics.
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
-    let srv = server.wait_with_output().expect("kv-server output");
+    let stats = server.stop().expect("kv-server statistics");
     assert!(
         out.status.success(),
         "{}",
@@ -109,19 +93,9 @@ fn server_and_load_in_namespaces_report_json() {
         "{load}"
     );
 
-    let stats: Value = serde_json::from_slice(&srv.stdout).expect("kv-server JSON");
-    assert_eq!(stats["schema"], "napilab.kv-server/1");
-    assert_eq!(stats["engine"], "napilab-kv");
+    assert_eq!(stats.schema, "napilab.kv-server/1");
+    assert_eq!(stats.engine, "napilab-kv");
     let replies = load["replies"].as_u64().expect("replies");
-    assert!(
-        stats["requests"].as_u64().expect("requests") >= replies,
-        "{stats}"
-    );
-    assert!(
-        stats["workers"][0]["epoll"]["returns_with_events"]
-            .as_u64()
-            .expect("epoll")
-            > 0,
-        "{stats}"
-    );
+    assert!(stats.requests >= replies, "{stats:?}");
+    assert!(stats.workers[0].epoll.returns_with_events > 0, "{stats:?}");
 }
