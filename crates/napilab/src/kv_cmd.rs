@@ -295,8 +295,11 @@ fn print_load(r: &LoadResult, json: bool) -> Result<()> {
     );
     let g = &r.generator;
     println!(
-        "generator: {:.0}% busy, {} late sends (max {:.0} us), {} behind at end{}",
+        "generator: {:.0}% busy{}, {} late sends (max {:.0} us), {} behind at end{}",
         g.cpu_busy * 100.0,
+        g.waited_for_cpu
+            .map(|w| format!(", waited for its CPU {:.0}% of the time", w * 100.0))
+            .unwrap_or_default(),
         g.late_sends,
         g.max_lateness_us,
         g.behind_at_end,

@@ -38,6 +38,8 @@ pub const LATE_NS: u64 = 100_000;
 pub const ETC_GET_FRACTION: f64 = 30.0 / 31.0;
 /// A generator thread busier than this may be the limit.
 const BUSY_LIMIT: f64 = 0.9;
+/// Above this share of its time waiting for a CPU, a late generator says why.
+const WAIT_NOTE: f64 = 0.05;
 /// Most requests one thread sends per round before it reads replies.
 const SEND_BURST: usize = 256;
 const READ_CHUNK: usize = 64 * 1024;
@@ -159,6 +161,7 @@ struct ThreadResult {
     max_late_ns: u64,
     behind: u64,
     cpu_busy: f64,
+    waited: Option<f64>,
     gaps: u64,
     gap_sum: f64,
     gap_sq: f64,
@@ -186,6 +189,7 @@ pub fn run(cfg: &LoadConfig, stop: &AtomicBool) -> Result<LoadResult, String> {
     });
     let mut all = ThreadResult::default();
     let mut busiest: f64 = 0.0;
+    let mut waited: Option<f64> = None;
     for r in results {
         let r = r?;
         all.latency.merge(&r.latency);
@@ -202,6 +206,9 @@ pub fn run(cfg: &LoadConfig, stop: &AtomicBool) -> Result<LoadResult, String> {
         all.gap_sum += r.gap_sum;
         all.gap_sq += r.gap_sq;
         busiest = busiest.max(r.cpu_busy);
+        if let Some(w) = r.waited {
+            waited = Some(waited.map_or(w, |x: f64| x.max(w)));
+        }
     }
     let window_s = cfg.duration.as_secs_f64();
     let mut reasons = Vec::new();
@@ -219,6 +226,14 @@ pub fn run(cfg: &LoadConfig, stop: &AtomicBool) -> Result<LoadResult, String> {
             "{} intended requests were never sent in the window",
             all.behind
         ));
+    }
+    if !reasons.is_empty() {
+        if let Some(w) = waited.filter(|w| *w > WAIT_NOTE) {
+            reasons.push(format!(
+                "a generator thread waited for its CPU {:.0}% of the time (other tasks run there: the late sends are the machine's load, not the generator's work)",
+                w * 100.0
+            ));
+        }
     }
     if busiest > BUSY_LIMIT {
         reasons.push(format!(
@@ -255,6 +270,7 @@ pub fn run(cfg: &LoadConfig, stop: &AtomicBool) -> Result<LoadResult, String> {
             .flatten(),
         generator: GeneratorHealth {
             cpu_busy: busiest,
+            waited_for_cpu: waited,
             late_sends: all.late,
             max_lateness_us: all.max_late_ns as f64 / 1000.0,
             behind_at_end: all.behind,
@@ -317,7 +333,11 @@ fn thread_main(
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; nconns.clamp(1, 256)];
     let mut chunk = vec![0u8; READ_CHUNK];
     let values: Vec<u8> = cfg.keyspace.value(0);
-    let (wall0, cpu0) = (netns::mono_ns(), netns::thread_cpu_ns());
+    let (wall0, cpu0, delay0) = (
+        netns::mono_ns(),
+        netns::thread_cpu_ns(),
+        super::thread_run_delay_ns(),
+    );
     let window_start = wall0 + cfg.warmup.as_nanos() as u64;
     let window_end = window_start + cfg.duration.as_nanos() as u64;
     let build = |c: &mut Conn, rng: &mut Rng, start_ns: u64, measured: bool| {
@@ -342,7 +362,9 @@ fn thread_main(
             let mut rr = 0usize;
             while !stop.load(Ordering::Relaxed) {
                 let now = netns::mono_ns();
-                if next >= window_end {
+                // Sends after the window would count toward a rate the generator did
+                // not keep; what is left is `behind_at_end`.
+                if next >= window_end || now >= window_end {
                     break;
                 }
                 let mut burst = 0;
@@ -449,6 +471,9 @@ fn thread_main(
     }
     let wall = netns::mono_ns().saturating_sub(wall0).max(1);
     res.cpu_busy = netns::thread_cpu_ns().saturating_sub(cpu0) as f64 / wall as f64;
+    res.waited = delay0
+        .zip(super::thread_run_delay_ns())
+        .map(|(d0, d1)| d1.saturating_sub(d0) as f64 / wall as f64);
     Ok(res)
 }
 

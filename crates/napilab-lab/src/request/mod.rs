@@ -20,3 +20,15 @@ pub mod protocol;
 pub mod results;
 pub mod server;
 pub mod server_process;
+
+/// Time the calling thread has spent runnable but waiting for a CPU, ns (second field
+/// of /proc/thread-self/schedstat; None without CONFIG_SCHED_INFO). Tells a thread that
+/// had nothing to do from one that other tasks kept off its CPU.
+pub(crate) fn thread_run_delay_ns() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}

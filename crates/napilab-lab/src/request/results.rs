@@ -119,6 +119,11 @@ pub enum LoopKind {
 pub struct GeneratorHealth {
     /// Thread CPU time / wall time, the busiest generator thread.
     pub cpu_busy: f64,
+    /// Share of the wall time the busiest-waiting generator thread was runnable but
+    /// waited for a CPU (other tasks on its CPU; /proc/thread-self/schedstat). None
+    /// without schedstat.
+    #[serde(default)]
+    pub waited_for_cpu: Option<f64>,
     /// Requests sent more than 100 us after their intended time (open loop).
     pub late_sends: u64,
     pub max_lateness_us: f64,

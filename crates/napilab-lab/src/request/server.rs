@@ -375,7 +375,11 @@ fn worker(
             out.error = Some(format!("worker {index}: pinning to CPU {c}: {e}"));
         }
     }
-    let (wall0, cpu0, delay0) = (netns::mono_ns(), netns::thread_cpu_ns(), run_delay_ns());
+    let (wall0, cpu0, delay0) = (
+        netns::mono_ns(),
+        netns::thread_cpu_ns(),
+        super::thread_run_delay_ns(),
+    );
     let mut conns: HashMap<RawFd, Conn> = HashMap::new();
     let mut napi_ids: Vec<u32> = Vec::new();
     let mut events = [libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS];
@@ -456,7 +460,7 @@ fn worker(
     let wall = netns::mono_ns().saturating_sub(wall0).max(1);
     let cpu = netns::thread_cpu_ns().saturating_sub(cpu0);
     out.stats.cpu_busy = cpu as f64 / wall as f64;
-    out.stats.busy_when_scheduled = match (delay0, run_delay_ns()) {
+    out.stats.busy_when_scheduled = match (delay0, super::thread_run_delay_ns()) {
         (Some(d0), Some(d1)) => {
             Some(cpu as f64 / wall.saturating_sub(d1.saturating_sub(d0)).max(1) as f64)
         }
@@ -467,17 +471,6 @@ fn worker(
     napi_ids.sort_unstable();
     out.stats.napi_ids = napi_ids;
     out
-}
-
-/// Time the calling thread has spent runnable but waiting for a CPU, ns (second field
-/// of /proc/thread-self/schedstat; None without CONFIG_SCHED_INFO).
-fn run_delay_ns() -> Option<u64> {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
 }
 
 /// Registers for EPOLLOUT while replies wait to be sent. False: the connection broke.
