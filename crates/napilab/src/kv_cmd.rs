@@ -56,6 +56,10 @@ pub struct ServerArgs {
     /// Print the statistics as JSON (schema napilab.kv-server/1).
     #[arg(long)]
     json: bool,
+    /// Only say which modes this kernel runs (in --netns, whose NAPI instances carry
+    /// the per-NAPI attributes), and why not, then exit.
+    #[arg(long)]
+    list_modes: bool,
 }
 
 /// Offer memcached-protocol load to a server: open loop (Poisson arrivals at --qps,
@@ -123,7 +127,35 @@ fn stop_flag() -> Result<Arc<AtomicBool>> {
     Ok(stop)
 }
 
+fn list_modes(netns: Option<&str>, json: bool) -> Result<()> {
+    let modes = std::thread::scope(|s| {
+        s.spawn(|| {
+            if let Some(ns) = netns {
+                napilab_lab::netns::enter(ns)
+                    .map_err(|e| anyhow!("--netns {ns}: {e} (does it exist?)"))?;
+            }
+            Ok::<_, anyhow::Error>(napilab_lab::request::epoll::support())
+        })
+        .join()
+        .map_err(|_| anyhow!("mode check panicked"))?
+    })?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&modes)?);
+    } else {
+        for m in &modes {
+            match &m.reason {
+                None => println!("{:<14} runnable", m.mode),
+                Some(r) => println!("{:<14} not runnable: {r}", m.mode),
+            }
+        }
+    }
+    Ok(())
+}
+
 pub fn run_server(a: ServerArgs) -> Result<()> {
+    if a.list_modes {
+        return list_modes(a.netns.as_deref(), a.json);
+    }
     let stop = stop_flag()?;
     let mode = EpollMode::named(&a.mode).map_err(|e| anyhow!("--mode: {e}"))?;
     let keyspace = Keyspace {

@@ -99,3 +99,36 @@ fn server_and_load_in_namespaces_report_json() {
     assert!(stats.requests >= replies, "{stats:?}");
     assert!(stats.workers[0].epoll.returns_with_events > 0, "{stats:?}");
 }
+
+#[test]
+fn list_modes_says_what_this_kernel_runs() {
+    let pair = match napilab_testkit::VethPair::create("nl-kv-cli", "modes", false) {
+        Ok(p) => p,
+        Err(e) => {
+            println!("SKIPPED list_modes_says_what_this_kernel_runs: {e}");
+            return;
+        }
+    };
+    let out = napilab(&["kv-server", "--list-modes", "--netns", &pair.b, "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let modes: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let modes = modes.as_array().expect("array");
+    assert_eq!(modes.len(), 5, "{modes:?}");
+    for m in modes {
+        // Each mode is either runnable or says why not.
+        assert!(
+            m["runnable"].as_bool().expect("runnable") || m["reason"].is_string(),
+            "{m}"
+        );
+    }
+    let irq = modes
+        .iter()
+        .find(|m| m["mode"] == "irq-suspend")
+        .expect("irq-suspend listed");
+    assert_eq!(irq["blocking"], true, "{irq}");
+    assert_eq!(irq["params"]["prefer_busy_poll"], true, "{irq}");
+}

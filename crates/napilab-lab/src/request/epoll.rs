@@ -27,9 +27,9 @@ pub struct EpollMode {
 
 /// The modes whose application side is plain blocking epoll: their difference lies in
 /// the per-NAPI settings the tune profiles apply.
-const PLAIN_MODES: [&str; 3] = ["no-coalescing", "deferral", "threaded"];
+const PLAIN_MODES: [&str; 3] = [MODES[0], MODES[1], MODES[2]];
 /// The modes whose tune profile carries an `[app]` section for the server.
-const POLLING_MODES: [&str; 2] = ["busy-wait", "irq-suspend"];
+const POLLING_MODES: [&str; 2] = [MODES[3], MODES[4]];
 
 impl EpollMode {
     /// The server side of a named mode. The busy-poll modes take their parameters from
@@ -69,6 +69,52 @@ impl EpollMode {
             }),
         })
     }
+}
+
+/// Every mode the server knows, in the study's order.
+pub const MODES: [&str; 5] = [
+    "no-coalescing",
+    "deferral",
+    "threaded",
+    "busy-wait",
+    "irq-suspend",
+];
+
+/// Whether one mode runs here, and why not.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModeSupport {
+    pub mode: String,
+    pub runnable: bool,
+    pub reason: Option<String>,
+    /// The epoll side it would use.
+    pub params: Option<EpollParams>,
+    pub blocking: bool,
+}
+
+/// [`check_supported`] for every mode, from the calling thread's namespace.
+pub fn support() -> Vec<ModeSupport> {
+    MODES
+        .iter()
+        .map(|name| match EpollMode::named(name) {
+            Ok(m) => {
+                let check = check_supported(&m);
+                ModeSupport {
+                    mode: (*name).into(),
+                    runnable: check.is_ok(),
+                    reason: check.err(),
+                    params: m.params,
+                    blocking: m.blocking,
+                }
+            }
+            Err(e) => ModeSupport {
+                mode: (*name).into(),
+                runnable: false,
+                reason: Some(e),
+                params: None,
+                blocking: true,
+            },
+        })
+        .collect()
 }
 
 /// Why a mode cannot run on this kernel, or Ok. Checks `EPIOCSPARAMS` on a scratch
