@@ -347,7 +347,8 @@ struct Conn {
     fd: OwnedFd,
     rbuf: Vec<u8>,
     wbuf: Vec<u8>,
-    wants_out: bool,
+    /// The epoll events registered for it.
+    interest: u32,
     napi_checked: bool,
     close_after_flush: bool,
 }
@@ -426,7 +427,7 @@ fn worker(
                     fd: unsafe { OwnedFd::from_raw_fd(fd) },
                     rbuf: Vec::new(),
                     wbuf: Vec::new(),
-                    wants_out: false,
+                    interest: (libc::EPOLLIN | libc::EPOLLRDHUP) as u32,
                     napi_checked: false,
                     close_after_flush: false,
                 }
@@ -474,16 +475,21 @@ fn worker(
 }
 
 /// Registers for EPOLLOUT while replies wait to be sent. False: the connection broke.
+/// A connection being closed after an error reply stops reading (its unread input
+/// would keep a level-triggered EPOLLIN firing) and only waits to send.
 fn update_interest(ep: &Epoll, conn: &mut Conn) -> bool {
-    let want = !conn.wbuf.is_empty();
-    if want == conn.wants_out {
-        return true;
-    }
-    conn.wants_out = want;
-    let mut ev = (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
-    if want {
+    let mut ev = if conn.close_after_flush {
+        0
+    } else {
+        (libc::EPOLLIN | libc::EPOLLRDHUP) as u32
+    };
+    if !conn.wbuf.is_empty() {
         ev |= libc::EPOLLOUT as u32;
     }
+    if ev == conn.interest {
+        return true;
+    }
+    conn.interest = ev;
     let fd = conn.fd.as_raw_fd();
     ep.modify(fd, ev, fd as u64).is_ok()
 }
