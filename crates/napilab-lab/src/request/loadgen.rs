@@ -324,7 +324,9 @@ fn thread_main(
     stop: &AtomicBool,
 ) -> Result<ThreadResult, String> {
     if let Some(ns) = &cfg.netns {
-        netns::enter(ns).map_err(|e| format!("entering namespace {ns}: {e}"))?;
+        netns::enter(ns).map_err(|e| {
+            format!("entering namespace {ns}: {e} (does it exist? see `ip netns list`)")
+        })?;
     }
     if !cfg.cpus.is_empty() {
         let c = cfg.cpus[index % cfg.cpus.len()];

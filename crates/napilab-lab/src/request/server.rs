@@ -284,7 +284,9 @@ impl Drop for KvServer {
 
 fn bind_in(cfg: &ServerConfig) -> Result<TcpListener, String> {
     if let Some(ns) = &cfg.netns {
-        netns::enter(ns).map_err(|e| format!("entering namespace {ns}: {e} (does it exist?)"))?;
+        netns::enter(ns).map_err(|e| {
+            format!("entering namespace {ns}: {e} (does it exist? see `ip netns list`)")
+        })?;
     }
     epoll::check_supported(&cfg.mode)?;
     let l =
