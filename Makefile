@@ -13,6 +13,9 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 # clang/llvm/libelf/zlib also build the BPF programs and libbpf (vendored by libbpf-sys).
 APT_PACKAGES := build-essential pkg-config ca-certificates iproute2 ethtool iputils-ping \
 	sysstat procps clang llvm libelf-dev zlib1g-dev
+# memcached: the real server beside napilab's key-value server (lab request workloads,
+# their root tests and `make bench-kv`); started by the lab in a namespace, never as a service.
+APT_PACKAGES += memcached
 # Best effort: `perf kwork` is the independent check of measured softirq time in the
 # trace tests (skipped with a printed reason without it); Ubuntu names it differently.
 APT_OPTIONAL := linux-perf
@@ -20,7 +23,7 @@ APT_OPTIONAL := linux-perf
 RESULTS ?= results
 FUZZ_SECONDS ?= 10
 
-.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-sampling bench-ingress bench-sim bench-trace bench-trace-packets bench-lab bench-linerate clean
+.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-sampling bench-ingress bench-sim bench-trace bench-trace-packets bench-lab bench-linerate bench-kv clean
 
 all: build
 
@@ -122,6 +125,12 @@ bench-lab: build
 # (scenarios/line-rate.toml; see docs/lab.md). Root.
 bench-linerate: deps
 	$(CARGO) run --release -p napilab-lab --example linerate-bench -- 5 6
+
+# The request workload engines (docs/lab.md, "Request workloads"): memcached's capacity
+# beside what the load generator offers from one core, and napilab's key-value server's
+# capacity per interrupt mode, side by side in one run. Root.
+bench-kv: deps
+	$(CARGO) run --release -p napilab-lab --example kv-bench -- 3 3
 
 clean:
 	$(CARGO) clean

@@ -17,6 +17,8 @@
 //! - [`throughput`]: the repeats of the search, their trials and per-goal summaries.
 //! - [`runner`]: configurations x loads x repeats, the search, the RunRecord.
 //! - [`clean`]: removing what an interrupted or killed run left behind.
+//! - [`request`]: request workloads: the key-value server, memcached, the load
+//!   generator.
 
 pub mod clean;
 pub mod counters;
@@ -25,6 +27,7 @@ pub mod histogram;
 pub mod linerate;
 pub mod mlrsearch;
 pub mod netns;
+pub mod request;
 pub mod runner;
 pub mod search;
 pub mod throughput;

@@ -1,6 +1,7 @@
 //! The `napilab` binary: argument parsing and wiring only (design.md section 3).
 
 mod compare_cmd;
+mod kv_cmd;
 mod lab_cmd;
 mod map_cmd;
 mod observe_cmd;
@@ -47,6 +48,13 @@ enum Command {
     /// latency with its confidence interval, the difference, and whether it is
     /// significant (Welch's t-test); `--html` writes the paired plots.
     Compare(compare_cmd::CompareArgs),
+    /// Serve the memcached text protocol (get/set/delete) in a namespace with one epoll
+    /// instance per NAPI instance and an interrupt mode's epoll parameters; prints its
+    /// statistics at exit (the lab's key-value server).
+    KvServer(kv_cmd::ServerArgs),
+    /// Offer open-loop (Poisson) or closed-loop memcached-protocol load and report QPS,
+    /// latency percentiles, errors, and whether the generator was the limit.
+    KvLoad(kv_cmd::LoadArgs),
 }
 
 #[derive(clap::Args)]
@@ -166,6 +174,8 @@ fn main() -> ExitCode {
         Command::Sim(args) => sim_cmd::run(args),
         Command::Report(args) => report_cmd::run(args),
         Command::Compare(args) => compare_cmd::run(args),
+        Command::KvServer(args) => kv_cmd::run_server(args),
+        Command::KvLoad(args) => kv_cmd::run_load(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
