@@ -114,11 +114,13 @@ bench-trace: deps
 bench-trace-packets: deps
 	$(CARGO) run --release -p napilab-trace --example packets-overhead -- 6 3
 
-# The lab's own limits: paced generator accuracy and the spread of repeated maxima
-# (scenarios/bench-*.toml; see docs/lab.md). Root.
+# The lab's own limits: paced generator accuracy, the spread of repeated maxima
+# (scenarios/bench-*.toml), and the repeatability of the maximum-throughput search:
+# 5 RFC 2544 bisections and 5 MLRsearches alternating in one run (see docs/lab.md). Root.
 bench-lab: build
 	./target/release/napilab lab run scenarios/bench-paced.toml --no-observe --out $(RESULTS)
 	./target/release/napilab lab run scenarios/bench-repeat.toml --no-observe --out $(RESULTS)
+	$(CARGO) run --release -p napilab-lab --example search-repeatability -- 5 2
 
 # The line-rate back end (XDP live frames): offered Mpps from one core, requested vs
 # offered, and the DUT's maximum forwarding rate 5 times with its spread

@@ -115,3 +115,37 @@ fn two_configurations_of_one_run_and_bad_input() {
     let out = napilab(&["compare", s(&junk), s(&a)]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a napilab run record"));
 }
+
+/// Two stored lab runs of the built-in scenario (made with the bisection, one search
+/// each): every configuration is compared, and with one value a side the verdict says
+/// that nothing can be concluded rather than calling a difference significant.
+#[test]
+fn stored_bisection_runs_compare_without_a_verdict() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../napilab-sim/tests/fixtures");
+    let (a, b) = (
+        fixtures.join("lab-run.json"),
+        fixtures.join("lab-run-2.json"),
+    );
+    let out = napilab(&["compare", s(&a), s(&b), "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let maxima: Vec<&Value> = v["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|r| {
+            r["metric"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("max throughput"))
+        })
+        .collect();
+    assert_eq!(maxima.len(), 4, "{v}");
+    for r in maxima {
+        let verdict = r["difference"]["verdict"].as_str().expect("verdict");
+        assert!(verdict.starts_with("unknown"), "{r}");
+    }
+}
