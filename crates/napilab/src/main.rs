@@ -1,5 +1,8 @@
 //! The `napilab` binary: argument parsing and wiring only (design.md section 3).
 
+mod export_cmd;
+mod export_metrics;
+mod exposition;
 mod lab_cmd;
 mod map_cmd;
 mod observe_cmd;
@@ -42,6 +45,9 @@ enum Command {
     /// Render a run (from the results store or a run.json file) as an HTML report with
     /// plots, a CSV of its points and its JSON; `--list` lists the stored runs.
     Report(report_cmd::ReportArgs),
+    /// Serve this host's packet-path metrics to Prometheus (node_exporter-compatible raw
+    /// counters and the corrected napilab_* ones) until SIGTERM; docs/export.md.
+    Export(export_cmd::ExportArgs),
 }
 
 #[derive(clap::Args)]
@@ -156,6 +162,7 @@ fn main() -> ExitCode {
         Command::Lab(args) => lab_cmd::run(args),
         Command::Sim(args) => sim_cmd::run(args),
         Command::Report(args) => report_cmd::run(args),
+        Command::Export(args) => export_cmd::options(args).and_then(|o| export_cmd::run(&o)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
