@@ -223,7 +223,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("napilab_napi_packets_per_poll_bucket{device=\"vb\",le=\"1.0\"} 5"),
+            text.contains("napilab_napi_packets_per_poll_bucket{le=\"1.0\",device=\"vb\"} 5"),
             "{text}"
         );
         assert!(
