@@ -383,7 +383,7 @@ fn napi_families(input: &PacketPath<'_>, limits: Limits, out: &mut Vec<Family>) 
 
     let mut polls = Family::new(
         "napilab_napi_polls",
-        "NAPI polls per instance and execution context (napi:napi_poll, source=trace).",
+        "NAPI polls per instance and execution context (napi:napi_poll, source=trace); netns=other marks instances of devices in other network namespaces.",
         Kind::Counter,
     );
     let mut packets = Family::new(
@@ -450,8 +450,16 @@ fn napi_families(input: &PacketPath<'_>, limits: Limits, out: &mut Vec<Family>) 
                         String::new()
                     }
                 });
+            // NAPI ids are global, the map only holds this namespace's instances: say
+            // which series belong to devices of other namespaces (containers, labs).
+            let netns = match (napi_id, name) {
+                (0, _) => "any",
+                (_, Some(_)) => "own",
+                (_, None) => "other",
+            };
             let base = [
                 ("napi_id", napi_id.to_string()),
+                ("netns", netns.to_string()),
                 ("device", device),
                 ("queue", name.map(|n| n.queue.clone()).unwrap_or_default()),
                 ("irq", name.map(|n| n.irq.clone()).unwrap_or_default()),
