@@ -661,3 +661,160 @@ pub fn exporter_families(cost: &SelfCost) -> Vec<Family> {
         cpu, rss, samples, duration, at, tier, stats, runs, run_time, dropped,
     ]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use napilab_trace::snapshot::{NapiCounts, NapiKey, WORK_SLOTS};
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    fn fixture() -> (RecordingHeader, Sample) {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../napilab-probe/tests/fixtures/proc/offline-cpu");
+        let header = napilab_probe::observe::describe_host(&root, false);
+        let mut sampler = napilab_probe::sample::Sampler::new(&root, false);
+        let mut notices = napilab_probe::sample::Notices::default();
+        let sample = sampler.sample().parse(&header.online_cpus, &mut notices);
+        (header, sample)
+    }
+
+    fn napi(napi_id: u32, cpu: u32, context: ExecContext, polls: u64) -> (NapiKey, NapiCounts) {
+        let mut work_hist = vec![0; WORK_SLOTS];
+        work_hist[1] = polls - 1;
+        work_hist[64] = 1;
+        (
+            NapiKey {
+                napi_id,
+                unnamed_ifindex: 0,
+                cpu,
+                context,
+            },
+            NapiCounts {
+                polls,
+                packets: polls - 1 + 64,
+                full_budget: 1,
+                ifindex: 9,
+                work_hist,
+                device: format!("dev{napi_id}"),
+                comm: String::new(),
+            },
+        )
+    }
+
+    fn family<'a>(families: &'a [Family], name: &str) -> &'a Family {
+        families
+            .iter()
+            .find(|f| f.name == name)
+            .unwrap_or_else(|| panic!("no family {name}"))
+    }
+
+    #[test]
+    fn raw_counters_keep_node_exporter_names_and_caps_count_what_they_drop() {
+        let (header, sample) = fixture();
+        let mut snap = Snapshot {
+            cpus: vec![0, 1],
+            ..Snapshot::default()
+        };
+        // Instance 7 is busiest, polled in two contexts on two CPUs; 8 and 9 are quieter.
+        for (key, counts) in [
+            napi(7, 0, ExecContext::Hardirq, 100),
+            napi(7, 1, ExecContext::Hardirq, 50),
+            napi(7, 1, ExecContext::Ksoftirqd, 10),
+            napi(8, 0, ExecContext::NapiThread, 20),
+            napi(9, 0, ExecContext::BusyPoll, 5),
+        ] {
+            snap.napi.insert(key, counts);
+        }
+        let limits = Limits {
+            max_napi_instances: 2,
+            max_devices: 1,
+        };
+        let (families, dropped) = packet_path_families(
+            &PacketPath {
+                header: &header,
+                sample: &sample,
+                trace: Some(&snap),
+                findings: &[],
+            },
+            limits,
+        );
+        // softnet_stat of the fixture: processed 0x14b4 on the first row.
+        let processed = family(&families, "node_softnet_processed");
+        assert_eq!(processed.kind, Kind::Counter);
+        assert_eq!(
+            processed.samples.first().map(|(_, v)| v.clone()),
+            Some(crate::exposition::Value::Number(f64::from(0x14b4)))
+        );
+        // The busiest two instances are kept; the third is counted as dropped.
+        assert_eq!(dropped.napi_instances, 1);
+        let polls = family(&families, "napilab_napi_polls");
+        let ids: BTreeSet<&str> = polls
+            .samples
+            .iter()
+            .filter_map(|(l, _)| {
+                l.iter()
+                    .find(|(k, _)| k == "napi_id")
+                    .map(|(_, v)| v.as_str())
+            })
+            .collect();
+        assert_eq!(ids, BTreeSet::from(["7", "8"]));
+        // Instance 7, hardirq context: summed over CPUs; not in this (fixture) map.
+        let hardirq = polls
+            .samples
+            .iter()
+            .find(|(l, _)| {
+                l.contains(&("napi_id".into(), "7".into()))
+                    && l.contains(&("context".into(), "hardirq".into()))
+            })
+            .expect("napi 7 hardirq");
+        assert_eq!(hardirq.1, crate::exposition::Value::Number(150.0));
+        assert!(hardirq.0.contains(&("netns".into(), "other".into())));
+        assert!(hardirq.0.contains(&("device".into(), "dev7".into())));
+        // Packets per poll: one histogram per instance over contexts; 64 lands in +Inf.
+        let hist = family(&families, "napilab_napi_packets_per_poll");
+        let seven = hist
+            .samples
+            .iter()
+            .find(|(l, _)| l.contains(&("napi_id".into(), "7".into())))
+            .expect("histogram of 7");
+        match &seven.1 {
+            crate::exposition::Value::Histogram { buckets, .. } => {
+                assert_eq!(buckets.iter().sum::<u64>(), 160);
+                assert_eq!(buckets[1], 157);
+                assert_eq!(buckets.last(), Some(&3));
+            }
+            other => panic!("not a histogram: {other:?}"),
+        }
+        // Both wire formats accept the whole set.
+        let text = crate::exposition::prometheus_text(&families).expect("text");
+        assert!(
+            text.contains("node_softnet_times_squeezed_total{cpu=\"0\"}"),
+            "{text}"
+        );
+        let om = crate::exposition::openmetrics(families).expect("openmetrics");
+        assert!(om.contains("napilab_napi_full_budget_polls_total{"), "{om}");
+    }
+
+    #[test]
+    fn without_trace_the_trace_families_are_empty_and_tick_time_remains() {
+        let (header, sample) = fixture();
+        let (families, dropped) = packet_path_families(
+            &PacketPath {
+                header: &header,
+                sample: &sample,
+                trace: None,
+                findings: &[],
+            },
+            Limits::default(),
+        );
+        assert_eq!(dropped, Dropped::default());
+        assert!(family(&families, "napilab_napi_polls").samples.is_empty());
+        let softirq = family(&families, "napilab_cpu_softirq_seconds");
+        assert!(!softirq.samples.is_empty());
+        assert!(softirq
+            .samples
+            .iter()
+            .all(|(l, _)| l.contains(&("source".into(), "tick".into()))));
+    }
+}
