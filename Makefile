@@ -23,7 +23,7 @@ APT_OPTIONAL := linux-perf
 RESULTS ?= results
 FUZZ_SECONDS ?= 10
 
-.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-sampling bench-ingress bench-sim bench-trace bench-trace-packets bench-lab bench-linerate clean
+.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-export bench-sampling bench-ingress bench-sim bench-trace bench-trace-packets bench-lab bench-linerate clean
 
 all: build
 
@@ -91,6 +91,12 @@ test: deps lint unit fuzz
 # Sampling cost per 1-second sample, side by side with sar (see README).
 bench-sampling: build
 	bash bench/sampling-cost.sh
+
+# napilab export's CPU per second (proc tier, --trace with its BPF run time) beside
+# prometheus-node-exporter, idle / loaded / 50 concurrent scrapers (root; docs/export.md).
+bench-export: deps
+	$(CARGO) build --release -p napilab
+	bash bench/export-cost.sh
 
 # RT latency with and without the ingress-priority profile (see README).
 bench-ingress: deps

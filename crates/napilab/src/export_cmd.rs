@@ -214,7 +214,10 @@ pub fn run(options: &Options) -> Result<()> {
                     if wait_until(start + interval * step, &stop_rx) {
                         break;
                     }
-                    step = step.saturating_add(1);
+                    // A sample that overran its interval skips the deadlines it missed
+                    // instead of sampling back to back to catch up.
+                    let due = (start.elapsed().as_nanos() / interval.as_nanos().max(1)) as u32;
+                    step = step.saturating_add(1).max(due.saturating_add(1));
                     let rendered = exporter.step()?;
                     if let Ok(mut slot) = latest.write() {
                         *slot = Arc::new(rendered);
