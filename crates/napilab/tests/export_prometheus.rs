@@ -662,3 +662,37 @@ fn counter(body: &str, name: &str) -> Option<f64> {
     body.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
+
+/// Bad input is refused before anything listens (no root, no network needed).
+#[test]
+fn refuses_bad_input_before_listening() {
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_napilab"))
+            .arg("export")
+            .args(args)
+            .output()
+            .expect("run napilab export");
+        assert!(!out.status.success(), "{args:?} was accepted");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let remote = run(&["--listen", "0.0.0.0:9977"]);
+    assert!(remote.contains("--allow-remote"), "{remote}");
+    let garbled = run(&["--listen", "localhost"]);
+    assert!(
+        garbled.contains("--listen") && garbled.contains("address:port"),
+        "{garbled}"
+    );
+    let short = run(&["--interval", "10ms"]);
+    assert!(short.contains("100ms"), "{short}");
+    let dir = TempDir::new("cfg");
+    let missing = dir.0.join("absent.toml");
+    let absent = run(&["--config", missing.to_str().expect("utf-8")]);
+    assert!(absent.contains("absent.toml"), "{absent}");
+    let bad = dir.0.join("bad.toml");
+    std::fs::write(&bad, "interval = \"soon\"\n").expect("write config");
+    let wrong = run(&["--config", bad.to_str().expect("utf-8")]);
+    assert!(
+        wrong.contains("bad.toml") && wrong.contains("interval"),
+        "{wrong}"
+    );
+}
