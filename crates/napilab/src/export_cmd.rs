@@ -194,13 +194,8 @@ pub fn run(options: &Options) -> Result<()> {
     let mut exporter = Exporter::start(options, &root);
     let first = exporter.step()?;
     let latest: Latest = Arc::new(RwLock::new(Arc::new(first)));
-    status(
-        options.json,
-        "serving",
-        options,
-        exporter.tracer.is_some(),
-        &exporter.tier_reason,
-    );
+    let (traced, tier_reason) = (exporter.tracer.is_some(), exporter.tier_reason.clone());
+    status(options.json, "serving", options, traced, &tier_reason);
 
     let sampler = {
         let latest = latest.clone();
@@ -246,7 +241,7 @@ pub fn run(options: &Options) -> Result<()> {
     let sampled = sampler
         .join()
         .map_err(|_| anyhow::anyhow!("the sampler thread panicked"))?;
-    status(options.json, "stopped", options, false, "");
+    status(options.json, "stopped", options, traced, &tier_reason);
     sampled
 }
 

@@ -30,6 +30,10 @@ struct Running(Child, &'static str);
 
 impl Drop for Running {
     fn drop(&mut self) {
+        // Already reaped (terminate): its pid may belong to another process by now.
+        if let Ok(Some(_)) = self.0.try_wait() {
+            return;
+        }
         // SIGTERM first so the exporter detaches its BPF programs; then make sure.
         if let Ok(pid) = i32::try_from(self.0.id()) {
             // SAFETY: plain kill(2) on our own child.
@@ -47,6 +51,25 @@ impl Drop for Running {
         eprintln!("{} did not stop on SIGTERM: killing it", self.1);
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+impl Running {
+    /// Sends SIGTERM and waits (at most 5 s) for the exit status.
+    fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+        let pid = i32::try_from(self.0.id()).ok()?;
+        // SAFETY: plain kill(2) on our own child.
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.0.try_wait() {
+                return Some(status);
+            }
+            sleep(Duration::from_millis(50));
+        }
+        None
     }
 }
 
@@ -552,7 +575,7 @@ fn fifty_concurrent_scrapes_get_complete_consistent_answers_while_devices_churn(
             return;
         }
     };
-    let _exporter = start_exporter(&pair, &["--trace", "--interval", "500ms"]);
+    let mut exporter = start_exporter(&pair, &["--trace", "--interval", "500ms"]);
     // (samples taken, Unix time of the last one), from one scrape.
     let samples_now = |ns: &str| -> (f64, f64) {
         let (_, _, body) = in_netns(ns, || http_get(EXPORTER, "/metrics", None).expect("scrape"));
@@ -654,6 +677,12 @@ fn fifty_concurrent_scrapes_get_complete_consistent_answers_while_devices_churn(
     assert!(
         taken >= 0.8 * expected && taken <= 1.2 * expected + 1.0,
         "sampler off schedule: {taken} samples in {span:.1} s"
+    );
+    // SIGTERM: a clean stop (status 0) after detaching the BPF programs.
+    let stopped = exporter.terminate();
+    assert!(
+        stopped.is_some_and(|s| s.success()),
+        "napilab export did not stop cleanly on SIGTERM: {stopped:?}"
     );
 }
 
