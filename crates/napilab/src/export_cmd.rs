@@ -213,9 +213,15 @@ pub fn run(options: &Options) -> Result<()> {
                     // instead of sampling back to back to catch up.
                     let due = (start.elapsed().as_nanos() / interval.as_nanos().max(1)) as u32;
                     step = step.saturating_add(1).max(due.saturating_add(1));
-                    let rendered = exporter.step()?;
-                    if let Ok(mut slot) = latest.write() {
-                        *slot = Arc::new(rendered);
+                    // A failed rendering keeps the previous one; /healthz turns 503
+                    // if it goes on.
+                    match exporter.step() {
+                        Ok(rendered) => {
+                            if let Ok(mut slot) = latest.write() {
+                                *slot = Arc::new(rendered);
+                            }
+                        }
+                        Err(e) => eprintln!("napilab export: sample failed: {e:#}"),
                     }
                 }
                 // Dropping the exporter detaches and unloads the BPF programs.
@@ -421,7 +427,7 @@ struct Exporter {
     notices: Notices,
     tracer: Option<napilab_trace::AlwaysOn>,
     tier_reason: String,
-    _bpf_stats: Option<std::os::fd::OwnedFd>,
+    bpf_stats_fd: Option<std::os::fd::OwnedFd>,
     previous: Option<(Sample, Option<napilab_trace::Snapshot>)>,
     window: VecDeque<Interval>,
     window_len: usize,
@@ -480,7 +486,7 @@ impl Exporter {
             header,
             tracer,
             tier_reason,
-            _bpf_stats: bpf_stats,
+            bpf_stats_fd: bpf_stats,
             previous: None,
             window: VecDeque::new(),
             window_len,
@@ -534,7 +540,7 @@ impl Exporter {
         self.cost.bpf_stats_enabled = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
             .ok()
             .map(|s| s.trim() != "0")
-            .map(|on| on || self._bpf_stats.is_some());
+            .map(|on| on || self.bpf_stats_fd.is_some());
         self.cost.bpf_programs = self
             .tracer
             .as_ref()
