@@ -16,6 +16,9 @@ APT_PACKAGES := build-essential pkg-config ca-certificates iproute2 ethtool iput
 # memcached: the real server beside napilab's key-value server (lab request workloads,
 # their root tests and `make bench-kv`); started by the lab in a namespace, never as a service.
 APT_PACKAGES += memcached
+# prometheus (ships promtool) and prometheus-node-exporter: the real Prometheus server the
+# export test scrapes napilab with, and the baseline of the exporter-cost benchmark.
+APT_PACKAGES += prometheus prometheus-node-exporter curl
 # Best effort: `perf kwork` is the independent check of measured softirq time in the
 # trace tests (skipped with a printed reason without it); Ubuntu names it differently.
 APT_OPTIONAL := linux-perf
@@ -23,7 +26,7 @@ APT_OPTIONAL := linux-perf
 RESULTS ?= results
 FUZZ_SECONDS ?= 10
 
-.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-sampling bench-ingress bench-sim bench-trace bench-trace-packets bench-lab bench-linerate bench-kv clean
+.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-export bench-sampling bench-ingress bench-sim bench-trace bench-trace-packets bench-lab bench-linerate bench-kv clean
 
 all: build
 
@@ -91,6 +94,12 @@ test: deps lint unit fuzz
 # Sampling cost per 1-second sample, side by side with sar (see README).
 bench-sampling: build
 	bash bench/sampling-cost.sh
+
+# napilab export's CPU per second (proc tier, --trace with its BPF run time) beside
+# prometheus-node-exporter, idle / loaded / 50 concurrent scrapers (root; docs/export.md).
+bench-export: deps
+	$(CARGO) build --release -p napilab
+	bash bench/export-cost.sh
 
 # RT latency with and without the ingress-priority profile (see README).
 bench-ingress: deps

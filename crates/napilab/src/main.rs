@@ -2,6 +2,9 @@
 
 mod compare_cmd;
 mod kv_cmd;
+mod export_cmd;
+mod export_metrics;
+mod exposition;
 mod lab_cmd;
 mod map_cmd;
 mod observe_cmd;
@@ -55,6 +58,9 @@ enum Command {
     /// Offer open-loop (Poisson) or closed-loop memcached-protocol load and report QPS,
     /// latency percentiles, errors, and whether the generator was the limit.
     KvLoad(kv_cmd::LoadArgs),
+    /// Serve this host's packet-path metrics to Prometheus (node_exporter-compatible raw
+    /// counters and the corrected napilab_* ones) until SIGTERM; docs/export.md.
+    Export(export_cmd::ExportArgs),
 }
 
 #[derive(clap::Args)]
@@ -176,6 +182,7 @@ fn main() -> ExitCode {
         Command::Compare(args) => compare_cmd::run(args),
         Command::KvServer(args) => kv_cmd::run_server(args),
         Command::KvLoad(args) => kv_cmd::run_load(args),
+        Command::Export(args) => export_cmd::options(args).and_then(|o| export_cmd::run(&o)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
