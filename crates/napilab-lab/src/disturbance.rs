@@ -148,13 +148,16 @@ pub fn generator_late(generator: &EngineStats, sent: u64) -> f64 {
 
 /// What happened between two snapshots on the lab's `cpus`; `lab_threads` says which
 /// kernel threads' run delay to record (by command-name prefix, e.g. `napi/`,
-/// `ksoftirqd/`).
+/// `ksoftirqd/`). `generator_short`: the generator offered less than the load; its
+/// lateness then is saturation (the load is beyond it), not a stall, and does not
+/// mark the trial.
 pub fn assess(
     before: &Snapshot,
     after: &Snapshot,
     cpus: &[u32],
     lab_threads: &[&str],
     generator_late: f64,
+    generator_short: bool,
 ) -> Disturbance {
     let wall_s = after.at.duration_since(before.at).as_secs_f64().max(1e-3);
     let hz = user_hz();
@@ -199,7 +202,9 @@ pub fn assess(
     delays.sort_by(|x, y| y.1.total_cmp(&x.1));
     delays.truncate(8);
     d.run_delay = delays;
-    let mut other: Vec<(u32, f64)> = other.into_iter().collect();
+    // Attribution by last CPU can put a multi-threaded process's time of both CPUs on
+    // one: a CPU cannot lose more than all of itself.
+    let mut other: Vec<(u32, f64)> = other.into_iter().map(|(c, s)| (c, s.min(1.0))).collect();
     other.sort_by_key(|(c, _)| *c);
     d.other_processes = other;
     for (cpu, s) in &d.steal {
@@ -220,7 +225,7 @@ pub fn assess(
             ));
         }
     }
-    if generator_late > GENERATOR_LATE_LIMIT {
+    if generator_late > GENERATOR_LATE_LIMIT && !generator_short {
         d.reasons.push(format!(
             "generator late or skipped on {:.2}% of departures (limit {:.1}%)",
             generator_late * 100.0,
@@ -278,7 +283,7 @@ mod tests {
                 (11, "napi/x-1", Owner::Kernel, hz, 0, 300_000_000),
             ],
         );
-        let d = assess(&before, &after, &[0], &["napi/"], 0.0);
+        let d = assess(&before, &after, &[0], &["napi/"], 0.0, false);
         assert!(d.disturbed);
         assert_eq!(d.reasons.len(), 2, "{d:?}");
         assert!((d.steal[0].1 - 0.5).abs() < 1e-9);
@@ -288,11 +293,14 @@ mod tests {
         );
         assert!(d.run_delay[0].0.starts_with("napi/x-1"));
         // The same on a CPU the lab does not use: not disturbed.
-        let d = assess(&before, &after, &[1], &["napi/"], 0.0);
+        let d = assess(&before, &after, &[1], &["napi/"], 0.0, false);
         assert!(!d.disturbed, "{d:?}");
-        // A stalled generator alone marks it.
-        let d = assess(&before, &after, &[1], &["napi/"], 0.01);
+        // A stalled generator alone marks it; a generator beyond its speed does not.
+        let d = assess(&before, &after, &[1], &["napi/"], 0.01, false);
         assert!(d.disturbed && d.reasons[0].contains("generator"));
+        let d = assess(&before, &after, &[1], &["napi/"], 0.5, true);
+        assert!(!d.disturbed, "{d:?}");
+        assert_eq!(d.generator_late, 0.5);
     }
 
     #[test]

@@ -22,6 +22,10 @@ pub struct Trial {
     pub load: f64,
     pub duration_s: f64,
     pub loss_ratio: f64,
+    /// Packets per second the DUT delivered: where the search looks below a failed
+    /// load (a load the generator could not offer has loss ratio 1 for the
+    /// classification, but its delivered rate still says where the DUT stands).
+    pub forwarded_pps: f64,
     /// Left out of the classification (a disturbed trial the policy repeats).
     pub excluded: bool,
 }
@@ -124,6 +128,9 @@ pub enum Measured {
         /// Seconds the trial took in all (warm-up, drain and overhead included):
         /// what the search's time limit counts.
         wall_s: f64,
+        /// Packets per second delivered (NaN: unknown, the load times one minus the
+        /// loss ratio is assumed).
+        forwarded_pps: f64,
     },
     Interrupted,
 }
@@ -316,8 +323,8 @@ fn next_step(phase: &ResolvedGoal, trials: &[Trial], limits: &Limits) -> Step {
         // start, as FD.io CSIT does), at least one width below it.
         let forwarded = trials
             .iter()
-            .filter(|t| t.load == ub && !t.excluded)
-            .map(|t| ub * (1.0 - t.loss_ratio))
+            .filter(|t| t.load == ub && !t.excluded && t.forwarded_pps > 0.0)
+            .map(|t| t.forwarded_pps)
             .fold(f64::INFINITY, f64::min);
         let candidate = forwarded
             .min(ub * (1.0 - phase.width))
@@ -384,6 +391,7 @@ pub fn search(
                                 loss_ratio,
                                 disturbed: d,
                                 wall_s,
+                                forwarded_pps,
                             } => {
                                 spent += wall_s.max(duration);
                                 // A disturbed trial is left out and measured again
@@ -397,6 +405,11 @@ pub fn search(
                                     load,
                                     duration_s: duration,
                                     loss_ratio,
+                                    forwarded_pps: if forwarded_pps.is_nan() {
+                                        load * (1.0 - loss_ratio)
+                                    } else {
+                                        forwarded_pps
+                                    },
                                     excluded: retry,
                                 });
                                 disturbed.push(d);
@@ -450,6 +463,7 @@ mod tests {
                         load: 1e6,
                         duration_s: d,
                         loss_ratio: loss,
+                        forwarded_pps: 0.0,
                         excluded: false,
                     },
                     n,
@@ -547,6 +561,7 @@ mod tests {
                 loss_ratio: loss,
                 disturbed: false,
                 wall_s: 0.0,
+                forwarded_pps: f64::NAN,
             }
         }
     }
@@ -698,6 +713,7 @@ mod tests {
                     loss_ratio: 0.5,
                     disturbed: false,
                     wall_s: 0.0,
+                    forwarded_pps: f64::NAN,
                 }
             }
         });
@@ -709,6 +725,7 @@ mod tests {
                 loss_ratio: 0.5,
                 disturbed: false,
                 wall_s: 0.0,
+                forwarded_pps: f64::NAN,
             }
         });
         assert_eq!(o.goals[0].stopped, "no_lower_bound");
@@ -732,6 +749,7 @@ mod tests {
                 loss_ratio: if disturbed { base.max(0.1) } else { base },
                 disturbed,
                 wall_s: 0.0,
+                forwarded_pps: f64::NAN,
             }
         };
         let l = Limits {
@@ -753,6 +771,48 @@ mod tests {
         assert_eq!(again[0].conditional_throughput, r.conditional_throughput);
     }
 
+    /// Above 700 kpps the generator cannot offer the load: those trials count as
+    /// high-loss (loss ratio 1), but what the DUT delivered there still tells the search
+    /// where to look, so it does not fall to the lowest load (as a first version did:
+    /// every lab maximum came out at 2 kpps).
+    #[test]
+    fn a_load_the_generator_could_not_offer_still_points_below() {
+        let g = goal(0.005, 0.5, 1.0, 2.0, 0.5, 0.03);
+        let o = search(std::slice::from_ref(&g), &limits(), |load, _| {
+            if load > 700_000.0 {
+                Measured::Trial {
+                    loss_ratio: 1.0,
+                    disturbed: false,
+                    wall_s: 0.0,
+                    forwarded_pps: 500_000.0,
+                }
+            } else {
+                let loss = if load > 480_000.0 {
+                    (load - 480_000.0) / load
+                } else {
+                    0.0
+                };
+                Measured::Trial {
+                    loss_ratio: loss,
+                    disturbed: false,
+                    wall_s: 0.0,
+                    forwarded_pps: load * (1.0 - loss),
+                }
+            }
+        });
+        let ct = o.goals[0].conditional_throughput.expect("ct");
+        assert!(
+            (480_000.0 * 0.97..=480_000.0).contains(&ct),
+            "{:?}",
+            o.goals[0]
+        );
+        assert!(
+            o.trials.iter().all(|t| t.load >= 400_000.0),
+            "{:?}",
+            o.trials
+        );
+    }
+
     /// On a machine that disturbs every trial, the retries run out and the trials
     /// count: the search still converges instead of measuring one load until its time
     /// limit (as a first version did, 720 trials at the highest load).
@@ -771,6 +831,7 @@ mod tests {
             },
             disturbed: true,
             wall_s: d + 1.0,
+            forwarded_pps: f64::NAN,
         });
         assert_eq!(o.goals[0].stopped, "converged", "{:?}", o.goals[0]);
         // Every load measured three times: two left out, the third kept.

@@ -507,12 +507,14 @@ fn run_configuration(
                         let after = disturbance::snapshot(Path::new("/"));
                         let sent = point.classes.iter().map(|c| c.sent).sum();
                         let late = disturbance::generator_late(&point.generator, sent);
+                        let short = point.offered_pps < 0.99 * point.requested_pps;
                         let disturbance = disturbance::assess(
                             &before,
                             &after,
                             &lab_cpus,
                             LAB_KERNEL_THREADS,
                             late,
+                            short,
                         );
                         throughput::MeasuredTrial { point, disturbance }
                     }))

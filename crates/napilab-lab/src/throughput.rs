@@ -62,6 +62,7 @@ pub fn mlrsearch(
                         t.point.loss_ratio()
                     };
                     let disturbed = t.disturbance.disturbed;
+                    let forwarded_pps = t.point.delivered_pps();
                     max.probes.push(points.len());
                     max.trials.push(TrialRecord {
                         point: points.len(),
@@ -77,6 +78,7 @@ pub fn mlrsearch(
                         loss_ratio,
                         disturbed,
                         wall_s: started.elapsed().as_secs_f64(),
+                        forwarded_pps,
                     }
                 }
                 Ok(None) => Measured::Interrupted,

@@ -1,10 +1,10 @@
 //! The `napilab` binary: argument parsing and wiring only (design.md section 3).
 
 mod compare_cmd;
-mod kv_cmd;
 mod export_cmd;
 mod export_metrics;
 mod exposition;
+mod kv_cmd;
 mod lab_cmd;
 mod map_cmd;
 mod observe_cmd;
