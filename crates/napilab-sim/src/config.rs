@@ -227,6 +227,29 @@ pub struct RxQueueConfig {
     /// named "rx" of `rx_ring_size` with the whole weight.
     #[serde(default)]
     pub rings: Vec<RingConfig>,
+    /// How the driver poll serves several rings (ignored with one ring).
+    #[serde(default)]
+    pub ring_poll: RingPoll,
+}
+
+/// The order in which one NAPI poll serves the rings of its queue.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RingPoll {
+    /// The ingress-QoS study's driver (docs/studies.md#ingress-qos-study, section
+    /// IV-B: `ixgbe_poll` "extended by an additional loop that allows both Rx rings
+    /// to be polled alternately with small ring budgets until the poll size is
+    /// exhausted"): the rings are visited in order, a ring budget at a time, again and
+    /// again until the weight is used or a whole round found every ring empty. "Not
+    /// done" only when the weight ran out while a ring's last visit used its whole
+    /// allotment (the driver cannot know that ring is empty).
+    #[default]
+    Alternate,
+    /// Stock `ixgbe_poll` (drivers/net/ethernet/intel/ixgbe/ixgbe_main.c): each ring
+    /// of the vector once per poll with `max(weight / rings, 1)` packets unless the
+    /// ring sets its own budget; "not done" (`clean_complete = false`) when any ring
+    /// used its whole ring budget.
+    OnePass,
 }
 
 /// One RX ring. Several rings under one NAPI model the per-class rings of the ingress
@@ -237,7 +260,9 @@ pub struct RingConfig {
     pub name: String,
     #[serde(default)]
     pub size: Option<u32>,
-    /// Packets this ring may hand over per poll; default: the NAPI weight.
+    /// Packets this ring may hand over per visit; default: the NAPI weight
+    /// (`ring_poll = "alternate"`) or `max(weight / rings, 1)` (`"one_pass"`, as
+    /// stock ixgbe divides its budget).
     #[serde(default)]
     pub budget: Option<u32>,
 }

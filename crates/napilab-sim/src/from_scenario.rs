@@ -288,6 +288,7 @@ fn map_configuration(
             irq_suspend_timeout_ns: 0,
             rps_cpus: r.rps_cpus.clone(),
             rings: Vec::new(),
+            ring_poll: Default::default(),
         });
     }
     if r.defer_hard_irqs == 0 && r.gro_flush_timeout_ns > 0 {
