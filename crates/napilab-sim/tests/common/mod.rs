@@ -27,59 +27,16 @@ pub fn rel(a: f64, b: f64) -> f64 {
     (a - b).abs() / b.abs()
 }
 
-/// The four ingress-QoS strategies of docs/studies.md#ingress-qos-study as shipped
-/// twin configurations: (strategy, scenario text, file name).
-pub const INGRESS_QOS: [(&str, &str, &str); 4] = [
-    (
-        "SQ",
-        include_str!("../../scenarios/router-sq.toml"),
-        "scenarios/router-sq.toml",
-    ),
-    (
-        "RR",
-        include_str!("../../scenarios/router-rr.toml"),
-        "scenarios/router-rr.toml",
-    ),
-    (
-        "LL-RR",
-        include_str!("../../scenarios/router-ll-rr.toml"),
-        "scenarios/router-ll-rr.toml",
-    ),
-    (
-        "LL-WFQ",
-        include_str!("../../scenarios/router-ll-wfq.toml"),
-        "scenarios/router-ll-wfq.toml",
-    ),
-];
-
-/// A strategy's configuration at `rate_pps` with the RT class taking `rt_share` of it
-/// (SQ has one class: its whole traffic).
+/// A strategy of docs/studies.md#ingress-qos-study at `rate_pps` with the RT class
+/// taking `rt_share`, measured for `duration_ms`.
 pub fn strategy_config(
-    strategy: &str,
+    strategy: napilab_sim::ingress_qos::Strategy,
     rate_pps: f64,
     rt_share: f64,
     duration_ms: f64,
 ) -> SimConfig {
-    let (_, text, file) = INGRESS_QOS
-        .iter()
-        .find(|(s, _, _)| *s == strategy)
-        .expect("known strategy");
-    let mut c = SimConfig::from_toml_str(text, file).expect("shipped scenario parses");
-    c.traffic.rate_pps = rate_pps;
+    let mut c = strategy.config(rate_pps, rt_share);
     c.measurement.duration_ms = duration_ms;
     c.measurement.warmup_ms = 10.0;
-    if c.traffic.classes.len() == 1 {
-        // SQ: both classes share the one ring (FIFO), counted apart.
-        let mut rt = c.traffic.classes[0].clone();
-        rt.name = "rt".to_string();
-        c.traffic.classes.insert(0, rt);
-    }
-    for class in &mut c.traffic.classes {
-        class.share = if class.name == "rt" {
-            rt_share
-        } else {
-            1.0 - rt_share
-        };
-    }
     c
 }
