@@ -160,6 +160,104 @@ pub fn check_be_budget(
     out
 }
 
+/// A profile in which only per-packet work costs time: `service_ns` per packet at
+/// 1 GHz (IRQs, softirq entry, polls, DMA free). The twin check of an advice given
+/// from a bare service time runs on it: the bound's own model.
+pub fn ideal_profile(service_ns: f64) -> Profile {
+    use crate::profile::{FixedCycles, LatencyNs, StageCycles};
+    Profile {
+        name: format!("ideal-{service_ns}ns"),
+        description: "only per-packet work costs time (the Tmax bound's model)".to_string(),
+        cpu_ghz: 1.0,
+        stage_cycles: StageCycles {
+            poll: service_ns * 0.25,
+            ip_stack: service_ns * 0.5,
+            xmit: service_ns * 0.25,
+            qdisc: 0.0,
+            tx_reclaim: 0.0,
+            rps: 0.0,
+        },
+        fixed_cycles: FixedCycles {
+            hardirq: 0.0,
+            softirq: 0.0,
+            poll: 0.0,
+            tx_softirq: 0.0,
+            context_switch: 0.0,
+            idle_exit: 0.0,
+            after_interrupt: 0.0,
+        },
+        latency_ns: LatencyNs {
+            irq_delivery: 0,
+            idle_wakeup: 0,
+            rx_dma: 0,
+            tx_dma: 0,
+        },
+    }
+}
+
+/// The device budget the ring budgets share (the NAPI weight of the study's driver).
+pub const DEVICE_BUDGET: u32 = 64;
+
+/// The ring-budget advice of section IV-C (docs/studies.md#qos-7).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Advice {
+    /// RT load as a fraction of the core's capacity (rho_RT).
+    pub rt_load: f64,
+    /// Per-packet service time x, ns.
+    pub service_ns: f64,
+    /// Latency target m, in packet times.
+    pub target_packets: f64,
+    /// The largest BE ring budget b with Tmax <= m x (at most the device budget);
+    /// None when even b = 1 exceeds the target.
+    pub be_budget: Option<u32>,
+    /// Tmax at that budget, ns.
+    pub tmax_ns: Option<f64>,
+    /// Why there is no budget, or why it was capped.
+    pub note: Option<String>,
+}
+
+/// The arithmetic: b = floor(m (1 - rho_RT)), capped at the device budget.
+pub fn advise(rt_load: f64, service_ns: f64, target_packets: f64) -> Result<Advice, String> {
+    if !(0.0..1.0).contains(&rt_load) {
+        return Err(format!(
+            "RT load {rt_load} must be a fraction of the core's capacity in [0, 1)"
+        ));
+    }
+    if !(service_ns > 0.0 && service_ns.is_finite()) {
+        return Err(format!("service time {service_ns} ns must be positive"));
+    }
+    if !(target_packets > 0.0 && target_packets.is_finite()) {
+        return Err(format!(
+            "latency target {target_packets} packets must be positive"
+        ));
+    }
+    let mut note = None;
+    let be_budget = match largest_be_budget(target_packets, rt_load) {
+        None => {
+            note = Some(format!(
+                "no BE ring budget meets the target: even b = 1 gives Tmax = x / (1 - rho_RT) = {:.2} packet times",
+                1.0 / (1.0 - rt_load)
+            ));
+            None
+        }
+        Some(b) if b > DEVICE_BUDGET => {
+            note = Some(format!(
+                "b = {b} exceeds the device budget; capped at {DEVICE_BUDGET}"
+            ));
+            Some(DEVICE_BUDGET)
+        }
+        Some(b) => Some(b),
+    };
+    Ok(Advice {
+        rt_load,
+        service_ns,
+        target_packets,
+        be_budget,
+        tmax_ns: be_budget.map(|b| tmax(b, service_ns, rt_load)),
+        note,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,6 +269,43 @@ mod tests {
         assert_eq!(largest_be_budget(6.0, 0.0), Some(6));
         assert_eq!(largest_be_budget(1.0, 0.5), None);
         assert!((tmax(4, 500.0, 0.3) - 2857.142857).abs() < 1e-3);
+    }
+
+    #[test]
+    fn advice_arithmetic_and_bad_input() {
+        let a = advise(0.3, 550.0, 6.0).expect("valid");
+        assert_eq!(a.be_budget, Some(4));
+        assert!((a.tmax_ns.expect("tmax") - 4.0 * 550.0 / 0.7).abs() < 1e-6);
+        assert!(a.tmax_ns.expect("tmax") <= 6.0 * 550.0);
+        // b + 1 would break the target: b is the largest.
+        assert!(tmax(5, 550.0, 0.3) > 6.0 * 550.0);
+        let none = advise(0.5, 550.0, 1.5).expect("valid");
+        assert_eq!(none.be_budget, None);
+        assert!(none.note.expect("note").contains("b = 1"));
+        let capped = advise(0.0, 550.0, 1000.0).expect("valid");
+        assert_eq!(capped.be_budget, Some(DEVICE_BUDGET));
+        assert!(advise(1.0, 550.0, 6.0).is_err());
+        assert!(advise(0.3, 0.0, 6.0).is_err());
+        assert!(advise(0.3, 550.0, -1.0).is_err());
+    }
+
+    /// The twin check on the bound's own model (ideal profile): at the advised b the
+    /// constant-rate maximum and the Poisson mean and p99 stay under Tmax; one budget
+    /// step above the advice the maximum breaks the target m x.
+    #[test]
+    fn the_twin_confirms_the_advised_budget() {
+        let x = 500.0;
+        let a = advise(0.3, x, 6.0).expect("valid");
+        let b = a.be_budget.expect("budget");
+        let tmax = a.tmax_ns.expect("tmax");
+        let p = ideal_profile(x);
+        let checks = check_be_budget(&p, 0.3, b, 60.0, 7);
+        let (cbr, poisson) = (&checks[0], &checks[1]);
+        assert!(cbr.max_wait_ns <= tmax, "{cbr:?} Tmax {tmax}");
+        assert!(poisson.mean_wait_ns <= tmax, "{poisson:?} Tmax {tmax}");
+        assert!(poisson.p99_wait_ns <= tmax, "{poisson:?} Tmax {tmax}");
+        let over = check_be_budget(&p, 0.3, 3 * b, 60.0, 7);
+        assert!(over[0].max_wait_ns > 6.0 * x, "{:?}", over[0]);
     }
 
     #[test]
