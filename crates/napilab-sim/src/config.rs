@@ -150,6 +150,15 @@ pub struct NetSettings {
     /// `net.core.netdev_max_backlog`: packets per CPU backlog (RPS) before drops.
     #[serde(default = "default_max_backlog")]
     pub max_backlog: u32,
+    /// `MAX_SOFTIRQ_RESTART` (kernel/softirq.c, a compile-time constant, 10): passes
+    /// of `__do_softirq` before pending work goes to ksoftirqd. A setting so that the
+    /// access-point study's experiment with 1 can be rerun (docs/studies.md#ap-12).
+    #[serde(default = "default_max_softirq_restart")]
+    pub max_softirq_restart: u32,
+}
+
+fn default_max_softirq_restart() -> u32 {
+    crate::softirq::MAX_SOFTIRQ_RESTART
 }
 
 fn default_max_backlog() -> u32 {
@@ -170,6 +179,7 @@ impl Default for NetSettings {
             netdev_budget_usecs: None,
             weight: default_weight(),
             max_backlog: default_max_backlog(),
+            max_softirq_restart: default_max_softirq_restart(),
         }
     }
 }
@@ -478,6 +488,12 @@ impl SimConfig {
         }
         if parse_kernel(&self.host.kernel).is_none() {
             return err("host.kernel", "expected `major.minor`, e.g. \"6.8\"");
+        }
+        if self.settings.max_softirq_restart == 0 {
+            return err(
+                "settings.max_softirq_restart",
+                "must be at least 1 (the kernel always runs one pass)",
+            );
         }
         if self.settings.netdev_budget == 0 {
             return err("settings.netdev_budget", "must be positive");

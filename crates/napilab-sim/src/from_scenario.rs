@@ -412,6 +412,7 @@ fn map_configuration(
             netdev_budget_usecs: r.netdev_budget_usecs,
             weight: VETH_WEIGHT,
             max_backlog: MAX_BACKLOG,
+            max_softirq_restart: crate::softirq::MAX_SOFTIRQ_RESTART,
         },
         ingress: IngressConfig {
             name: "dut-in".into(),

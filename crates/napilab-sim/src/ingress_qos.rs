@@ -176,6 +176,7 @@ pub fn ideal_profile(service_ns: f64) -> Profile {
             qdisc: 0.0,
             tx_reclaim: 0.0,
             rps: 0.0,
+            unmapped: 0.0,
         },
         fixed_cycles: FixedCycles {
             hardirq: 0.0,

@@ -37,6 +37,13 @@ pub struct StageCycles {
     /// Only used when a queue has `rps_cpus`; absent means 0.
     #[serde(default)]
     pub rps: f64,
+    /// Cycles per received packet outside the stage map: a stage decomposition built
+    /// from sampled call stacks (docs/studies.md#ap-stages) covers only part
+    /// of a core's cycles, and the rest, calibrated against the published total cycles
+    /// per core, is charged here (on the polling CPU, with the poll stage), so the
+    /// stage figures stay a breakdown. Absent means 0.
+    #[serde(default)]
+    pub unmapped: f64,
 }
 
 /// Cycles per event rather than per packet.
@@ -129,6 +136,7 @@ impl Profile {
             ("stage_cycles.qdisc", s.qdisc),
             ("stage_cycles.tx_reclaim", s.tx_reclaim),
             ("stage_cycles.rps", s.rps),
+            ("stage_cycles.unmapped", s.unmapped),
             ("fixed_cycles.hardirq", f.hardirq),
             ("fixed_cycles.softirq", f.softirq),
             ("fixed_cycles.poll", f.poll),

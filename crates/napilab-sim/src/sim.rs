@@ -317,7 +317,7 @@ impl<'a> Sim<'a> {
             switch: ns(profile, f.context_switch),
             idle_exit: ns(profile, f.idle_exit),
             after_interrupt: ns(profile, f.after_interrupt),
-            rx_poll: ns(profile, s.poll),
+            rx_poll: ns(profile, s.poll + s.unmapped),
             ip: ns(profile, s.ip_stack),
             rps: ns(profile, s.rps),
             xmit: ns(profile, s.xmit),
@@ -1713,7 +1713,14 @@ impl<'a> Sim<'a> {
                         kind == ExitKind::Irq && self.skip_rule && self.threads[ksoftirqd].runnable;
                     if !blocked {
                         let pending = std::mem::take(&mut self.cpus[c].softirq_pending);
-                        let mut run = SoftirqRun::new(false, now, self.tick_ns, self.hz, pending);
+                        let mut run = SoftirqRun::new(
+                            false,
+                            now,
+                            self.tick_ns,
+                            self.hz,
+                            pending,
+                            self.cfg.settings.max_softirq_restart,
+                        );
                         run.bh_enable = kind == ExitKind::BhEnable;
                         self.cpus[c].softirq = Some(run);
                     }
@@ -1776,8 +1783,14 @@ impl<'a> Sim<'a> {
                     return false;
                 }
                 let now = self.q.now();
-                self.cpus[c].softirq =
-                    Some(SoftirqRun::new(true, now, self.tick_ns, self.hz, pending));
+                self.cpus[c].softirq = Some(SoftirqRun::new(
+                    true,
+                    now,
+                    self.tick_ns,
+                    self.hz,
+                    pending,
+                    self.cfg.settings.max_softirq_restart,
+                ));
                 self.softirq_step(c)
             }
             ThreadKind::App(a) => self.app_step(c, t, a),
