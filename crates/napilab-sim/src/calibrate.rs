@@ -31,6 +31,7 @@ use napilab_core::scenario::{self, Scenario};
 use napilab_core::{ConfigurationResult, PointResult, PointRole, RunRecord};
 
 use crate::from_scenario::{self, Testbed, TwinConfiguration, TwinPlan};
+use crate::profile::{ParamSource, SourceKind};
 use crate::{ConfigError, Profile, SimConfig};
 
 /// The shipped lab profile of this machine's veth lab.
@@ -787,8 +788,56 @@ impl Calibration {
                 ));
             }
         }
-        out.push_str(&self.lab.body());
+        let mut lab = self.lab.clone();
+        lab.profile.provenance = self.provenance(command, record);
+        out.push_str(&lab.body());
         out
+    }
+
+    /// The machine-readable source of every parameter of the fitted profile: the
+    /// fitted ones name the run, the configuration and the command; the others say
+    /// why they are assumed.
+    fn provenance(
+        &self,
+        command: &str,
+        record: &RunRecord,
+    ) -> std::collections::BTreeMap<String, ParamSource> {
+        let reference = format!(
+            "lab run {} (configuration {}) by {command}",
+            record.run_id, self.figures.name
+        );
+        let fitted = |detail: &str| ParamSource {
+            kind: SourceKind::Fitted,
+            reference: reference.clone(),
+            detail: detail.to_string(),
+        };
+        let assumed = |detail: &str| ParamSource {
+            kind: SourceKind::Assumed,
+            reference: String::new(),
+            detail: detail.to_string(),
+        };
+        let per_packet = "a third of the DUT kthread's CPU per delivered packet at the highest load (the split between poll, ip_stack and xmit is assumed equal)";
+        let mut map = std::collections::BTreeMap::new();
+        for (key, _) in self.lab.profile.parameters() {
+            let src = match key {
+                "cpu_ghz" => assumed("nominal: 1 cycle = 1 ns at 1 GHz"),
+                "stage_cycles.poll" | "stage_cycles.ip_stack" | "stage_cycles.xmit" => {
+                    fitted(per_packet)
+                }
+                "fixed_cycles.context_switch" => fitted(
+                    "the DUT kthread's cost per wake-up: least squares over the lower loads' CPU beyond the packets",
+                ),
+                "latency_ns.irq_delivery" => fitted(
+                    "bisected so the twin's maximum search on the calibration configuration comes closest to the lab's; threaded configurations only",
+                ),
+                "stage_cycles.tx_reclaim" | "fixed_cycles.tx_softirq" => {
+                    assumed("veth has no TX completions: never used")
+                }
+                _ => assumed("not fixed by the lab figures the calibration uses"),
+            };
+            map.insert(key.to_string(), src);
+        }
+        map
     }
 }
 

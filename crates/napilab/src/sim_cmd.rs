@@ -434,10 +434,13 @@ fn run_twin(args: &RunArgs) -> Result<()> {
         interrupted: false,
         configurations: vec![ConfigurationResult {
             name: format!("{name} on {profile_name}"),
-            settings: vec![
-                ("profile".into(), profile_name.clone()),
-                ("seed".into(), seed.to_string()),
-            ],
+            settings: [
+                ("profile".to_string(), profile_name.clone()),
+                ("seed".to_string(), seed.to_string()),
+            ]
+            .into_iter()
+            .chain(provenance_pairs(&profile))
+            .collect(),
             findings: points
                 .iter()
                 .filter_map(|p| p.observation.as_ref())
@@ -460,6 +463,7 @@ fn run_twin(args: &RunArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&record)?);
     } else {
         print!("{}", summary(&record, &results));
+        print!("{}", provenance_block(&profile));
     }
     if !args.no_report {
         // The same outputs as a lab run: report.html, points.csv, run.json, the store.
@@ -552,6 +556,37 @@ fn summary(record: &RunRecord, sweep: &[SimResult]) -> String {
     out
 }
 
+/// The profile's parameters with their values and sources, as settings of a
+/// configuration (so the RunRecord's JSON and the report carry them): one pair per
+/// parameter, `source: <parameter>` = `<value> (<kind>: <reference>; <detail>)`.
+fn provenance_pairs(profile: &Profile) -> Vec<(String, String)> {
+    profile
+        .parameters()
+        .into_iter()
+        .map(|(key, value)| {
+            (
+                format!("source: {key}"),
+                profile.provenance_text(key, value),
+            )
+        })
+        .collect()
+}
+
+/// The same, as a block of the text summary.
+fn provenance_block(profile: &Profile) -> String {
+    let mut out = format!(
+        "profile {}: where each parameter comes from (published / calibrated / fitted / assumed)\n",
+        profile.name
+    );
+    for (key, value) in profile.parameters() {
+        out.push_str(&format!(
+            "  {key} = {}\n",
+            profile.provenance_text(key, value)
+        ));
+    }
+    out
+}
+
 /// Findings of a configuration's points, each rule and subject once.
 fn findings_of(points: &[PointResult]) -> Vec<napilab_core::Finding> {
     points
@@ -638,6 +673,7 @@ fn run_scenario(args: &RunArgs, text: &str) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("{e}"))?;
         let mut settings = conf.settings.clone();
         settings.push(("profile".into(), profile_name.clone()));
+        settings.extend(provenance_pairs(&profile));
         settings.push((
             "seeds".into(),
             plan.seeds
@@ -692,6 +728,7 @@ fn run_scenario(args: &RunArgs, text: &str) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&record)?);
     } else {
         print!("{}", scenario_summary(&record, &profile_name));
+        print!("{}", provenance_block(&lab.profile));
     }
     if !args.no_report {
         write_report(&record, &args.db)?;
