@@ -928,7 +928,7 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<()> {
         "lab max kpps",
         "lab search stopped",
         "twin max kpps",
-        "relative error",
+        "error (lower bound: at least)",
     ]);
     for x in &predictions {
         t.add_row(vec![
@@ -936,7 +936,7 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<()> {
             format!("{:.1}", x.lab_max_pps / 1e3),
             x.lab_stopped.clone(),
             format!("{:.1}", x.twin_max_pps / 1e3),
-            format!("{:+.1}%", x.relative_error * 100.0),
+            x.verdict(),
         ]);
     }
     if !predictions.is_empty() {
