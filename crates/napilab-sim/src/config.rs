@@ -150,6 +150,15 @@ pub struct NetSettings {
     /// `net.core.netdev_max_backlog`: packets per CPU backlog (RPS) before drops.
     #[serde(default = "default_max_backlog")]
     pub max_backlog: u32,
+    /// `MAX_SOFTIRQ_RESTART` (kernel/softirq.c, a compile-time constant, 10): passes
+    /// of `__do_softirq` before pending work goes to ksoftirqd. A setting so that the
+    /// access-point study's experiment with 1 can be rerun (docs/studies.md#ap-12).
+    #[serde(default = "default_max_softirq_restart")]
+    pub max_softirq_restart: u32,
+}
+
+fn default_max_softirq_restart() -> u32 {
+    crate::softirq::MAX_SOFTIRQ_RESTART
 }
 
 fn default_max_backlog() -> u32 {
@@ -170,6 +179,7 @@ impl Default for NetSettings {
             netdev_budget_usecs: None,
             weight: default_weight(),
             max_backlog: default_max_backlog(),
+            max_softirq_restart: default_max_softirq_restart(),
         }
     }
 }
@@ -227,6 +237,29 @@ pub struct RxQueueConfig {
     /// named "rx" of `rx_ring_size` with the whole weight.
     #[serde(default)]
     pub rings: Vec<RingConfig>,
+    /// How the driver poll serves several rings (ignored with one ring).
+    #[serde(default)]
+    pub ring_poll: RingPoll,
+}
+
+/// The order in which one NAPI poll serves the rings of its queue.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RingPoll {
+    /// The ingress-QoS study's driver (docs/studies.md#ingress-qos-study, section
+    /// IV-B: `ixgbe_poll` "extended by an additional loop that allows both Rx rings
+    /// to be polled alternately with small ring budgets until the poll size is
+    /// exhausted"): the rings are visited in order, a ring budget at a time, again and
+    /// again until the weight is used or a whole round found every ring empty. "Not
+    /// done" only when the weight ran out while a ring's last visit used its whole
+    /// allotment (the driver cannot know that ring is empty).
+    #[default]
+    Alternate,
+    /// Stock `ixgbe_poll` (drivers/net/ethernet/intel/ixgbe/ixgbe_main.c): each ring
+    /// of the vector once per poll with `max(weight / rings, 1)` packets unless the
+    /// ring sets its own budget; "not done" (`clean_complete = false`) when any ring
+    /// used its whole ring budget.
+    OnePass,
 }
 
 /// One RX ring. Several rings under one NAPI model the per-class rings of the ingress
@@ -237,7 +270,9 @@ pub struct RingConfig {
     pub name: String,
     #[serde(default)]
     pub size: Option<u32>,
-    /// Packets this ring may hand over per poll; default: the NAPI weight.
+    /// Packets this ring may hand over per visit; default: the NAPI weight
+    /// (`ring_poll = "alternate"`) or `max(weight / rings, 1)` (`"one_pass"`, as
+    /// stock ixgbe divides its budget).
     #[serde(default)]
     pub budget: Option<u32>,
 }
@@ -453,6 +488,12 @@ impl SimConfig {
         }
         if parse_kernel(&self.host.kernel).is_none() {
             return err("host.kernel", "expected `major.minor`, e.g. \"6.8\"");
+        }
+        if self.settings.max_softirq_restart == 0 {
+            return err(
+                "settings.max_softirq_restart",
+                "must be at least 1 (the kernel always runs one pass)",
+            );
         }
         if self.settings.netdev_budget == 0 {
             return err("settings.netdev_budget", "must be positive");

@@ -288,6 +288,7 @@ fn map_configuration(
             irq_suspend_timeout_ns: 0,
             rps_cpus: r.rps_cpus.clone(),
             rings: Vec::new(),
+            ring_poll: Default::default(),
         });
     }
     if r.defer_hard_irqs == 0 && r.gro_flush_timeout_ns > 0 {
@@ -411,6 +412,7 @@ fn map_configuration(
             netdev_budget_usecs: r.netdev_budget_usecs,
             weight: VETH_WEIGHT,
             max_backlog: MAX_BACKLOG,
+            max_softirq_restart: crate::softirq::MAX_SOFTIRQ_RESTART,
         },
         ingress: IngressConfig {
             name: "dut-in".into(),

@@ -2,6 +2,7 @@
 //! docs/kernel.md#irq-deferral): SCHED and MISSED bits, `napi_complete_done` with
 //! `defer-hard-irqs` and `gro-flush-timeout`.
 
+use crate::config::RingPoll;
 use crate::event::Nanos;
 
 #[derive(Debug)]
@@ -11,6 +12,8 @@ pub struct Napi {
     /// CPU whose softirq polls it (the CPU of its IRQ) or where its thread runs.
     pub cpu: usize,
     pub rings: Vec<usize>,
+    /// How one poll serves several rings.
+    pub ring_poll: RingPoll,
     /// Egress TX queue whose completions this poll reclaims.
     pub txq: Option<usize>,
     /// The IRQ line the driver unmasks on completion; None for a CPU's backlog.
@@ -50,6 +53,7 @@ impl Napi {
             name,
             cpu,
             rings: Vec::new(),
+            ring_poll: RingPoll::default(),
             txq: None,
             line: None,
             backlog: None,

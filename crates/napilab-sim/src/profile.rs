@@ -2,6 +2,8 @@
 //! `profiles/`, each with comments saying which published figure fixed which number
 //! (design.md principle 6).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::config::ConfigError;
@@ -17,6 +19,49 @@ pub struct Profile {
     pub stage_cycles: StageCycles,
     pub fixed_cycles: FixedCycles,
     pub latency_ns: LatencyNs,
+    /// Where each parameter's value comes from, by parameter path
+    /// (`stage_cycles.poll`, `latency_ns.rx_dma`, ...; see [`Profile::parameters`]).
+    #[serde(default)]
+    pub provenance: BTreeMap<String, ParamSource>,
+}
+
+/// The source of one profile parameter, machine-readable (issue 20 item 3).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ParamSource {
+    pub kind: SourceKind,
+    /// `published`: the study and its figure (`docs/studies.md#ap-5`, with the
+    /// paper's table, figure or section there). `fitted`: the lab run and the command
+    /// (`lab run 20261123-182646-fb51 by napilab sim calibrate ...`). `calibrated`:
+    /// the published figures the value was fitted to. `assumed`: empty.
+    #[serde(default)]
+    pub reference: String,
+    /// How the number follows from the reference, or, when assumed, why.
+    pub detail: String,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceKind {
+    /// Taken from a published figure by arithmetic.
+    Published,
+    /// Fitted so the twin reproduces published figures.
+    Calibrated,
+    /// Fitted from a lab run of this machine.
+    Fitted,
+    /// No figure fixes it.
+    Assumed,
+}
+
+impl SourceKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceKind::Published => "published",
+            SourceKind::Calibrated => "calibrated",
+            SourceKind::Fitted => "fitted",
+            SourceKind::Assumed => "assumed",
+        }
+    }
 }
 
 /// Cycles per packet of each stage of the access-point study's decomposition
@@ -38,6 +83,13 @@ pub struct StageCycles {
     /// Only used when a queue has `rps_cpus`; absent means 0.
     #[serde(default)]
     pub rps: f64,
+    /// Cycles per received packet outside the stage map: a stage decomposition built
+    /// from sampled call stacks (docs/studies.md#ap-stages) covers only part
+    /// of a core's cycles, and the rest, calibrated against the published total cycles
+    /// per core, is charged here (on the polling CPU, with the poll stage), so the
+    /// stage figures stay a breakdown. Absent means 0.
+    #[serde(default)]
+    pub unmapped: f64,
 }
 
 /// Cycles per event rather than per packet.
@@ -130,6 +182,7 @@ impl Profile {
             ("stage_cycles.qdisc", s.qdisc),
             ("stage_cycles.tx_reclaim", s.tx_reclaim),
             ("stage_cycles.rps", s.rps),
+            ("stage_cycles.unmapped", s.unmapped),
             ("fixed_cycles.hardirq", f.hardirq),
             ("fixed_cycles.softirq", f.softirq),
             ("fixed_cycles.poll", f.poll),
@@ -144,6 +197,86 @@ impl Profile {
                     file,
                     field,
                     "must be a finite number >= 0",
+                ));
+            }
+        }
+        self.validate_provenance(file)
+    }
+
+    /// Every parameter with its path and value, in file order.
+    pub fn parameters(&self) -> Vec<(&'static str, f64)> {
+        let (s, f, l) = (&self.stage_cycles, &self.fixed_cycles, &self.latency_ns);
+        vec![
+            ("cpu_ghz", self.cpu_ghz),
+            ("stage_cycles.poll", s.poll),
+            ("stage_cycles.ip_stack", s.ip_stack),
+            ("stage_cycles.xmit", s.xmit),
+            ("stage_cycles.qdisc", s.qdisc),
+            ("stage_cycles.tx_reclaim", s.tx_reclaim),
+            ("stage_cycles.rps", s.rps),
+            ("stage_cycles.unmapped", s.unmapped),
+            ("fixed_cycles.hardirq", f.hardirq),
+            ("fixed_cycles.softirq", f.softirq),
+            ("fixed_cycles.poll", f.poll),
+            ("fixed_cycles.tx_softirq", f.tx_softirq),
+            ("fixed_cycles.context_switch", f.context_switch),
+            ("fixed_cycles.idle_exit", f.idle_exit),
+            ("fixed_cycles.after_interrupt", f.after_interrupt),
+            ("latency_ns.irq_delivery", l.irq_delivery as f64),
+            ("latency_ns.idle_wakeup", l.idle_wakeup as f64),
+            ("latency_ns.rx_dma", l.rx_dma as f64),
+            ("latency_ns.tx_dma", l.tx_dma as f64),
+        ]
+    }
+
+    /// Each parameter with its value and source (None: the profile does not say).
+    pub fn provenance_rows(&self) -> Vec<(&'static str, f64, Option<&ParamSource>)> {
+        self.parameters()
+            .into_iter()
+            .map(|(k, v)| (k, v, self.provenance.get(k)))
+            .collect()
+    }
+
+    /// One line per parameter for reports: `value (kind: reference; detail)`.
+    pub fn provenance_text(&self, key: &str, value: f64) -> String {
+        match self.provenance.get(key) {
+            Some(p) if p.reference.is_empty() => {
+                format!("{value} ({}: {})", p.kind.as_str(), p.detail)
+            }
+            Some(p) => format!(
+                "{value} ({}: {}; {})",
+                p.kind.as_str(),
+                p.reference,
+                p.detail
+            ),
+            None => format!("{value} (source not given)"),
+        }
+    }
+
+    fn validate_provenance(&self, file: &str) -> Result<(), ConfigError> {
+        let known: Vec<&str> = self.parameters().iter().map(|(k, _)| *k).collect();
+        for (key, src) in &self.provenance {
+            let field = format!("provenance.\"{key}\"");
+            if !known.contains(&key.as_str()) {
+                return Err(ConfigError::new(
+                    file,
+                    &field,
+                    format!("not a profile parameter (one of: {})", known.join(", ")),
+                ));
+            }
+            let needs_reference = src.kind != SourceKind::Assumed;
+            if needs_reference && src.reference.trim().is_empty() {
+                return Err(ConfigError::new(
+                    file,
+                    &field,
+                    "a published, calibrated or fitted value needs a reference (docs/studies.md#..., or the lab run and command)",
+                ));
+            }
+            if src.detail.trim().is_empty() {
+                return Err(ConfigError::new(
+                    file,
+                    &field,
+                    "say how the value follows from its source, or why it is assumed (detail)",
                 ));
             }
         }
@@ -167,6 +300,49 @@ mod tests {
             assert!(p.cpu_ghz > 0.0);
         }
         assert!(Profile::builtin("nope").is_err());
+    }
+
+    /// Issue 20 item 3: every parameter of every shipped profile says where its value
+    /// comes from.
+    #[test]
+    fn every_shipped_parameter_has_a_source() {
+        let files: Vec<(&str, &str)> = BUILTIN
+            .iter()
+            .copied()
+            .chain([
+                (
+                    "ap-cortex-a72-w2e",
+                    include_str!("../profiles/ap-cortex-a72-w2e.toml"),
+                ),
+                ("veth-lab", include_str!("../profiles/veth-lab.toml")),
+            ])
+            .collect();
+        for (name, text) in files {
+            let table: toml::Table = toml::from_str(text).expect("parses");
+            let mut table = table;
+            table.remove("testbed");
+            let p: Profile = toml::Value::Table(table).try_into().expect("profile");
+            p.validate(name).expect("valid");
+            for (key, _, src) in p.provenance_rows() {
+                assert!(src.is_some(), "{name}: {key} has no source");
+            }
+        }
+    }
+
+    #[test]
+    fn provenance_is_checked() {
+        let (_, text) = BUILTIN[0];
+        let bad = format!(
+            "{text}\n[provenance.\"stage_cycles.nope\"]\nkind = \"assumed\"\ndetail = \"x\"\n"
+        );
+        let e = Profile::from_toml_str(&bad, "p.toml").expect_err("unknown key");
+        assert!(e.field.contains("stage_cycles.nope"), "{e:?}");
+        let mut p = Profile::builtin("router-e3-1230-ixgbe").expect("profile");
+        if let Some(src) = p.provenance.get_mut("stage_cycles.poll") {
+            src.kind = SourceKind::Published;
+            src.reference.clear();
+        }
+        assert!(p.validate("p").is_err());
     }
 
     #[test]

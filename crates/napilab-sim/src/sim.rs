@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 
 use crate::accounting::{Accounting, Ctx};
-use crate::config::{NapiContext, QdiscKind, SimConfig, TickMode};
+use crate::config::{NapiContext, QdiscKind, RingPoll, SimConfig, TickMode};
 use crate::cpu::{pick_thread, Cpu, IrqSrc, Thread, ThreadKind};
 use crate::event::{EventQueue, Nanos, Window};
 use crate::latency::LatencyHistogram;
@@ -317,7 +317,7 @@ impl<'a> Sim<'a> {
             switch: ns(profile, f.context_switch),
             idle_exit: ns(profile, f.idle_exit),
             after_interrupt: ns(profile, f.after_interrupt),
-            rx_poll: ns(profile, s.poll),
+            rx_poll: ns(profile, s.poll + s.unmapped),
             ip: ns(profile, s.ip_stack),
             rps: ns(profile, s.rps),
             xmit: ns(profile, s.xmit),
@@ -364,13 +364,19 @@ impl<'a> Sim<'a> {
                     cfg.settings.weight,
                 )]
             } else {
+                // Stock ixgbe divides its budget among the vector's rings; the study's
+                // alternating poll gives an unset ring the whole weight per visit.
+                let default_budget = match qc.ring_poll {
+                    RingPoll::Alternate => cfg.settings.weight,
+                    RingPoll::OnePass => (cfg.settings.weight / qc.rings.len() as u32).max(1),
+                };
                 qc.rings
                     .iter()
                     .map(|r| {
                         (
                             r.name.clone(),
                             r.size.unwrap_or(cfg.ingress.rx_ring_size) as usize,
-                            r.budget.unwrap_or(cfg.settings.weight),
+                            r.budget.unwrap_or(default_budget),
                         )
                     })
                     .collect()
@@ -437,6 +443,7 @@ impl<'a> Sim<'a> {
             });
             napis.push(Napi {
                 rings: ring_ids,
+                ring_poll: qc.ring_poll,
                 line: Some(line),
                 defer_hard_irqs: qc.defer_hard_irqs,
                 gro_flush_timeout: qc.gro_flush_timeout_ns,
@@ -961,42 +968,36 @@ impl<'a> Sim<'a> {
             }
         }
         let mut total = 0u32;
-        for i in 0..self.napis[n].rings.len() {
-            if total >= weight {
+        let nrings = self.napis[n].rings.len();
+        let alternate = self.napis[n].ring_poll == RingPoll::Alternate;
+        // One round visits every ring once. The stock driver stops after one round;
+        // the study's driver goes round again while the weight lasts and some ring's
+        // last visit used its whole allotment (so may hold more).
+        loop {
+            let mut ring_left_full = false;
+            for i in 0..nrings {
+                if total >= weight {
+                    break;
+                }
+                let r = self.napis[n].rings[i];
+                let rb = self.rings[r].budget.min(weight - total);
+                let k;
+                (t, k) = self.poll_one_ring(c, r, t, rb);
+                // A ring that used its whole allotment may hold more: the stock driver
+                // reports "not done" (ixgbe: clean_complete = false) and is polled
+                // again; the alternating driver first goes round again.
+                if k == rb {
+                    ring_left_full = true;
+                }
+                total += k;
+            }
+            if !ring_left_full {
                 break;
             }
-            let r = self.napis[n].rings[i];
-            let rb = self.rings[r].budget.min(weight - total);
-            let q = self.rings[r].queue;
-            let mut k = 0;
-            if self.ring_forwards[r] {
-                (t, k) = self.poll_ring_forward(c, r, t, rb);
-            }
-            while k < rb {
-                let Some(p) = self.rings[r].pop_at(t) else {
-                    break;
-                };
-                t += self.costs.rx_poll;
-                let size = p.size as u64;
-                self.count(t, |cn| {
-                    cn.rx_packets += 1;
-                    cn.rx_bytes += size;
-                    cn.queue_rx_packets[q] += 1;
-                });
-                if self.rps_cpus[q].is_empty() {
-                    t = self.forward(c, p, t);
-                } else {
-                    t += self.costs.rps;
-                    self.rps_enqueue(c, q, p, t);
-                }
-                k += 1;
-            }
-            // A ring that used its whole budget may hold more: the driver reports
-            // "not done" (ixgbe: clean_complete = false) and is polled again.
-            if k == rb {
+            if !alternate || total >= weight {
                 clean = false;
+                break;
             }
-            total += k;
         }
         if let Some(b) = self.napis[n].backlog {
             // process_backlog: up to the weight, only what was queued by now.
@@ -1017,6 +1018,36 @@ impl<'a> Sim<'a> {
         }
         let repoll = !clean;
         (t, total, repoll)
+    }
+
+    /// One visit of ring `r` by a driver poll: up to `rb` packets from `t`; returns
+    /// (end time, packets taken).
+    fn poll_one_ring(&mut self, c: usize, r: usize, mut t: Nanos, rb: u32) -> (Nanos, u32) {
+        let q = self.rings[r].queue;
+        let mut k = 0;
+        if self.ring_forwards[r] {
+            (t, k) = self.poll_ring_forward(c, r, t, rb);
+        }
+        while k < rb {
+            let Some(p) = self.rings[r].pop_at(t) else {
+                break;
+            };
+            t += self.costs.rx_poll;
+            let size = p.size as u64;
+            self.count(t, |cn| {
+                cn.rx_packets += 1;
+                cn.rx_bytes += size;
+                cn.queue_rx_packets[q] += 1;
+            });
+            if self.rps_cpus[q].is_empty() {
+                t = self.forward(c, p, t);
+            } else {
+                t += self.costs.rps;
+                self.rps_enqueue(c, q, p, t);
+            }
+            k += 1;
+        }
+        (t, k)
     }
 
     /// The ring loop of `poll` for a ring whose packets are all forwarded by this CPU
@@ -1682,7 +1713,14 @@ impl<'a> Sim<'a> {
                         kind == ExitKind::Irq && self.skip_rule && self.threads[ksoftirqd].runnable;
                     if !blocked {
                         let pending = std::mem::take(&mut self.cpus[c].softirq_pending);
-                        let mut run = SoftirqRun::new(false, now, self.tick_ns, self.hz, pending);
+                        let mut run = SoftirqRun::new(
+                            false,
+                            now,
+                            self.tick_ns,
+                            self.hz,
+                            pending,
+                            self.cfg.settings.max_softirq_restart,
+                        );
                         run.bh_enable = kind == ExitKind::BhEnable;
                         self.cpus[c].softirq = Some(run);
                     }
@@ -1745,8 +1783,14 @@ impl<'a> Sim<'a> {
                     return false;
                 }
                 let now = self.q.now();
-                self.cpus[c].softirq =
-                    Some(SoftirqRun::new(true, now, self.tick_ns, self.hz, pending));
+                self.cpus[c].softirq = Some(SoftirqRun::new(
+                    true,
+                    now,
+                    self.tick_ns,
+                    self.hz,
+                    pending,
+                    self.cfg.settings.max_softirq_restart,
+                ));
                 self.softirq_step(c)
             }
             ThreadKind::App(a) => self.app_step(c, t, a),

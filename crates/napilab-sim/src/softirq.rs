@@ -43,12 +43,20 @@ pub struct SoftirqRun {
 }
 
 impl SoftirqRun {
-    pub fn new(ksoftirqd: bool, now: Nanos, tick_ns: Nanos, hz: u32, pending: u8) -> Self {
+    /// `max_restart`: `MAX_SOFTIRQ_RESTART` (passes before the hand-over to ksoftirqd).
+    pub fn new(
+        ksoftirqd: bool,
+        now: Nanos,
+        tick_ns: Nanos,
+        hz: u32,
+        pending: u8,
+        max_restart: u32,
+    ) -> Self {
         SoftirqRun {
             ksoftirqd,
             bh_enable: false,
             end_jiffy: jiffies(now, tick_ns) + max_softirq_jiffies(hz),
-            restarts_left: MAX_SOFTIRQ_RESTART,
+            restarts_left: max_restart,
             todo: pending,
             net_rx: None,
         }
@@ -137,10 +145,10 @@ mod tests {
 
     #[test]
     fn restart_limit() {
-        let mut s = SoftirqRun::new(false, 0, 1_000_000, 1000, NET_RX);
+        let mut s = SoftirqRun::new(false, 0, 1_000_000, 1000, NET_RX, MAX_SOFTIRQ_RESTART);
         let n = (0..20).filter(|_| s.may_restart(0, 1_000_000)).count();
         assert_eq!(n, 9); // ten passes in all
-        let mut s = SoftirqRun::new(false, 0, 1_000_000, 1000, NET_RX);
+        let mut s = SoftirqRun::new(false, 0, 1_000_000, 1000, NET_RX, MAX_SOFTIRQ_RESTART);
         assert!(!s.may_restart(2_000_000, 1_000_000));
     }
 }

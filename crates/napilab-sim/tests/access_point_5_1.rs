@@ -73,8 +73,10 @@ fn e2w_dual_core_stays_on_the_ethernet_core_with_more_irqs() {
             );
         }
         let (c0, c1) = (&d.model.totals.cpus[0], &d.model.totals.cpus[1]);
+        // Published at 500 Mbit/s (docs/studies.md#ap-11): core 1 926.2 M, core 0
+        // 182.7 M cycles/s, 5.1 times; the twin 4.7 (100 Mbit/s: 6.0).
         assert!(
-            c1.busy > 5.0 * c0.busy,
+            c1.busy > 4.0 * c0.busy,
             "{pps}: core 1 {:.3}, core 0 {:.3}",
             c1.busy,
             c0.busy
@@ -149,9 +151,12 @@ fn e2w_stage_cycles_at_500_mbit() {
 }
 
 /// The twin's predicted maximum E2W throughput (RFC 2544 style search, loss <= 0.1%),
-/// per core configuration: both forward the Gigabit Ethernet line rate of 1,506-byte
-/// packets (the study forwarded 500 Mbit/s; it quotes no maximum), and with the link
-/// unconstrained the CPU gives out later in dual-core, where core 0 does the reclaim.
+/// per core configuration (the study forwarded 500 Mbit/s; it quotes no maximum). With
+/// the profile's whole cost calibrated on the published total cycles per core
+/// (docs/studies.md#ap-10, #ap-11) both are CPU-bound below the Gigabit line rate of
+/// 1,506-byte packets (predicted 68,652 / 72,461 packets/s, 827 / 873 Mbit/s; with the
+/// stage figures alone they reached line rate), dual-core higher, as core 0 does the
+/// reclaim and its IRQs.
 #[test]
 fn e2w_predicted_maximum_per_core_configuration() {
     let p = Profile::builtin("ap-cortex-a72-bcmgenet").expect("shipped profile parses");
@@ -164,18 +169,18 @@ fn e2w_predicted_maximum_per_core_configuration() {
             .pps
     };
     let line = 1e9 / ((1506.0 + 20.0) * 8.0);
-    for toml in [SINGLE, DUAL] {
-        let m = max(toml, 1000.0);
-        assert!(
-            m > 0.97 * line && m <= 1.01 * line,
-            "{m} vs line rate {line}"
-        );
-    }
-    let (s, d) = (max(SINGLE, 100_000.0), max(DUAL, 100_000.0));
+    let (s, d) = (max(SINGLE, 1000.0), max(DUAL, 1000.0));
     assert!(
-        s > line && d > 1.03 * s,
-        "CPU-bound: single {s:.0}, dual {d:.0}"
+        s < 0.9 * line && d < 0.95 * line,
+        "single {s:.0}, dual {d:.0} vs line rate {line:.0}"
     );
+    assert!(
+        s > 0.6 * line,
+        "single {s:.0}: the published 500 Mbit/s (41,500/s) leaves headroom"
+    );
+    assert!(d > 1.03 * s, "CPU-bound: single {s:.0}, dual {d:.0}");
+    // The link is not the limit: unconstrained, the same maxima.
+    assert!(rel(max(SINGLE, 100_000.0), s) < 0.02);
 }
 
 /// Wi-Fi-to-Ethernet (W2E) with the W2E per-stage cycles of docs/studies.md AP-6
@@ -183,7 +188,8 @@ fn e2w_predicted_maximum_per_core_configuration() {
 /// 500 Mbit/s forwarded without loss in both core configurations; in dual-core the
 /// Ethernet IRQ core takes the TX completions and the reclaim; the maximum is the
 /// Gigabit line rate in both, and with the link unconstrained the CPU gives out later
-/// in dual-core. Known deviation, pinned: the published "TX SoftIRQ" 23 M cycles/s
+/// in dual-core (CPU-bound 83,887 / 87,695 packets/s with the E2W profile's whole cost
+/// ASSUMED for W2E). Known deviation, pinned: the published "TX SoftIRQ" 23 M cycles/s
 /// (the Ethernet qdisc running on the other core) does not appear, because the twin's
 /// FIFO is bypassed while empty and the TX ring never fills at 500 Mbit/s; FQ-CoDel,
 /// which is never bypassed, is not modelled (docs/sim.md).
@@ -241,7 +247,93 @@ fn w2e_single_and_dual_core() {
     }
     let (ms, md) = (max(single, 100_000.0), max(dual, 100_000.0));
     assert!(
-        ms > 1.2 * line && md > 1.02 * ms,
+        ms > line && md > 1.02 * ms,
         "CPU-bound: single {ms:.0}, dual {md:.0}"
     );
+}
+
+/// The whole cost (docs/studies.md#ap-10, #ap-11): the twin's true busy share of each
+/// packet-switching core against the published total cycles (perf cycles over the
+/// 1.5 GHz clock), within 12% (the profile's two calibrated costs were fitted by least
+/// squares to these five figures; the residuals are -6.1% / -2.8% / -11.1% / +6.9% /
+/// -0.8%).
+#[test]
+fn e2w_total_cycles_per_core_match_the_published_totals() {
+    let busy = |toml: &str, what: &str, pps: f64| -> Vec<f64> {
+        let mut cfg = SimConfig::from_toml_str(toml, what).expect("parses");
+        cfg.traffic.rate_pps = pps;
+        cfg.measurement.duration_ms = 2000.0;
+        let r = napilab_sim::run(
+            &cfg,
+            &Profile::builtin("ap-cortex-a72-bcmgenet").expect("profile"),
+            1,
+        );
+        r.model.totals.cpus.iter().map(|c| c.busy).collect()
+    };
+    let s100 = busy(SINGLE, "single", 8_300.0);
+    let s500 = busy(SINGLE, "single", 41_500.0);
+    let d100 = busy(DUAL, "dual", 8_300.0);
+    let d500 = busy(DUAL, "dual", 41_500.0);
+    let checks = [
+        ("single-core core 0, 100 Mbit/s", s100[0], 0.1945),
+        ("single-core core 0, 500 Mbit/s", s500[0], 0.696),
+        ("dual-core cores 0+1, 100 Mbit/s", d100[0] + d100[1], 0.207),
+        ("dual-core core 0, 500 Mbit/s", d500[0], 182.7e6 / 1.5e9),
+        ("dual-core core 1, 500 Mbit/s", d500[1], 926.2e6 / 1.5e9),
+    ];
+    for (what, twin, published) in checks {
+        eprintln!("{what}: twin {twin:.4}, published {published:.4}");
+        assert!(
+            rel(twin, published) < 0.12,
+            "{what}: twin {twin:.4}, published {published:.4}"
+        );
+    }
+}
+
+/// The tick view against mpstat (docs/studies.md#ap-10, #ap-11: misreading 3). At 100
+/// Mbit/s both agree that /proc/stat shows a fraction of the true cost (published:
+/// 1.27% against 19.45% single-core, 1.05% against 20.7% dual-core). At 500 Mbit/s the
+/// twin does NOT reproduce mpstat (published 74.4% single-core, 18.0% dual-core; the
+/// twin's tick view reads about 0: every IRQ and its inline softirq start from idle,
+/// which NOHZ idle never samples), nor the restart-limit experiment
+/// (docs/studies.md#ap-12: core 1 from about 11% to 67% with MAX_SOFTIRQ_RESTART 1;
+/// the twin's softirq passes end with nothing pending, so nothing goes to ksoftirqd).
+/// Pinned so that a change of either shows here; docs/sim.md explains.
+#[test]
+fn e2w_tick_view_against_mpstat() {
+    let p = Profile::builtin("ap-cortex-a72-bcmgenet").expect("profile");
+    let run = |toml: &str, pps: f64, restart: u32| {
+        let mut cfg = SimConfig::from_toml_str(toml, "ap").expect("parses");
+        cfg.traffic.rate_pps = pps;
+        cfg.measurement.duration_ms = 2000.0;
+        cfg.settings.max_softirq_restart = restart;
+        napilab_sim::run(&cfg, &p, 1)
+    };
+    for toml in [SINGLE, DUAL] {
+        let r = run(toml, 8_300.0, 10);
+        let busy: f64 = r.model.totals.cpus.iter().map(|c| c.busy).sum();
+        let tick: f64 = r.model.totals.cpus.iter().map(|c| 1.0 - c.tick_idle).sum();
+        assert!(
+            busy > 0.15 && tick < 0.1 * busy,
+            "100 Mbit/s: true {busy:.3}, tick {tick:.3}"
+        );
+    }
+    let s = run(SINGLE, 41_500.0, 10);
+    assert!(
+        1.0 - s.model.totals.cpus[0].tick_idle < 0.1,
+        "deviation pinned: single 500"
+    );
+    for restart in [10, 1] {
+        let d = run(DUAL, 41_500.0, restart);
+        let c1 = &d.model.totals.cpus[1];
+        assert!(
+            1.0 - c1.tick_idle < 0.1,
+            "deviation pinned: restart {restart}"
+        );
+        assert!(
+            c1.ksoftirqd < 0.01,
+            "restart {restart}: ksoftirqd {}",
+            c1.ksoftirqd
+        );
+    }
 }

@@ -326,7 +326,22 @@ fn calibration_round_trip_on_a_recorded_lab_run() {
     // The written profile reads back as what was fitted.
     let predicted = calibrate::predict(&record, &file, &cal.lab, &[]).expect("predicts");
     let text = cal.to_toml("napilab sim calibrate ...", &record, &predicted);
-    let back = LabProfile::from_toml_str(&text, "fitted.toml").expect("reads back");
+    let mut back = LabProfile::from_toml_str(&text, "fitted.toml").expect("reads back");
+    // Every parameter's source is written; the fitted ones name the run and the
+    // command (issue 20 item 3).
+    let fitted = &back.profile.provenance["stage_cycles.poll"];
+    assert_eq!(fitted.kind, napilab_sim::profile::SourceKind::Fitted);
+    assert!(
+        fitted.reference.contains(&record.run_id)
+            && fitted.reference.contains("napilab sim calibrate ..."),
+        "{fitted:?}"
+    );
+    assert!(back
+        .profile
+        .provenance_rows()
+        .iter()
+        .all(|(_, _, s)| s.is_some()));
+    back.profile.provenance = cal.lab.profile.provenance.clone();
     assert_eq!(back, cal.lab);
     assert!(text.contains("FITTED") && text.contains(&record.run_id));
 }

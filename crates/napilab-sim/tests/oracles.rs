@@ -108,7 +108,7 @@ fn one_poller_matches_m_d_1_mean_wait() {
 /// packets queue behind each other's bursts, and no finite bound on every packet
 /// exists (an M/D/1 queue has unbounded waits); the fixed point then holds for the
 /// expected RT work, so the check is the mean RT wait <= Tmax, plus the 99th
-/// percentile, which the twin also keeps under Tmax (its rare maximum is about 1.4
+/// percentile, which the twin also keeps under Tmax (its rare maximum is about 1.2
 /// Tmax). The model is right to exceed it there. SQ (one shared ring) under the same
 /// load is far worse.
 #[test]

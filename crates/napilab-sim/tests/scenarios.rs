@@ -28,6 +28,18 @@ const SCENARIOS: &[(&str, &str)] = &[
         "ap-w2e-dual-core.toml",
         include_str!("../scenarios/ap-w2e-dual-core.toml"),
     ),
+    (
+        "router-rr.toml",
+        include_str!("../scenarios/router-rr.toml"),
+    ),
+    (
+        "router-ll-rr.toml",
+        include_str!("../scenarios/router-ll-rr.toml"),
+    ),
+    (
+        "router-ll-wfq.toml",
+        include_str!("../scenarios/router-ll-wfq.toml"),
+    ),
 ];
 
 #[test]

@@ -34,6 +34,52 @@ enum SimCommand {
     /// configurations' maxima with it (docs/sim.md, "Lab scenarios and the veth-lab
     /// profile").
     Calibrate(CalibrateArgs),
+    /// Advise settings from the studies' rules, checked on the twin.
+    #[command(subcommand)]
+    Advise(AdviseCommand),
+}
+
+#[derive(clap::Subcommand)]
+enum AdviseCommand {
+    /// The ingress-QoS study's ring-budget rule (docs/studies.md#qos-7): the largest
+    /// best-effort ring budget b that keeps the real-time waiting bound
+    /// Tmax = b x / (1 - rho_RT) under a latency target, then a twin run of LL-WFQ at
+    /// that b (RT ring budget 60, BE offered beyond the core's capacity) comparing the
+    /// RT waits with Tmax (docs/sim.md, "The ingress-QoS strategies").
+    RingBudget(RingBudgetArgs),
+}
+
+#[derive(clap::Args)]
+struct RingBudgetArgs {
+    /// RT load as a fraction of the core's capacity (rho_RT), e.g. 0.3.
+    #[arg(long, value_name = "FRACTION")]
+    rt_load: f64,
+    /// Per-packet service time x in ns (the check then runs on a profile where only
+    /// per-packet work costs time).
+    #[arg(long, value_name = "NS", conflicts_with = "profile")]
+    service_ns: Option<f64>,
+    /// Take x from a platform profile (shipped name or file): its per-packet stage
+    /// cycles (poll, IP stack, transmit, TX reclaim) at its clock; the check runs on it.
+    #[arg(long)]
+    profile: Option<String>,
+    /// Latency target in packet times (m).
+    #[arg(long, value_name = "PACKETS", conflicts_with = "target_us")]
+    target_packets: Option<f64>,
+    /// Latency target in microseconds (m = target / x).
+    #[arg(long, value_name = "US")]
+    target_us: Option<f64>,
+    /// Simulated milliseconds per check run (two runs: constant-rate and Poisson RT).
+    #[arg(long, default_value_t = 100.0)]
+    duration_ms: f64,
+    /// Seed of the check's random traffic.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Only the arithmetic, no twin check.
+    #[arg(long)]
+    no_check: bool,
+    /// Print the advice and the check as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -126,7 +172,125 @@ pub fn run(args: SimArgs) -> Result<()> {
             }
         }
         SimCommand::Calibrate(a) => run_calibrate(&a),
+        SimCommand::Advise(AdviseCommand::RingBudget(a)) => run_advise_ring_budget(&a),
     }
+}
+
+fn run_advise_ring_budget(args: &RingBudgetArgs) -> Result<()> {
+    use napilab_sim::ingress_qos;
+    let (service_ns, profile) = match (args.service_ns, &args.profile) {
+        (Some(x), None) => {
+            if !(x > 0.0 && x.is_finite()) {
+                bail!(
+                    "--service-ns {x}: give the per-packet service time as a positive number of ns"
+                );
+            }
+            (x, ingress_qos::ideal_profile(x))
+        }
+        (None, Some(name)) => {
+            let p = load_profile(name)?.profile;
+            (ingress_qos::service_ns(&p), p)
+        }
+        _ => bail!("give the per-packet service time: --service-ns NS or --profile NAME"),
+    };
+    let target_packets = match (args.target_packets, args.target_us) {
+        (Some(m), None) => m,
+        (None, Some(us)) => us * 1e3 / service_ns,
+        _ => bail!("give the latency target: --target-packets M or --target-us US"),
+    };
+    if !(args.duration_ms >= 10.0 && args.duration_ms <= 10_000.0) {
+        bail!(
+            "--duration-ms {}: give 10 to 10000 simulated ms per check run",
+            args.duration_ms
+        );
+    }
+    let advice = ingress_qos::advise(args.rt_load, service_ns, target_packets).map_err(|e| {
+        anyhow::anyhow!("{e} (--rt-load, --service-ns/--profile, --target-packets/--target-us)")
+    })?;
+    let checks = match (args.no_check, advice.be_budget) {
+        (false, Some(b)) => {
+            if !args.json {
+                eprintln!(
+                    "checking b = {b} on the twin ({} ms of constant-rate and of Poisson RT traffic)...",
+                    args.duration_ms
+                );
+            }
+            ingress_qos::check_be_budget(&profile, args.rt_load, b, args.duration_ms, args.seed)
+        }
+        _ => Vec::new(),
+    };
+    let tmax = advice.tmax_ns;
+    let verdict = |c: &ingress_qos::BudgetCheck| {
+        let t = tmax.unwrap_or(f64::NAN);
+        serde_json::json!({
+            "pattern": c.pattern,
+            "rt_packets": c.rt_packets,
+            "rt_dropped": c.rt_dropped,
+            "mean_wait_ns": c.mean_wait_ns,
+            "p99_wait_ns": c.p99_wait_ns,
+            "max_wait_ns": c.max_wait_ns,
+            "mean_within_tmax": c.mean_wait_ns <= t,
+            "p99_within_tmax": c.p99_wait_ns <= t,
+            "max_within_tmax": c.max_wait_ns <= t,
+        })
+    };
+    if args.json {
+        let out = serde_json::json!({
+            "advice": advice,
+            "profile": profile.name,
+            "seed": args.seed,
+            "duration_ms": args.duration_ms,
+            "check": checks.iter().map(verdict).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!(
+        "RT load rho_RT {:.3}, service time x {:.1} ns ({}), target m {:.2} packet times ({:.2} us)",
+        advice.rt_load,
+        service_ns,
+        profile.name,
+        target_packets,
+        target_packets * service_ns / 1e3
+    );
+    match (advice.be_budget, tmax) {
+        (Some(b), Some(t)) => println!(
+            "largest BE ring budget b = {b}: Tmax = b x / (1 - rho_RT) = {:.0} ns ({:.2} packet times)",
+            t,
+            t / service_ns
+        ),
+        _ => println!("no BE ring budget meets the target"),
+    }
+    if let Some(n) = &advice.note {
+        println!("note: {n}");
+    }
+    if !checks.is_empty() {
+        let mut table = Table::new();
+        table.load_style(UTF8_BORDERS_ONLY);
+        table.set_header(vec![
+            "RT traffic",
+            "RT packets",
+            "RT lost",
+            "mean wait ns",
+            "p99 wait ns",
+            "max wait ns",
+        ]);
+        for c in &checks {
+            table.add_row(vec![
+                c.pattern.to_string(),
+                c.rt_packets.to_string(),
+                c.rt_dropped.to_string(),
+                format!("{:.0}", c.mean_wait_ns),
+                format!("{:.0}", c.p99_wait_ns),
+                format!("{:.0}", c.max_wait_ns),
+            ]);
+        }
+        println!("twin check, LL-WFQ (RT ring budget 60, BE at b, BE offered 1.2x the capacity):\n{table}");
+        println!(
+            "the bound holds for every packet only with constant-rate RT (max wait); with Poisson RT it holds for the mean (docs/sim.md)"
+        );
+    }
+    Ok(())
 }
 
 enum Input {
@@ -270,10 +434,13 @@ fn run_twin(args: &RunArgs) -> Result<()> {
         interrupted: false,
         configurations: vec![ConfigurationResult {
             name: format!("{name} on {profile_name}"),
-            settings: vec![
-                ("profile".into(), profile_name.clone()),
-                ("seed".into(), seed.to_string()),
-            ],
+            settings: [
+                ("profile".to_string(), profile_name.clone()),
+                ("seed".to_string(), seed.to_string()),
+            ]
+            .into_iter()
+            .chain(provenance_pairs(&profile))
+            .collect(),
             findings: points
                 .iter()
                 .filter_map(|p| p.observation.as_ref())
@@ -296,6 +463,7 @@ fn run_twin(args: &RunArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&record)?);
     } else {
         print!("{}", summary(&record, &results));
+        print!("{}", provenance_block(&profile));
     }
     if !args.no_report {
         // The same outputs as a lab run: report.html, points.csv, run.json, the store.
@@ -388,6 +556,37 @@ fn summary(record: &RunRecord, sweep: &[SimResult]) -> String {
     out
 }
 
+/// The profile's parameters with their values and sources, as settings of a
+/// configuration (so the RunRecord's JSON and the report carry them): one pair per
+/// parameter, `source: <parameter>` = `<value> (<kind>: <reference>; <detail>)`.
+fn provenance_pairs(profile: &Profile) -> Vec<(String, String)> {
+    profile
+        .parameters()
+        .into_iter()
+        .map(|(key, value)| {
+            (
+                format!("source: {key}"),
+                profile.provenance_text(key, value),
+            )
+        })
+        .collect()
+}
+
+/// The same, as a block of the text summary.
+fn provenance_block(profile: &Profile) -> String {
+    let mut out = format!(
+        "profile {}: where each parameter comes from (published / calibrated / fitted / assumed)\n",
+        profile.name
+    );
+    for (key, value) in profile.parameters() {
+        out.push_str(&format!(
+            "  {key} = {}\n",
+            profile.provenance_text(key, value)
+        ));
+    }
+    out
+}
+
 /// Findings of a configuration's points, each rule and subject once.
 fn findings_of(points: &[PointResult]) -> Vec<napilab_core::Finding> {
     points
@@ -474,6 +673,7 @@ fn run_scenario(args: &RunArgs, text: &str) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("{e}"))?;
         let mut settings = conf.settings.clone();
         settings.push(("profile".into(), profile_name.clone()));
+        settings.extend(provenance_pairs(&profile));
         settings.push((
             "seeds".into(),
             plan.seeds
@@ -528,6 +728,7 @@ fn run_scenario(args: &RunArgs, text: &str) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&record)?);
     } else {
         print!("{}", scenario_summary(&record, &profile_name));
+        print!("{}", provenance_block(&lab.profile));
     }
     if !args.no_report {
         write_report(&record, &args.db)?;
@@ -727,7 +928,7 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<()> {
         "lab max kpps",
         "lab search stopped",
         "twin max kpps",
-        "relative error",
+        "error (lower bound: at least)",
     ]);
     for x in &predictions {
         t.add_row(vec![
@@ -735,7 +936,7 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<()> {
             format!("{:.1}", x.lab_max_pps / 1e3),
             x.lab_stopped.clone(),
             format!("{:.1}", x.twin_max_pps / 1e3),
-            format!("{:+.1}%", x.relative_error * 100.0),
+            x.verdict(),
         ]);
     }
     if !predictions.is_empty() {

@@ -26,3 +26,17 @@ pub fn run_router(rate_pps: f64, duration_ms: f64) -> SimResult {
 pub fn rel(a: f64, b: f64) -> f64 {
     (a - b).abs() / b.abs()
 }
+
+/// A strategy of docs/studies.md#ingress-qos-study at `rate_pps` with the RT class
+/// taking `rt_share`, measured for `duration_ms`.
+pub fn strategy_config(
+    strategy: napilab_sim::ingress_qos::Strategy,
+    rate_pps: f64,
+    rt_share: f64,
+    duration_ms: f64,
+) -> SimConfig {
+    let mut c = strategy.config(rate_pps, rt_share);
+    c.measurement.duration_ms = duration_ms;
+    c.measurement.warmup_ms = 10.0;
+    c
+}

@@ -1,0 +1,61 @@
+//! The access point's whole CPU cost on the twin against the published totals
+//! (docs/studies.md#ap-10, #ap-11, #ap-12): per core configuration and rate, each
+//! core's true busy share (= its cycles / 1.5 GHz), the tick view (what mpstat shows)
+//! and the event rates, for `MAX_SOFTIRQ_RESTART` 10 and 1.
+//!
+//! cargo run --release -p napilab-sim --example ap-whole-cost -- [PROFILE.toml] [ms]
+
+use napilab_sim::{Profile, SimConfig};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let profile = match args.get(1) {
+        Some(p) => Profile::from_file(std::path::Path::new(p))?,
+        None => Profile::builtin("ap-cortex-a72-bcmgenet")?,
+    };
+    let ms: f64 = args
+        .get(2)
+        .map(|a| a.parse())
+        .transpose()?
+        .unwrap_or(5000.0);
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/");
+    println!("config mbit restart | cpu busy tick_busy(mpstat) tick_softirq ksoftirqd hardirqs/s rx_irq/s tx_irq/s net_rx/s polls/s pkts/s | ...");
+    for file in ["ap-e2w-single-core.toml", "ap-e2w-dual-core.toml"] {
+        let path = format!("{dir}{file}");
+        let base = SimConfig::from_file(std::path::Path::new(&path))?;
+        for mbit in [100.0, 500.0] {
+            for restart in [10, 1] {
+                let mut cfg = base.clone();
+                cfg.traffic.rate_pps = 8300.0 * mbit / 100.0;
+                cfg.measurement.duration_ms = ms;
+                cfg.settings.max_softirq_restart = restart;
+                let r = napilab_sim::run(&cfg, &profile, 1);
+                let t = &r.model.totals;
+                let mut line = format!(
+                    "{:<20} {:>4} {:>2} |",
+                    file.trim_end_matches(".toml"),
+                    mbit,
+                    restart
+                );
+                for c in &t.cpus {
+                    line += &format!(
+                        " cpu{} {:.4} {:.4} {:.4} {:.4} {:>6.0} {:>6.0} {:>6.0} {:>6.0} {:>6.0} {:>6.0} |",
+                        c.cpu,
+                        c.busy,
+                        1.0 - c.tick_idle,
+                        c.tick_softirq,
+                        c.ksoftirqd,
+                        c.hardirqs_per_s,
+                        c.rx_irqs_per_s,
+                        c.tx_completion_irqs_per_s,
+                        c.net_rx_softirqs_per_s,
+                        c.polls_per_s,
+                        c.polls_per_s * c.packets_per_poll
+                    );
+                }
+                println!("{line}");
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,71 @@
+//! Issue 20 item 3: `napilab sim run` shows where each profile parameter comes from,
+//! in its JSON (the configuration's settings, which the report renders) and its text.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn scenario() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../napilab-sim/scenarios/ap-e2w-single-core.toml")
+}
+
+#[test]
+fn sim_run_json_and_text_carry_every_parameters_source() {
+    let base = [
+        "sim",
+        "run",
+        "--profile",
+        "ap-cortex-a72-bcmgenet",
+        "--loads",
+        "8300",
+        "--no-report",
+    ];
+    let out = Command::new(env!("CARGO_BIN_EXE_napilab"))
+        .args(base)
+        .arg(scenario())
+        .arg("--json")
+        .output()
+        .expect("run napilab");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let settings = v["configurations"][0]["settings"]
+        .as_array()
+        .expect("settings");
+    let source = |key: &str| -> String {
+        settings
+            .iter()
+            .find(|p| p[0] == format!("source: {key}"))
+            .and_then(|p| p[1].as_str())
+            .unwrap_or_else(|| panic!("no source for {key}: {settings:?}"))
+            .to_string()
+    };
+    assert!(source("stage_cycles.xmit").contains("published: docs/studies.md#ap-5"));
+    assert!(source("stage_cycles.unmapped").starts_with("4047 (calibrated: docs/studies.md#ap-10"));
+    assert!(source("latency_ns.rx_dma").contains("assumed:"));
+    let n = settings
+        .iter()
+        .filter(|p| p[0].as_str().is_some_and(|k| k.starts_with("source: ")))
+        .count();
+    assert_eq!(n, 19, "one source per parameter");
+    assert!(settings
+        .iter()
+        .all(|p| !p[1].as_str().unwrap_or("").contains("source not given")));
+
+    let text = Command::new(env!("CARGO_BIN_EXE_napilab"))
+        .args(base)
+        .arg(scenario())
+        .output()
+        .expect("run napilab");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("where each parameter comes from"), "{text}");
+    assert!(
+        text.contains("fixed_cycles.hardirq = 12444 (calibrated:"),
+        "{text}"
+    );
+}
