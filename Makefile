@@ -13,6 +13,9 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 # clang/llvm/libelf/zlib also build the BPF programs and libbpf (vendored by libbpf-sys).
 APT_PACKAGES := build-essential pkg-config ca-certificates iproute2 ethtool iputils-ping \
 	sysstat procps clang llvm libelf-dev zlib1g-dev
+# bpftrace: the per-packet benchmark's peer arm (one tracepoint counted into a map);
+# prometheus-node-exporter: the sampling benchmark's second baseline (bench/sampling-cost.sh).
+APT_PACKAGES += bpftrace prometheus-node-exporter
 # Best effort: `perf kwork` is the independent check of measured softirq time in the
 # trace tests (skipped with a printed reason without it); Ubuntu names it differently.
 APT_OPTIONAL := linux-perf
