@@ -9,6 +9,7 @@
 //! latency per packet and drops by reason (`observe --trace-packets`).
 
 pub mod always_on;
+pub mod cost;
 pub mod floor;
 pub mod packets;
 pub mod snapshot;

@@ -357,6 +357,7 @@ pub struct PacketTrace {
     windows: Option<WindowDriver>,
     /// Stage programs the window thread attaches in each window.
     window_programs: usize,
+    started: std::time::Instant,
     skel: PacketsSkel<'static>,
     /// `tp_btf`, `raw_tp` or both.
     pub attach_kind: &'static str,
@@ -552,6 +553,7 @@ impl PacketTrace {
             links,
             windows,
             window_programs: nr_window_programs,
+            started: std::time::Instant::now(),
             skel,
             attach_kind,
             notices,
@@ -571,6 +573,18 @@ impl PacketTrace {
         self.windows
             .as_ref()
             .map(|w| (w.windows(), w.open_ns(), w.transition_ns()))
+    }
+
+    /// The measured share of time the stage programs have been counting (windows'
+    /// time / time since start), or `None` when every packet is traced.
+    pub fn window_duty(&self) -> Option<f64> {
+        let w = self.windows.as_ref()?;
+        let elapsed = self.started.elapsed().as_secs_f64();
+        Some(if elapsed > 0.0 {
+            (w.open_ns() as f64 / 1e9 / elapsed).min(1.0)
+        } else {
+            0.0
+        })
     }
 
     /// The first error of the window thread (an attach that failed in a window).
