@@ -120,6 +120,7 @@ pub struct Sampler {
     qstats_offered: bool,
     threads: Vec<KernelThread>,
     epoch: Instant,
+    files: procfs::KeptFiles,
     pub notices: Notices,
 }
 
@@ -132,6 +133,7 @@ impl Sampler {
             qstats_offered: use_netlink,
             threads: Vec::new(),
             epoch: Instant::now(),
+            files: procfs::KeptFiles::default(),
             notices: Notices::default(),
         };
         sampler.refresh_threads();
@@ -143,7 +145,20 @@ impl Sampler {
     /// more than the rest of a sample.
     pub fn refresh_threads(&mut self) {
         match procfs::list_packet_threads(&self.root) {
-            Ok(threads) => self.threads = threads,
+            Ok(threads) => {
+                // Close the stat files of threads that are gone.
+                let proc = self.root.join("proc");
+                let listed: std::collections::HashSet<u32> =
+                    threads.iter().map(|t| t.pid).collect();
+                self.files.retain(|path| {
+                    path.strip_prefix(&proc)
+                        .ok()
+                        .and_then(|rest| rest.iter().next())
+                        .and_then(|pid| pid.to_str()?.parse::<u32>().ok())
+                        .is_none_or(|pid| listed.contains(&pid))
+                });
+                self.threads = threads;
+            }
             Err(e) => self.notices.add(
                 "packet threads (ksoftirqd, napi/*)",
                 format!("could not list processes ({e}); thread CPU time is left out"),
@@ -152,7 +167,7 @@ impl Sampler {
     }
 
     fn read(&mut self, rel: &str, what_is_lost: &str) -> Option<String> {
-        match procfs::read_text(&self.root, rel) {
+        match self.files.read_text(&self.root, rel) {
             Ok(text) => Some(text),
             Err(e) => {
                 self.notices
@@ -178,7 +193,10 @@ impl Sampler {
         let mut threads = Vec::with_capacity(self.threads.len());
         for thread in &self.threads {
             // A thread that exited since the last scan is simply absent from this sample.
-            if let Ok(text) = procfs::read_text(&self.root, &format!("proc/{}/stat", thread.pid)) {
+            if let Ok(text) = self
+                .files
+                .read_text(&self.root, &format!("proc/{}/stat", thread.pid))
+            {
                 threads.push((thread.pid, text));
             }
         }
