@@ -12,13 +12,17 @@
 //!    have, so the sink's IP layer drops it (OTHERHOST) at its first check. The
 //!    forwarded count is the sink veth's RX packet counter.
 //!
-//! Each round measures three modes back to back, A untraced, B always-on tier, C
-//! always-on + per-packet tier, in an order that changes every round (ABC, CBA, BAC,
-//! CAB, ACB, BCA) so a drift in background load spreads over all modes. It prints every
-//! round, the mean per-round ratios B/A, C/A, C/B of the forwarding rate with their
-//! range, and the DUT kthread's CPU ns per forwarded packet per mode. A last round with
-//! the kernel's BPF run-time statistics on (kept out of B and C because they add two
-//! clock reads per program run) prints each per-packet program's runs per forwarded
+//! Each round measures six modes back to back: A untraced, B always-on tier, C
+//! always-on + per-packet tier tracing every packet, D always-on + per-packet tier in
+//! its default 20 ms tracing windows of every second, E bpftrace counting one
+//! per-packet tracepoint (net:netif_receive_skb) into a map, F one empty tp_btf program
+//! on the same tracepoint (the floor: what one program run per packet costs on this
+//! kernel). The order rotates every round (and reverses on odd rounds) so a drift in
+//! background load spreads over all modes. It prints every round, then per mode the
+//! median ratio to A of the forwarding rate and of the DUT kthread's CPU ns per
+//! forwarded packet (the figure to trust on a shared machine). A last round with the
+//! kernel's BPF run-time statistics on (kept out of the other rounds because they add
+//! two clock reads per program run) prints each per-packet program's runs per forwarded
 //! packet and ns per run. Needs root and two online CPUs.
 //!
 //!     cargo run --release -p napilab-trace --example packets-overhead -- [ROUNDS] [SECONDS] [SENDERS]
