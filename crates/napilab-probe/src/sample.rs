@@ -121,6 +121,8 @@ pub struct Sampler {
     threads: Vec<KernelThread>,
     epoch: Instant,
     files: procfs::KeptFiles,
+    /// The last pid the kernel had handed out at the last thread scan (/proc/loadavg).
+    scanned_at_pid: Option<u32>,
     pub notices: Notices,
 }
 
@@ -134,6 +136,7 @@ impl Sampler {
             threads: Vec::new(),
             epoch: Instant::now(),
             files: procfs::KeptFiles::default(),
+            scanned_at_pid: None,
             notices: Notices::default(),
         };
         sampler.refresh_threads();
@@ -143,7 +146,20 @@ impl Sampler {
     /// Rescans /proc for ksoftirqd and napi/ threads (they appear when a device is
     /// switched to threaded NAPI). Not done every sample: scanning every process costs
     /// more than the rest of a sample.
+    ///
+    /// Skipped when no process or thread was created since the last scan: the last pid
+    /// handed out (the last field of /proc/loadavg) is unchanged. A thread that exited
+    /// is simply absent from the next sample.
     pub fn refresh_threads(&mut self) {
+        let last_pid = self
+            .files
+            .read_text(&self.root, "proc/loadavg")
+            .ok()
+            .and_then(|t| t.split_whitespace().nth(4)?.parse::<u32>().ok());
+        if last_pid.is_some() && last_pid == self.scanned_at_pid {
+            return;
+        }
+        self.scanned_at_pid = last_pid;
         match procfs::list_packet_threads(&self.root) {
             Ok(threads) => {
                 // Close the stat files of threads that are gone.
