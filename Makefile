@@ -88,7 +88,7 @@ test: deps lint unit fuzz
 	@awk '/^test result:/ {p += $$4; f += $$6} / ok +[0-9]+ runs/ {p++} / CRASH / {f++} \
 		END {printf "summary: %d passed, %d failed\n", p, f}' $(TEST_LOG) target/napilab-fuzz.log
 
-# Sampling cost per 1-second sample, side by side with sar (see README).
+# Sampling cost per 1-second sample, side by side with sar and node_exporter (see README).
 bench-sampling: build
 	bash bench/sampling-cost.sh
 
@@ -108,9 +108,10 @@ bench-sim: deps
 bench-trace: deps
 	$(CARGO) run --release -p napilab-trace --example overhead -- 40 0.25
 
-# Cost of the opt-in per-packet tier (--trace-packets) beside the always-on tier on a
-# saturated veth router: untraced / always-on / always-on + per-packet in rotating
-# order, 6 rounds of 3 s (root; docs/trace.md, "Per-packet tier").
+# Cost of the per-packet tier (--trace-packets) on a saturated veth router, six modes in
+# rotating order, 6 rounds of 3 s: untraced / always-on / per-packet on every packet /
+# per-packet in its default tracing windows / bpftrace counting one tracepoint / one
+# empty BPF program (the floor); CPU per forwarded packet (root; docs/trace.md).
 bench-trace-packets: deps
 	$(CARGO) run --release -p napilab-trace --example packets-overhead -- 6 3
 
