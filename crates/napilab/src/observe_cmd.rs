@@ -138,6 +138,12 @@ fn observe_live(options: &Options) -> Result<Observation> {
         }
     }
     let cost = tracer.cost();
+    if let Some(e) = tracer.packets.as_ref().and_then(|(p, _)| p.window_error()) {
+        analysis.add_notice(
+            "per-packet tracing windows",
+            format!("{e}; the stages it names were not traced in some windows"),
+        );
+    }
     // Detach and unload the BPF programs before reporting (also after Ctrl-C).
     drop(tracer);
     analysis.merge_notices(&sampler.notices);
