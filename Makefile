@@ -19,6 +19,9 @@ APT_PACKAGES += memcached
 # prometheus (ships promtool) and prometheus-node-exporter: the real Prometheus server the
 # export test scrapes napilab with, and the baseline of the exporter-cost benchmark.
 APT_PACKAGES += prometheus prometheus-node-exporter curl
+# bpftrace: the per-packet benchmark's peer arm (one tracepoint counted into a map);
+# prometheus-node-exporter: the sampling benchmark's second baseline (bench/sampling-cost.sh).
+APT_PACKAGES += bpftrace
 # Best effort: `perf kwork` is the independent check of measured softirq time in the
 # trace tests (skipped with a printed reason without it); Ubuntu names it differently.
 APT_OPTIONAL := linux-perf
@@ -91,7 +94,7 @@ test: deps lint unit fuzz
 	@awk '/^test result:/ {p += $$4; f += $$6} / ok +[0-9]+ runs/ {p++} / CRASH / {f++} \
 		END {printf "summary: %d passed, %d failed\n", p, f}' $(TEST_LOG) target/napilab-fuzz.log
 
-# Sampling cost per 1-second sample, side by side with sar (see README).
+# Sampling cost per 1-second sample, side by side with sar and node_exporter (see README).
 bench-sampling: build
 	bash bench/sampling-cost.sh
 
@@ -117,9 +120,10 @@ bench-sim: deps
 bench-trace: deps
 	$(CARGO) run --release -p napilab-trace --example overhead -- 40 0.25
 
-# Cost of the opt-in per-packet tier (--trace-packets) beside the always-on tier on a
-# saturated veth router: untraced / always-on / always-on + per-packet in rotating
-# order, 6 rounds of 3 s (root; docs/trace.md, "Per-packet tier").
+# Cost of the per-packet tier (--trace-packets) on a saturated veth router, six modes in
+# rotating order, 6 rounds of 3 s: untraced / always-on / per-packet on every packet /
+# per-packet in its default tracing windows / bpftrace counting one tracepoint / one
+# empty BPF program (the floor); CPU per forwarded packet (root; docs/trace.md).
 bench-trace-packets: deps
 	$(CARGO) run --release -p napilab-trace --example packets-overhead -- 6 3
 

@@ -1,21 +1,38 @@
 #!/usr/bin/env bash
-# CPU cost of napilab's 1-second sampling, side by side with sar in the same run.
+# CPU cost of napilab's 1-second sampling, side by side with sar and node_exporter in
+# the same run.
 #
 #   make bench-sampling            (or: bash bench/sampling-cost.sh [SECONDS])
 #
-# Both run at the same time for SECONDS (default 30) at a 1 s interval. CPU time is
-# user+system of each process tree (bash `times` of a wrapper shell, which includes
-# sar's sadc child). napilab's start-up (map, ethtool, kernel config) is paid once, so
-# its per-sample figure is the marginal cost: (run of N+1 samples - run of 2 samples)
-# / (N - 1). sar's start-up is negligible, so its figure is total / N.
+# All three run at the same time for SECONDS (default 30) at a 1 s interval:
+#  - napilab observe --interval 1s: user+system CPU of its process (bash `times` of a
+#    wrapper shell). Its start-up (map, ethtool, kernel config) is paid once, so its
+#    per-sample figure is the marginal cost: (run of N+1 samples - run of 2 samples)
+#    / (N - 1).
+#  - sar -A 1 N: CPU of sar and its sadc child, total / N (its start-up is negligible).
+#  - node_exporter (the distribution's prometheus-node-exporter, default collectors),
+#    started by this script on 127.0.0.1 and scraped once a second with curl: its CPU
+#    (utime+stime from /proc/PID/stat) over the N scrapes / N, curl's own not counted.
+#    It is stopped at the end, also on failure or Ctrl-C.
+# Other processes share this machine, so the three run concurrently and see the same
+# load; rerun for a second figure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-30}
 BIN=./target/release/napilab
 [ -x "$BIN" ] || { echo "build first: make build" >&2; exit 1; }
 command -v sar >/dev/null || { echo "sar is missing: apt-get install sysstat (make deps does)" >&2; exit 1; }
+NODE_EXPORTER=$(command -v prometheus-node-exporter || command -v node_exporter || true)
+[ -n "$NODE_EXPORTER" ] || { echo "node_exporter is missing: apt-get install prometheus-node-exporter (make deps does)" >&2; exit 1; }
+command -v curl >/dev/null || { echo "curl is missing: apt-get install curl" >&2; exit 1; }
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+ne_pid=""
+cleanup() {
+    if [ -n "$ne_pid" ]; then kill "$ne_pid" 2>/dev/null || true; wait "$ne_pid" 2>/dev/null || true; fi
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 # CPU seconds (user+sys) of a command's process tree.
 cpu_of() {
@@ -24,20 +41,47 @@ cpu_of() {
         split($1,u,/[ms]/); split($2,s,/[ms]/); printf "%.6f\n", u[1]*60+u[2]+s[1]*60+s[2] }' > "$out"
 }
 
-echo "sampling for ${N} s: napilab observe --interval 1s and sar -A 1 ${N}, concurrently"
+# utime+stime of a process in seconds.
+proc_cpu() {
+    awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.6f\n", ($12 + $13) / hz }' "/proc/$1/stat"
+}
+
+# A free port on 127.0.0.1 for node_exporter (never the default 9100, which a system
+# service may hold).
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$NODE_EXPORTER" --web.listen-address="127.0.0.1:$port" >"$tmp/node_exporter.log" 2>&1 &
+ne_pid=$!
+for _ in $(seq 100); do
+    curl -sf "http://127.0.0.1:$port/metrics" -o /dev/null && break
+    kill -0 "$ne_pid" 2>/dev/null || { echo "node_exporter did not start:" >&2; cat "$tmp/node_exporter.log" >&2; exit 1; }
+    sleep 0.1
+done
+curl -sf "http://127.0.0.1:$port/metrics" -o "$tmp/metrics" || { echo "node_exporter does not answer on 127.0.0.1:$port" >&2; exit 1; }
+
+echo "sampling for ${N} s: napilab observe --interval 1s, sar -A 1 ${N} and node_exporter scraped each second, concurrently"
 cpu_of "$tmp/napilab_long" "$BIN" observe --for "${N}s" --interval 1s --json &
 p1=$!
 cpu_of "$tmp/sar" sar -A 1 "$N" &
 p2=$!
+ne_before=$(proc_cpu "$ne_pid")
+for i in $(seq "$N"); do
+    curl -sf "http://127.0.0.1:$port/metrics" -o /dev/null || echo "scrape $i failed" >&2
+    sleep 1
+done
+ne_after=$(proc_cpu "$ne_pid")
 wait $p1 $p2
 cpu_of "$tmp/napilab_short" "$BIN" observe --for 1s --interval 1s --json
 
-awk -v n="$N" -v long="$(cat "$tmp/napilab_long")" -v short="$(cat "$tmp/napilab_short")" -v sar="$(cat "$tmp/sar")" 'BEGIN {
+awk -v n="$N" -v long="$(cat "$tmp/napilab_long")" -v short="$(cat "$tmp/napilab_short")" -v sar="$(cat "$tmp/sar")" \
+    -v ne="$(awk -v a="$ne_before" -v b="$ne_after" 'BEGIN {print b - a}')" -v lines="$(grep -vc '^#' "$tmp/metrics")" 'BEGIN {
     per = (long - short) / (n - 1); if (per < 0) per = 0;
-    sar_per = sar / n;
+    sar_per = sar / n; ne_per = ne / n;
     printf "napilab: %.1f ms CPU in total for %d samples, %.1f ms once (start-up + 2 samples)\n", long*1000, n+1, short*1000;
-    printf "napilab: %.3f ms CPU per 1-second sample (goal: <= 1 ms)\n", per*1000;
+    printf "napilab: %.3f ms CPU per 1-second sample (goal: <= 0.5 ms)\n", per*1000;
     printf "sar -A:  %.1f ms CPU in total, %.3f ms per 1-second sample\n", sar*1000, sar_per*1000;
-    if (sar_per > 0) printf "ratio napilab/sar per sample: %.2f (goal: < 1)\n", per/sar_per;
+    printf "node_exporter: %.1f ms CPU for %d scrapes (%d series each), %.3f ms per scrape\n", ne*1000, n, lines, ne_per*1000;
+    if (sar_per > 0) printf "ratio napilab/sar per sample: %.2f (goal: <= 0.5)\n", per/sar_per;
+    if (ne_per > 0) printf "ratio napilab/node_exporter per sample: %.2f\n", per/ne_per;
 }'
+echo "(CPU time has a 1/CLK_TCK = $(awk -v hz="$(getconf CLK_TCK)" 'BEGIN{printf "%.0f", 1000/hz}') ms granularity per process; other processes share this machine)"
 echo "rerun: make bench-sampling   (or bash bench/sampling-cost.sh ${N})"

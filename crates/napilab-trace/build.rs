@@ -5,10 +5,11 @@ use std::path::PathBuf;
 use libbpf_cargo::SkeletonBuilder;
 
 /// (source, skeleton file) for every BPF object of the crate.
-const OBJECTS: [(&str, &str); 3] = [
+const OBJECTS: [(&str, &str); 4] = [
     ("src/bpf/napi_trace.bpf.c", "napi_trace.skel.rs"),
     ("src/bpf/stage_profile.bpf.c", "stage_profile.skel.rs"),
     ("src/bpf/packets.bpf.c", "packets.skel.rs"),
+    ("src/bpf/floor.bpf.c", "floor.skel.rs"),
 ];
 
 fn main() {

@@ -28,7 +28,7 @@ pub use metric::{Metric, Source};
 pub use observation::{
     CpuAccounting, CpuInterval, CpuTimeShares, DeviceInterval, HostFacts, HostInterval, Hz,
     Interval, IrqInterval, Notice, Observation, Origin, OriginKind, QdiscInterval, QueueInterval,
-    QueueKind, Settings, ThreadInterval, ThreadRole, OBSERVATION_SCHEMA,
+    QueueKind, Settings, ThreadInterval, ThreadRole, TraceCost, OBSERVATION_SCHEMA,
 };
 pub use topology::{
     Device, EthtoolInfo, IrqInfo, IrqMatch, Napi, ObservedPolling, Poller, QdiscInfo, RxQueue,

@@ -23,6 +23,35 @@ pub struct Observation {
     pub findings: Vec<Finding>,
     /// What could not be measured and why (missing files, no root, old kernel).
     pub notices: Vec<Notice>,
+    /// What the BPF tracing tiers (`observe --trace`, `--trace-packets`) cost while
+    /// they ran, from the kernel's BPF run-time statistics; absent without them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_cost: Option<TraceCost>,
+}
+
+/// The measured cost of napilab's own BPF programs over an observation
+/// (docs/trace.md, "What observing costs").
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TraceCost {
+    /// Seconds the kernel's statistics covered.
+    pub seconds: f64,
+    /// Program runs, all programs and CPUs.
+    pub runs: u64,
+    /// Run time of all programs, ns (it includes the statistics' own two clock reads
+    /// per run, so it is an upper bound).
+    pub run_ns: u64,
+    /// run_ns / (seconds * 1e9): CPUs the programs used, e.g. 0.012 = 1.2% of one CPU.
+    pub cpu_share: f64,
+    /// Packets the observed devices received in the same time (RX packets of every
+    /// device of the observation, summed).
+    pub packets: u64,
+    /// run_ns / packets, when packets > 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ns_per_packet: Option<f64>,
+    /// With `--trace-packets`: the share of time its stage programs were attached
+    /// (time-sliced tracing), 1.0 when they traced every packet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packet_duty: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -166,6 +166,7 @@ impl Analysis {
             intervals: self.intervals,
             findings: Vec::new(),
             notices: self.notices.0,
+            trace_cost: None,
         };
         observation.findings = explain::explain(&observation);
         observation

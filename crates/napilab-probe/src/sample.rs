@@ -120,6 +120,9 @@ pub struct Sampler {
     qstats_offered: bool,
     threads: Vec<KernelThread>,
     epoch: Instant,
+    files: procfs::KeptFiles,
+    /// The last pid the kernel had handed out at the last thread scan (/proc/loadavg).
+    scanned_at_pid: Option<u32>,
     pub notices: Notices,
 }
 
@@ -132,6 +135,8 @@ impl Sampler {
             qstats_offered: use_netlink,
             threads: Vec::new(),
             epoch: Instant::now(),
+            files: procfs::KeptFiles::default(),
+            scanned_at_pid: None,
             notices: Notices::default(),
         };
         sampler.refresh_threads();
@@ -141,9 +146,35 @@ impl Sampler {
     /// Rescans /proc for ksoftirqd and napi/ threads (they appear when a device is
     /// switched to threaded NAPI). Not done every sample: scanning every process costs
     /// more than the rest of a sample.
+    ///
+    /// Skipped when no process or thread was created since the last scan: the last pid
+    /// handed out (the last field of /proc/loadavg) is unchanged. A thread that exited
+    /// is simply absent from the next sample.
     pub fn refresh_threads(&mut self) {
+        let last_pid = self
+            .files
+            .read_text(&self.root, "proc/loadavg")
+            .ok()
+            .and_then(|t| t.split_whitespace().nth(4)?.parse::<u32>().ok());
+        if last_pid.is_some() && last_pid == self.scanned_at_pid {
+            return;
+        }
+        self.scanned_at_pid = last_pid;
         match procfs::list_packet_threads(&self.root) {
-            Ok(threads) => self.threads = threads,
+            Ok(threads) => {
+                // Close the stat files of threads that are gone.
+                let proc = self.root.join("proc");
+                let listed: std::collections::HashSet<u32> =
+                    threads.iter().map(|t| t.pid).collect();
+                self.files.retain(|path| {
+                    path.strip_prefix(&proc)
+                        .ok()
+                        .and_then(|rest| rest.iter().next())
+                        .and_then(|pid| pid.to_str()?.parse::<u32>().ok())
+                        .is_none_or(|pid| listed.contains(&pid))
+                });
+                self.threads = threads;
+            }
             Err(e) => self.notices.add(
                 "packet threads (ksoftirqd, napi/*)",
                 format!("could not list processes ({e}); thread CPU time is left out"),
@@ -152,7 +183,7 @@ impl Sampler {
     }
 
     fn read(&mut self, rel: &str, what_is_lost: &str) -> Option<String> {
-        match procfs::read_text(&self.root, rel) {
+        match self.files.read_text(&self.root, rel) {
             Ok(text) => Some(text),
             Err(e) => {
                 self.notices
@@ -178,7 +209,10 @@ impl Sampler {
         let mut threads = Vec::with_capacity(self.threads.len());
         for thread in &self.threads {
             // A thread that exited since the last scan is simply absent from this sample.
-            if let Ok(text) = procfs::read_text(&self.root, &format!("proc/{}/stat", thread.pid)) {
+            if let Ok(text) = self
+                .files
+                .read_text(&self.root, &format!("proc/{}/stat", thread.pid))
+            {
                 threads.push((thread.pid, text));
             }
         }

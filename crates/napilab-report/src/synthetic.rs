@@ -410,6 +410,7 @@ impl SyntheticRun {
             }],
             findings: Vec::new(),
             notices: Vec::new(),
+            trace_cost: None,
         }
     }
 }

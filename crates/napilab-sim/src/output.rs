@@ -325,6 +325,7 @@ pub(crate) fn build(sim: &Sim) -> SimResult {
         intervals: obs_intervals,
         findings: vec![],
         notices: vec![],
+        trace_cost: None,
     };
     SimResult {
         observation,

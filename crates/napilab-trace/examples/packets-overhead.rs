@@ -12,13 +12,17 @@
 //!    have, so the sink's IP layer drops it (OTHERHOST) at its first check. The
 //!    forwarded count is the sink veth's RX packet counter.
 //!
-//! Each round measures three modes back to back, A untraced, B always-on tier, C
-//! always-on + per-packet tier, in an order that changes every round (ABC, CBA, BAC,
-//! CAB, ACB, BCA) so a drift in background load spreads over all modes. It prints every
-//! round, the mean per-round ratios B/A, C/A, C/B of the forwarding rate with their
-//! range, and the DUT kthread's CPU ns per forwarded packet per mode. A last round with
-//! the kernel's BPF run-time statistics on (kept out of B and C because they add two
-//! clock reads per program run) prints each per-packet program's runs per forwarded
+//! Each round measures six modes back to back: A untraced, B always-on tier, C
+//! always-on + per-packet tier tracing every packet, D always-on + per-packet tier in
+//! its default 20 ms tracing windows of every second, E bpftrace counting one
+//! per-packet tracepoint (net:netif_receive_skb) into a map, F one empty tp_btf program
+//! on the same tracepoint (the floor: what one program run per packet costs on this
+//! kernel). The order rotates every round (and reverses on odd rounds) so a drift in
+//! background load spreads over all modes. It prints every round, then per mode the
+//! median ratio to A of the forwarding rate and of the DUT kthread's CPU ns per
+//! forwarded packet (the figure to trust on a shared machine). A last round with the
+//! kernel's BPF run-time statistics on (kept out of the other rounds because they add
+//! two clock reads per program run) prints each per-packet program's runs per forwarded
 //! packet and ns per run. Needs root and two online CPUs.
 //!
 //!     cargo run --release -p napilab-trace --example packets-overhead -- [ROUNDS] [SECONDS] [SENDERS]
@@ -30,8 +34,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use napilab_trace::always_on::enable_run_time_stats;
+use napilab_trace::floor::FloorProbe;
 use napilab_trace::packets::packet_interval;
-use napilab_trace::{AlwaysOn, PacketOptions, PacketTrace, TraceOptions};
+use napilab_trace::{AlwaysOn, PacketOptions, PacketTrace, TraceOptions, Windows};
 
 const GEN_CPU: usize = 0;
 const DUT_CPU: usize = 1;
@@ -365,7 +370,20 @@ enum Mode {
     Untraced,
     AlwaysOn,
     Packets,
+    Windowed,
+    Bpftrace,
+    Floor,
 }
+
+/// Every mode, in the order of the result columns.
+const MODES: [Mode; 6] = [
+    Mode::Untraced,
+    Mode::AlwaysOn,
+    Mode::Packets,
+    Mode::Windowed,
+    Mode::Bpftrace,
+    Mode::Floor,
+];
 
 impl Mode {
     fn letter(self) -> &'static str {
@@ -373,7 +391,99 @@ impl Mode {
             Mode::Untraced => "A",
             Mode::AlwaysOn => "B",
             Mode::Packets => "C",
+            Mode::Windowed => "D",
+            Mode::Bpftrace => "E",
+            Mode::Floor => "F",
         }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Mode::Untraced => "A untraced",
+            Mode::AlwaysOn => "B always-on tier",
+            Mode::Packets => "C always-on + per-packet, every packet",
+            Mode::Windowed => "D always-on + per-packet, 20 ms windows of 1 s (default)",
+            Mode::Bpftrace => "E bpftrace counting net:netif_receive_skb",
+            Mode::Floor => "F one empty tp_btf program on netif_receive_skb",
+        }
+    }
+}
+
+/// The bpftrace peer: one per-packet tracepoint counted into a map. Dropping it stops
+/// bpftrace (SIGINT, then SIGKILL after 5 s) and removes its output file.
+struct Bpftrace {
+    child: std::process::Child,
+    out: std::path::PathBuf,
+}
+
+impl Bpftrace {
+    const PROGRAM: &'static str = "tracepoint:net:netif_receive_skb { @packets = count(); }";
+
+    fn start() -> Result<Bpftrace, String> {
+        let out =
+            std::env::temp_dir().join(format!("napilab-pkt-{}-bpftrace.out", std::process::id()));
+        let file = std::fs::File::create(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+        // bpftrace resolves tracepoints through tracefs: when the host has none mounted,
+        // it gets one in a private mount namespace (the host's mounts do not change).
+        // On the generator's CPU, so its start-up (an LLVM compile) does not take the
+        // DUT's CPU.
+        let script = format!(
+            "ulimit -l unlimited 2>/dev/null || true; [ -d /sys/kernel/tracing/events ] || mount -t tracefs nodev /sys/kernel/tracing; exec taskset -c {GEN_CPU} bpftrace -e '{}'",
+            Self::PROGRAM
+        );
+        let child = Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-ec", &script])
+            .stdout(file)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                format!("cannot run bpftrace (apt-get install bpftrace; make deps does): {e}")
+            })?;
+        let mut me = Bpftrace { child, out };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let text = std::fs::read_to_string(&me.out).unwrap_or_default();
+            if text.contains("Attaching") {
+                // "Attaching 1 probe..." is printed just before the attach.
+                std::thread::sleep(Duration::from_millis(500));
+                return Ok(me);
+            }
+            if let Ok(Some(status)) = me.child.try_wait() {
+                return Err(format!(
+                    "bpftrace exited before attaching ({status}): {text}"
+                ));
+            }
+            if Instant::now() > deadline {
+                me.stop();
+                return Err("bpftrace did not attach within 60 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn stop(&mut self) {
+        let Ok(pid) = i32::try_from(self.child.id()) else {
+            let _ = self.child.kill();
+            return;
+        };
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(pid, libc::SIGINT) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Bpftrace {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_file(&self.out);
     }
 }
 
@@ -381,26 +491,48 @@ impl Mode {
 struct Tier {
     _always_on: Option<AlwaysOn>,
     packets: Option<PacketTrace>,
+    _bpftrace: Option<Bpftrace>,
+    _floor: Option<FloorProbe>,
 }
 
 fn load(mode: Mode) -> Result<Tier, String> {
     let always_on = match mode {
-        Mode::Untraced => None,
-        _ => Some(
+        Mode::AlwaysOn | Mode::Packets | Mode::Windowed => Some(
             AlwaysOn::start(&TraceOptions::default())
                 .map_err(|e| format!("cannot load the always-on tier: {e}"))?,
         ),
+        _ => None,
     };
-    let packets = match mode {
-        Mode::Packets => Some(
-            PacketTrace::start(&PacketOptions::default())
-                .map_err(|e| format!("cannot load the per-packet tier: {e}"))?,
+    let windows = match mode {
+        Mode::Packets => Some(None),
+        Mode::Windowed => Some(Some(Windows::DEFAULT)),
+        _ => None,
+    };
+    let packets = match windows {
+        Some(windows) => Some(
+            PacketTrace::start(&PacketOptions {
+                windows,
+                ..PacketOptions::default()
+            })
+            .map_err(|e| format!("cannot load the per-packet tier: {e}"))?,
         ),
+        None => None,
+    };
+    let bpftrace = match mode {
+        Mode::Bpftrace => Some(Bpftrace::start()?),
+        _ => None,
+    };
+    let floor = match mode {
+        Mode::Floor => {
+            Some(FloorProbe::start().map_err(|e| format!("cannot load the empty program: {e}"))?)
+        }
         _ => None,
     };
     Ok(Tier {
         _always_on: always_on,
         packets,
+        _bpftrace: bpftrace,
+        _floor: floor,
     })
 }
 
@@ -446,17 +578,17 @@ fn summary(v: &[f64]) -> (f64, f64, f64, f64) {
     (mean, median, min, max)
 }
 
-const ORDERS: [[Mode; 3]; 6] = {
-    use Mode::{AlwaysOn as B, Packets as C, Untraced as A};
-    [
-        [A, B, C],
-        [C, B, A],
-        [B, A, C],
-        [C, A, B],
-        [A, C, B],
-        [B, C, A],
-    ]
-};
+/// Round `r`'s order: the modes rotated by `r`, reversed on odd rounds, so every mode
+/// meets every position and drift in the machine's load spreads over all of them.
+fn order(r: usize) -> Vec<Mode> {
+    let mut v: Vec<Mode> = (0..MODES.len())
+        .map(|i| MODES[(i + r / 2) % MODES.len()])
+        .collect();
+    if r % 2 == 1 {
+        v.reverse();
+    }
+    v
+}
 
 /// The round with BPF run-time statistics: per per-packet program, runs per forwarded
 /// packet and ns per run; and what the tier saw in the DUT's namespace.
@@ -551,84 +683,87 @@ fn run() -> Result<(), String> {
     }
     let router = Router::create()?;
     // Check every mode loads before measuring anything.
-    for mode in [Mode::AlwaysOn, Mode::Packets] {
+    for mode in MODES {
         drop(load(mode)?);
     }
     pin(0, GEN_CPU)?;
     println!(
-        "{rounds} rounds x 3 modes x {seconds} s, {senders} sender thread(s) on CPU {GEN_CPU}, DUT kthread on CPU {DUT_CPU}"
+        "{rounds} rounds x {} modes x {seconds} s, {senders} sender thread(s) on CPU {GEN_CPU}, DUT kthread on CPU {DUT_CPU}",
+        MODES.len()
     );
-    println!("A untraced, B always-on tier, C always-on + per-packet tier");
+    for mode in MODES {
+        println!("  {}", mode.label());
+    }
     println!(
-        "{:<6} {:<6} {:>11} {:>11} {:>11} {:>7} {:>7} {:>7} {:>9} {:>9} {:>9}",
-        "round",
-        "order",
-        "A pkt/s",
-        "B pkt/s",
-        "C pkt/s",
-        "B/A",
-        "C/A",
-        "C/B",
-        "A ns/pkt",
-        "B ns/pkt",
-        "C ns/pkt"
+        "other processes share this machine: the DUT's CPU per forwarded packet (its kthread's run time / sink RX packets) is the figure to trust; forwarding rates move with the DUT's CPU share"
     );
-    let mut results: Vec<[Round; 3]> = Vec::new();
+    print!("{:<6} {:<7}", "round", "order");
+    for mode in MODES {
+        print!(" {:>9} {:>6}", format!("{} pkt/s", mode.letter()), "ns/pkt");
+    }
+    println!();
+    let mut results: Vec<[Round; MODES.len()]> = Vec::new();
     for r in 0..rounds {
-        let order = ORDERS[r % ORDERS.len()];
-        let mut row = [Round::default(); 3];
-        for mode in order {
-            let tier = load(mode)?;
+        let order = order(r);
+        let mut row = [Round::default(); MODES.len()];
+        for mode in &order {
+            let tier = load(*mode)?;
             let res = round(&router, senders, seconds)?;
             drop(tier);
-            row[mode as usize] = res;
+            row[*mode as usize] = res;
         }
-        println!(
-            "{:<6} {:<6} {:>11.0} {:>11.0} {:>11.0} {:>7.3} {:>7.3} {:>7.3} {:>9.0} {:>9.0} {:>9.0}",
+        print!(
+            "{:<6} {:<7}",
             r + 1,
-            order.iter().map(|m| m.letter()).collect::<String>(),
-            row[0].rate,
-            row[1].rate,
-            row[2].rate,
-            row[1].rate / row[0].rate,
-            row[2].rate / row[0].rate,
-            row[2].rate / row[1].rate,
-            row[0].ns_per_packet,
-            row[1].ns_per_packet,
-            row[2].ns_per_packet,
+            order.iter().map(|m| m.letter()).collect::<String>()
         );
+        for res in &row {
+            print!(" {:>9.0} {:>6.0}", res.rate, res.ns_per_packet);
+        }
+        println!();
         results.push(row);
     }
-    let ratio = |num: usize, den: usize| -> Vec<f64> {
-        results.iter().map(|r| r[num].rate / r[den].rate).collect()
-    };
-    println!("\nforwarding rate ratios of the same round: mean, median (min..max):");
-    for (label, num, den) in [
-        ("B/A always-on", 1, 0),
-        ("C/A always-on + per-packet", 2, 0),
-        ("C/B per-packet alone", 2, 1),
-    ] {
-        let (mean, median, min, max) = summary(&ratio(num, den));
-        println!("  {label:<28} {mean:.3}, {median:.3} ({min:.3}..{max:.3})");
-    }
-    println!("DUT kthread CPU ns per forwarded packet: mean, median (min..max):");
-    for (i, label) in ["A untraced", "B always-on", "C always-on + per-packet"]
-        .iter()
-        .enumerate()
-    {
-        let v: Vec<f64> = results.iter().map(|r| r[i].ns_per_packet).collect();
-        let (mean, median, min, max) = summary(&v);
-        println!("  {label:<28} {mean:.0}, {median:.0} ({min:.0}..{max:.0})");
-    }
-    println!("DUT CPU per forwarded packet, ratio of the same round: mean, median (min..max):");
-    for (label, num, den) in [("B/A", 1, 0), ("C/A", 2, 0), ("C/B", 2, 1)] {
-        let v: Vec<f64> = results
+    println!("\nagainst A (untraced) in the same round: median (min..max) of the per-round ratios");
+    println!(
+        "{:<58} {:>24} {:>24} {:>9}",
+        "mode", "forwarding rate X/A", "DUT CPU per packet X/A", "+ns/pkt"
+    );
+    for mode in &MODES[1..] {
+        let i = *mode as usize;
+        let rate: Vec<f64> = results.iter().map(|r| r[i].rate / r[0].rate).collect();
+        let cpu: Vec<f64> = results
             .iter()
-            .map(|r| r[num].ns_per_packet / r[den].ns_per_packet)
+            .map(|r| r[i].ns_per_packet / r[0].ns_per_packet)
             .collect();
-        let (mean, median, min, max) = summary(&v);
-        println!("  {label:<28} {mean:.3}, {median:.3} ({min:.3}..{max:.3})");
+        let extra: Vec<f64> = results
+            .iter()
+            .map(|r| r[i].ns_per_packet - r[0].ns_per_packet)
+            .collect();
+        let (_, rm, rlo, rhi) = summary(&rate);
+        let (_, cm, clo, chi) = summary(&cpu);
+        let (_, em, _, _) = summary(&extra);
+        println!(
+            "{:<58} {:>24} {:>24} {:>9.0}",
+            mode.label(),
+            format!("{rm:.3} ({rlo:.3}..{rhi:.3})"),
+            format!("{cm:.3} ({clo:.3}..{chi:.3})"),
+            em
+        );
     }
+    println!(
+        "cost as a share of the DUT's maximum rate = 1 - A ns/pkt / X ns/pkt (median): {}",
+        MODES[1..]
+            .iter()
+            .map(|m| {
+                let v: Vec<f64> = results
+                    .iter()
+                    .map(|r| 1.0 - r[0].ns_per_packet / r[*m as usize].ns_per_packet)
+                    .collect();
+                format!("{} {:.1}%", m.letter(), summary(&v).1 * 100.0)
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     stats_round(&router, senders, seconds)?;
     Ok(())
 }

@@ -9,10 +9,14 @@
 //! latency per packet and drops by reason (`observe --trace-packets`).
 
 pub mod always_on;
+pub mod cost;
+pub mod floor;
 pub mod packets;
 pub mod snapshot;
 pub mod stages;
+pub mod windows;
 
 pub use always_on::{AlwaysOn, StartError, TraceOptions};
 pub use packets::{PacketOptions, PacketTrace};
 pub use snapshot::{trace_interval, Snapshot};
+pub use windows::Windows;

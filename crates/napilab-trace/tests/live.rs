@@ -563,3 +563,43 @@ fn raw_tracepoint_fallback_counts_the_same_packets() {
     assert!(t.softirqs.iter().any(|s| s.name == "NET_RX"));
     assert_unloaded(trace);
 }
+
+/// `observe --trace` reports its own cost from the kernel's BPF statistics: over a
+/// flood, the meter sees at least one run per NAPI poll the tier counted, and a run time.
+#[test]
+fn cost_meter_sees_the_programs_runs() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let name = "cost_meter_sees_the_programs_runs";
+    let Some((pair, trace)) = setup(name, "cost", false) else {
+        return;
+    };
+    let meter = match napilab_trace::cost::CostMeter::start(trace.program_costs()) {
+        Ok(m) => m,
+        Err(e) => {
+            println!("SKIPPED {name}: {e}");
+            return;
+        }
+    };
+    let (t, received, _) = measured_flood(&trace, &pair, 2_000, false, 50, 200);
+    let cost = meter.cost(&trace.program_costs());
+    drop(meter);
+    let polls: u64 = t.napi.iter().map(|n| n.polls).sum();
+    assert!(received > 0 && polls > 0, "no traffic was traced");
+    assert!(
+        cost.runs >= polls,
+        "the statistics counted {} runs, fewer than the {polls} NAPI polls traced",
+        cost.runs
+    );
+    assert!(
+        cost.run_ns > 0 && cost.cpu_share > 0.0 && cost.cpu_share < 2.0,
+        "{cost:?}"
+    );
+    println!(
+        "{name}: {} runs, {:.0} ns/run, {:.3}% of one CPU over {:.2} s",
+        cost.runs,
+        cost.run_ns as f64 / cost.runs as f64,
+        cost.cpu_share * 100.0,
+        cost.seconds
+    );
+    assert_unloaded(trace);
+}

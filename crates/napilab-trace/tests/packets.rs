@@ -332,7 +332,10 @@ fn stage_pairs_count_every_forwarded_packet() {
 fn raw_tp_fallback_counts_every_forwarded_packet() {
     forwarding(
         "raw_tp_fallback_counts_every_forwarded_packet",
-        &PacketOptions { force_raw_tp: true },
+        &PacketOptions {
+            force_raw_tp: true,
+            ..PacketOptions::default()
+        },
     );
 }
 
@@ -490,4 +493,163 @@ fn a_tiny_token_bucket_drops_and_dequeues() {
             .collect::<Vec<_>>()
     );
     assert_unloaded(trace);
+}
+
+/// Time-sliced tracing (`PacketOptions::windows`): stage rates seen in the windows and
+/// scaled by their measured open time converge to the exact count of paced traffic
+/// within the error the tier reports, and drops stay exact between windows.
+#[test]
+fn windowed_estimates_converge_to_exact_counts() {
+    use napilab_trace::packets::OUTSIDE_WINDOW_NAME;
+    use napilab_trace::windows::windowed_rate;
+    use napilab_trace::Windows;
+    let name = "windowed_estimates_converge_to_exact_counts";
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let router = match Router::create("win") {
+        Ok(r) => r,
+        Err(e) => {
+            println!("SKIPPED {name}: {e}");
+            return;
+        }
+    };
+    // 10 ms of every 50 ms: duty 0.2, 60 windows over the 3 s of traffic.
+    let windows = Windows {
+        window: Duration::from_millis(10),
+        period: Duration::from_millis(50),
+    };
+    let options = PacketOptions {
+        windows: Some(windows),
+        ..PacketOptions::default()
+    };
+    // The window thread (started from this thread, so with its affinity) on CPU 0 and
+    // the sender on CPU 1: attaching takes about 2 ms of CPU per window here, and a
+    // sender sharing its CPU would be delayed around the windows, which would put more
+    // or fewer of its packets in them than their share of time.
+    let two_cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
+    if two_cpus {
+        pin_self(0);
+    }
+    let Some(trace) = start(name, &options) else {
+        return;
+    };
+    let b = router.inode("b").expect("namespace inode");
+    // Paced: 10 datagrams every millisecond for 3 s, to a port nothing listens on in b
+    // (each is dropped there as NO_SOCKET, after the tier's stages).
+    const N: u32 = 30_000;
+    let before = trace.snapshot();
+    let progress0 = trace.window_progress().expect("windowed");
+    let t0 = Instant::now();
+    in_ns(&router.ns("a"), move || {
+        if two_cpus {
+            pin_self(1);
+        }
+        let s = UdpSocket::bind("10.83.1.1:0").map_err(|e| format!("bind in a: {e}"))?;
+        let start = Instant::now();
+        for i in 0..N {
+            if i % 10 == 0 {
+                let due = start + Duration::from_micros(u64::from(i / 10) * 1000);
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+            }
+            s.send_to(&[0u8; 64], ("10.83.2.2", 7998))
+                .map_err(|e| format!("send {i}: {e}"))?;
+        }
+        Ok(())
+    })
+    .expect("send");
+    // The interval is the traffic's: packets and window time up to now (the window
+    // open now included).
+    let after = trace.snapshot();
+    let seconds = t0.elapsed().as_secs_f64();
+    let progress1 = trace.window_progress().expect("windowed");
+    println!(
+        "{name}: {} windows, {:.1} ms open, {:.2} ms attaching and detaching",
+        progress1.0 - progress0.0,
+        (progress1.1 - progress0.1) as f64 / 1e6,
+        (progress1.2 - progress0.2) as f64 / 1e6
+    );
+    let (w0, w1) = (
+        before.windows.expect("windowed"),
+        after.windows.expect("windowed"),
+    );
+    let open_secs = w1.open_ns.saturating_sub(w0.open_ns) as f64 / 1e9;
+    let rates = w1.rates.since(&w0.rates);
+    assert!(
+        open_secs > 0.1 * seconds && open_secs < 0.35 * seconds,
+        "windows open {open_secs:.3} s of {seconds:.3} s, expected about 20%"
+    );
+    let (stages, _) = packet_interval(&before, &after, seconds, &trace.reasons, None);
+    let inodes = router.inodes().expect("namespace inodes");
+    let rows = ours(&stages, &inodes);
+    // Exact: every drop is counted, inside a window or not (read once they all landed).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let drops = loop {
+        let (_, drops) =
+            packet_interval(&before, &trace.snapshot(), seconds, &trace.reasons, Some(b));
+        let n: u64 = drops
+            .iter()
+            .filter(|d| d.reason == "NO_SOCKET")
+            .map(|d| d.count)
+            .sum();
+        if n >= u64::from(N) || Instant::now() > deadline {
+            break drops;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let no_socket: u64 = drops
+        .iter()
+        .filter(|d| d.netns == b && d.reason == "NO_SOCKET")
+        .map(|d| d.count)
+        .sum();
+    assert_eq!(no_socket, u64::from(N), "NO_SOCKET drops in b: {drops:?}");
+    let outside: u64 = drops
+        .iter()
+        .filter(|d| d.reason == "NO_SOCKET" && d.last_stage.as_deref() == Some(OUTSIDE_WINDOW_NAME))
+        .map(|d| d.count)
+        .sum();
+    assert!(
+        outside > u64::from(N) / 2,
+        "only {outside} of {N} drops were outside a window: were the stages detached?"
+    );
+    // Estimated: each forward stage pair, scaled by the windows' open time.
+    for (fd, from, d, to) in [
+        ("a0", "net_dev_xmit", "r0", "napi_gro_receive_entry"),
+        ("r0", "netif_receive_skb", "r1", "net_dev_queue"),
+        ("r1", "net_dev_xmit", "b0", "napi_gro_receive_entry"),
+    ] {
+        let seen = pair_count(&rows, fd, from, d, to);
+        let (rate, sd) = windowed_rate(seen, open_secs, seconds, Some(&rates));
+        let estimate = rate * seconds;
+        let error = sd * seconds;
+        let row = rows
+            .iter()
+            .find(|s| s.from_device == fd && s.from == from && s.device == d && s.to == to)
+            .expect("the pair was seen");
+        assert!(
+            (row.rate.value - rate).abs() < 1e-6 * rate.max(1.0),
+            "the interval's rate {} is not the windowed estimate {rate}",
+            row.rate.value
+        );
+        println!(
+            "{name}: {fd} {from} -> {d} {to}: {seen} seen in {:.0} ms of windows, estimate {estimate:.0} +- {error:.0} (1 sd) of {N} sent",
+            open_secs * 1e3
+        );
+        assert!(
+            (estimate - f64::from(N)).abs() <= 4.0 * error,
+            "{fd} {from} -> {d} {to}: estimate {estimate:.0} is more than 4 sd ({error:.0}) from the {N} packets sent"
+        );
+    }
+    assert_unloaded(trace);
+}
+
+/// Pins the calling thread to one CPU (best effort: an error leaves it unpinned).
+fn pin_self(cpu: usize) {
+    // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it; sched_setaffinity reads
+    // a set of the size passed and affects only the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
 }

@@ -114,12 +114,17 @@ struct ObserveArgs {
     /// With --stages: write a flame graph (SVG) of the sampled stacks, rooted by stage.
     #[arg(long, value_name = "FILE", requires = "stages")]
     flamegraph: Option<PathBuf>,
-    /// Implies --trace: follow every packet through its stages (netif_receive_skb ->
+    /// Implies --trace: follow packets through their stages (netif_receive_skb ->
     /// net_dev_queue -> net_dev_start_xmit -> net_dev_xmit, qdisc_dequeue) for
-    /// stage-to-stage latency, and count drops by reason (skb:kfree_skb). Fires per
-    /// packet: see docs/trace.md for its cost.
+    /// stage-to-stage latency, and count drops by reason (skb:kfree_skb, every drop).
+    /// Stages are traced 20 ms of every second, so their rates are estimates with an
+    /// error; see docs/trace.md for the cost.
     #[arg(long, conflicts_with_all = ["replay", "root"])]
     trace_packets: bool,
+    /// With --trace-packets: trace every packet at every stage (exact stage counts, at
+    /// several times the CPU per packet).
+    #[arg(long, requires = "trace_packets")]
+    trace_packets_full: bool,
 }
 
 /// Exit status of a run stopped by SIGINT or SIGTERM, as shells report a signal death.
@@ -174,6 +179,7 @@ fn main() -> ExitCode {
             stages: args.stages,
             flamegraph: args.flamegraph,
             trace_packets: args.trace_packets,
+            trace_packets_full: args.trace_packets_full,
         }),
         Command::Tune(args) => tune_cmd::run(args),
         Command::Lab(args) => lab_cmd::run(args),

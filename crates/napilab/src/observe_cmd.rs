@@ -29,6 +29,8 @@ pub struct Options {
     /// Load the opt-in per-packet tier: stage latencies and drops by reason (needs
     /// `trace`).
     pub trace_packets: bool,
+    /// With `trace_packets`: every packet instead of tracing windows.
+    pub trace_packets_full: bool,
 }
 
 /// How often the process list is rescanned for new ksoftirqd/napi threads.
@@ -90,6 +92,7 @@ fn observe_live(options: &Options) -> Result<Observation> {
         options.trace,
         options.stages,
         options.trace_packets,
+        options.trace_packets_full,
         &header,
     );
     let mut analysis = Analysis::new(header);
@@ -134,6 +137,13 @@ fn observe_live(options: &Options) -> Result<Observation> {
             Err(e) => analysis.add_notice("flame graph", e),
         }
     }
+    let cost = tracer.cost();
+    if let Some(e) = tracer.packets.as_ref().and_then(|(p, _)| p.window_error()) {
+        analysis.add_notice(
+            "per-packet tracing windows",
+            format!("{e}; the stages it names were not traced in some windows"),
+        );
+    }
     // Detach and unload the BPF programs before reporting (also after Ctrl-C).
     drop(tracer);
     analysis.merge_notices(&sampler.notices);
@@ -144,7 +154,54 @@ fn observe_live(options: &Options) -> Result<Observation> {
             path.display()
         );
     }
-    Ok(analysis.finish(OriginKind::Live))
+    let mut observation = analysis.finish(OriginKind::Live);
+    if let Some(cost) = cost {
+        let cost =
+            napilab_trace::cost::WithPackets::with_packets(cost, received_packets(&observation));
+        eprintln!("napilab: {}", describe_cost(&cost));
+        observation.trace_cost = Some(cost);
+    }
+    Ok(observation)
+}
+
+/// Packets the observation's devices received over all its intervals.
+fn received_packets(observation: &Observation) -> u64 {
+    let packets: f64 = observation
+        .intervals
+        .iter()
+        .flat_map(|i| {
+            i.devices
+                .iter()
+                .filter_map(move |d| d.rx_packets.as_ref().map(|m| m.value * i.duration_s))
+        })
+        .sum();
+    packets.max(0.0).round() as u64
+}
+
+/// "tracing cost: ..." for the end of a traced observation.
+fn describe_cost(cost: &napilab_core::TraceCost) -> String {
+    let mut text = format!(
+        "tracing cost: BPF programs ran {} times for {:.1} ms in {:.1} s = {:.2}% of one CPU",
+        cost.runs,
+        cost.run_ns as f64 / 1e6,
+        cost.seconds,
+        cost.cpu_share * 100.0
+    );
+    match cost.ns_per_packet {
+        Some(ns) => text.push_str(&format!(
+            ", {ns:.1} ns per received packet ({} packets on the observed devices)",
+            cost.packets
+        )),
+        None => text.push_str(", no packets received on the observed devices"),
+    }
+    if let Some(duty) = cost.packet_duty {
+        text.push_str(&format!(
+            "; per-packet stages traced {:.1}% of the time",
+            duty * 100.0
+        ));
+    }
+    text.push_str(" (kernel BPF statistics, which add two clock reads per run: an upper bound)");
+    text
 }
 
 /// A channel that receives a message on SIGINT or SIGTERM, so the sampling loop can
@@ -192,6 +249,9 @@ struct Tracer {
         napilab_trace::PacketTrace,
         napilab_trace::packets::PacketSnapshot,
     )>,
+    /// The kernel's BPF run-time statistics, on while tracing, and the programs' run
+    /// counters when they were turned on.
+    meter: Option<napilab_trace::cost::CostMeter>,
 }
 
 struct StageState {
@@ -208,6 +268,7 @@ impl Tracer {
         enabled: bool,
         stages: bool,
         packets: bool,
+        packets_full: bool,
         header: &napilab_probe::record::RecordingHeader,
     ) -> Tracer {
         let mut tracer = Tracer {
@@ -216,6 +277,7 @@ impl Tracer {
             notices: Vec::new(),
             stages: None,
             packets: None,
+            meter: None,
         };
         if !enabled {
             return tracer;
@@ -229,7 +291,11 @@ impl Tracer {
             Ok(always_on) => {
                 tracer.notices.extend(always_on.notices.iter().cloned());
                 if packets {
-                    match napilab_trace::PacketTrace::start(&napilab_trace::PacketOptions::default()) {
+                    let options = napilab_trace::PacketOptions {
+                        windows: (!packets_full).then_some(napilab_trace::Windows::DEFAULT),
+                        ..napilab_trace::PacketOptions::default()
+                    };
+                    match napilab_trace::PacketTrace::start(&options) {
                         Ok(trace) => {
                             tracer.notices.extend(trace.notices.iter().cloned());
                             let first = trace.snapshot();
@@ -242,6 +308,14 @@ impl Tracer {
                     }
                 }
                 let first = always_on.snapshot(&tracer.cpus);
+                let mut programs = always_on.program_costs();
+                if let Some((p, _)) = &tracer.packets {
+                    programs.extend(p.program_costs());
+                }
+                match napilab_trace::cost::CostMeter::start(programs) {
+                    Ok(meter) => tracer.meter = Some(meter),
+                    Err(e) => tracer.notices.push(("tracing cost".into(), e)),
+                }
                 tracer.live = Some((always_on, first, Instant::now()));
                 if stages {
                     match napilab_trace::stages::StageSampler::start(&tracer.cpus, STAGE_HZ) {
@@ -266,6 +340,22 @@ impl Tracer {
             )),
         }
         tracer
+    }
+
+    /// What the programs cost since they were attached (the statistics stay on until
+    /// the tracer is dropped).
+    fn cost(&self) -> Option<napilab_core::TraceCost> {
+        let meter = self.meter.as_ref()?;
+        let (always_on, _, _) = self.live.as_ref()?;
+        let mut programs = always_on.program_costs();
+        let mut duty = None;
+        if let Some((p, _)) = &self.packets {
+            programs.extend(p.program_costs());
+            duty = Some(p.window_duty().unwrap_or(1.0));
+        }
+        let mut cost = meter.cost(&programs);
+        cost.packet_duty = duty;
+        Some(cost)
     }
 
     fn report_start(&self, analysis: &mut Analysis) {

@@ -95,6 +95,7 @@ fn empty_observation(intervals: Vec<Interval>, topology: TopologyMap) -> Observa
         intervals,
         findings: Vec::new(),
         notices: Vec::new(),
+        trace_cost: None,
     }
 }
 

@@ -46,6 +46,66 @@ pub fn read_text(root: &Path, rel: &str) -> Result<String, ProcError> {
     }
 }
 
+/// Files kept open between samples: a /proc or /sys file is generated anew by every
+/// read from offset 0, so reopening it each second only costs the path walk, the open
+/// and the close (a quarter of a sample's CPU when profiled). A kept `/proc/<pid>/stat`
+/// also keeps naming the task it was opened for: after that task exits, reads fail
+/// instead of showing a new process that reused the pid.
+#[derive(Debug, Default)]
+pub struct KeptFiles {
+    files: std::collections::HashMap<std::path::PathBuf, std::fs::File>,
+    buf: Vec<u8>,
+}
+
+impl KeptFiles {
+    /// Like [`read_text`], through a file kept open (opened on first use; a failed read
+    /// closes it, so the next read reopens it).
+    pub fn read_text(&mut self, root: &Path, rel: &str) -> Result<String, ProcError> {
+        use std::collections::hash_map::Entry;
+        use std::os::unix::fs::FileExt as _;
+        let path = root.join(rel);
+        let file = match self.files.entry(path.clone()) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => match std::fs::File::open(&path) {
+                Ok(f) => e.insert(f),
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(ProcError::Missing { path })
+                }
+                Err(source) => return Err(ProcError::Io { path, source }),
+            },
+        };
+        self.buf.clear();
+        let mut chunk = [0u8; 16384];
+        // Bounded: a file that keeps growing is cut at 64 MiB rather than read forever.
+        while self.buf.len() < 64 << 20 {
+            match file.read_at(&mut chunk, self.buf.len() as u64) {
+                Ok(0) => break,
+                Ok(n) => self
+                    .buf
+                    .extend_from_slice(chunk.get(..n).unwrap_or_default()),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(source) => {
+                    self.files.remove(&path);
+                    return Err(if source.raw_os_error() == Some(libc::ESRCH) {
+                        ProcError::Missing { path }
+                    } else {
+                        ProcError::Io { path, source }
+                    });
+                }
+            }
+        }
+        Ok(match std::str::from_utf8(&self.buf) {
+            Ok(text) => text.to_string(),
+            Err(_) => String::from_utf8_lossy(&self.buf).into_owned(),
+        })
+    }
+
+    /// Closes the files of paths `keep` rejects (e.g. threads no longer listed).
+    pub fn retain(&mut self, mut keep: impl FnMut(&Path) -> bool) {
+        self.files.retain(|p, _| keep(p));
+    }
+}
+
 /// Lines that carry text, with their 1-based line numbers for error messages.
 fn content_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
     text.lines()
@@ -180,6 +240,37 @@ mod tests {
             read_text(&dir, "proc/none"),
             Err(ProcError::Missing { path }) if path == dir.join("proc/none")
         ));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[cfg(test)]
+mod kept_files_tests {
+    use super::*;
+
+    #[test]
+    fn a_kept_file_is_read_anew_each_time() {
+        let dir = std::env::temp_dir().join(format!("napilab-kept-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(dir.join("proc"));
+        let path = dir.join("proc/stat");
+        let mut files = KeptFiles::default();
+        std::fs::write(&path, "cpu  1 2 3\n").ok();
+        assert_eq!(
+            files.read_text(&dir, "proc/stat").ok().as_deref(),
+            Some("cpu  1 2 3\n")
+        );
+        // Rewritten in place (same inode, as /proc files are regenerated): the kept fd
+        // sees the new text from offset 0, shorter or longer.
+        std::fs::write(&path, "cpu  4\n").ok();
+        assert_eq!(
+            files.read_text(&dir, "proc/stat").ok().as_deref(),
+            Some("cpu  4\n")
+        );
+        assert!(matches!(
+            files.read_text(&dir, "proc/missing"),
+            Err(ProcError::Missing { .. })
+        ));
+        files.retain(|_| false);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -53,6 +53,22 @@ struct {
 	__type(value, struct pk_drop_val);
 } drop_stats SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct pk_control);
+} control SEC(".maps");
+
+/* Stage transitions recorded, all pairs together: the window thread reads it after each
+ * window, so the spread of the per-window rates gives the estimates' error. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} window_events SEC(".maps");
+
 /* Too large for the 512-byte BPF stack. */
 static const struct pk_pair_val zero_pair;
 
@@ -187,6 +203,10 @@ static __always_inline void record(struct pk_skb_state *prev, __u32 to, struct p
 	}
 	v->count++;
 	v->sum_ns += lat;
+	__u32 zero = 0;
+	__u64 *events = bpf_map_lookup_elem(&window_events, &zero);
+	if (events)
+		(*events)++;
 	__u32 slot = slot_of(lat);
 	if (slot < PK_SLOTS)
 		v->hist[slot]++;
@@ -197,6 +217,15 @@ static __always_inline void on_stage(void *skb, __u32 stage, struct net_device *
 {
 	if (!skb)
 		return;
+	/* An array lookup with a constant key: the verifier inlines it to an address.
+	 * While the window thread attaches or detaches the programs, some run and some
+	 * do not: they count nothing then, so a window is exactly the time between the
+	 * thread's two control writes. */
+	__u32 zero = 0;
+	struct pk_control *ctl = bpf_map_lookup_elem(&control, &zero);
+	if (ctl && ctl->between_windows)
+		return;
+	__u64 window_start = ctl ? ctl->window_start_ns : 0;
 	__u64 key = (__u64)skb;
 	__u64 now = bpf_ktime_get_ns();
 	struct pk_dev d;
@@ -205,7 +234,8 @@ static __always_inline void on_stage(void *skb, __u32 stage, struct net_device *
 	if (e) {
 		bool same = e->netns == d.netns && e->ifindex == d.ifindex;
 		__u64 ts = e->ts;
-		if (allowed(e->stage, stage, same, local) && now >= ts && now - ts < PK_MAX_AGE_NS) {
+		if (allowed(e->stage, stage, same, local) && ts >= window_start && now >= ts &&
+		    now - ts < PK_MAX_AGE_NS) {
 			record(e, stage, &d, now - ts);
 		} else if (stage == PK_XMIT) {
 			/* The packet moved on (its receiver ran before ndo_start_xmit
@@ -249,10 +279,18 @@ static __always_inline void on_drop(struct sk_buff *skb, __u32 reason, bool btf)
 		.protocol = btf ? skb->protocol : BPF_CORE_READ(skb, protocol),
 		.last_stage = PK_NO_STAGE,
 	};
-	struct pk_skb_state *e = bpf_map_lookup_elem(&skb_states, &addr);
-	if (e) {
-		key.last_stage = e->stage;
-		bpf_map_delete_elem(&skb_states, &addr);
+	/* Between windows the stage programs are detached: the packet's state is stale or
+	 * absent, so the LRU lookup is skipped (the drop still counts, exactly). */
+	__u32 zero = 0;
+	struct pk_control *ctl = bpf_map_lookup_elem(&control, &zero);
+	if (ctl && ctl->between_windows) {
+		key.last_stage = PK_OUTSIDE_WINDOW;
+	} else {
+		struct pk_skb_state *e = bpf_map_lookup_elem(&skb_states, &addr);
+		if (e) {
+			key.last_stage = e->stage;
+			bpf_map_delete_elem(&skb_states, &addr);
+		}
 	}
 	struct pk_drop_val *v = bpf_map_lookup_elem(&drop_stats, &key);
 	if (!v) {

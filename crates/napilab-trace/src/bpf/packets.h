@@ -19,6 +19,7 @@
 #define PK_XMIT 7          /* net:net_dev_xmit (after ndo_start_xmit) */
 #define PK_NR_STAGES 8
 #define PK_NO_STAGE 255    /* a drop of a packet no stage had seen */
+#define PK_OUTSIDE_WINDOW 254 /* a drop between two tracing windows (stages detached) */
 
 /* Latency histogram: values 0..3 ns get one slot each; above, each power of two is
  * split into 4 linear sub-buckets (at most 25% wide), up to 2^40 ns (the last slot
@@ -34,6 +35,19 @@ struct pk_skb_state {
 	__u32 netns;   /* that device's network namespace inode, and ifindex */
 	__u32 ifindex;
 	__u32 stage;
+	__u32 pad;
+};
+
+/* The one entry of the `control` array map, written by the loader's window thread
+ * (time-sliced tracing, docs/trace.md "Per-packet tier"). The stage programs are
+ * attached only around a window and count nothing while `between_windows` is set (the
+ * thread clears it after attaching them all and sets it before detaching any);
+ * kfree_skb stays attached so drops are counted exactly, and reads the packet's last
+ * stage only inside a window. A packet state older than `window_start_ns` was left by
+ * an earlier window and is ignored. */
+struct pk_control {
+	__u64 window_start_ns; /* bpf_ktime_get_ns() when the current window opened */
+	__u32 between_windows; /* 1 while the stage programs are detached (0: always on) */
 	__u32 pad;
 };
 
