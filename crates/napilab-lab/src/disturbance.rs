@@ -52,18 +52,6 @@ pub struct Snapshot {
     tasks: HashMap<u32, TaskSample>,
 }
 
-/// USER_HZ: /proc reports CPU times in these ticks (100 on every Linux architecture
-/// napilab runs on; sysconf says so).
-fn user_hz() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if hz > 0 {
-        hz as f64
-    } else {
-        100.0
-    }
-}
-
 /// Parent pid: the field after the state, after the last `)`.
 fn ppid_of(stat: &str) -> Option<u32> {
     let (_, rest) = stat.rsplit_once(')')?;
@@ -160,7 +148,7 @@ pub fn assess(
     generator_short: bool,
 ) -> Disturbance {
     let wall_s = after.at.duration_since(before.at).as_secs_f64().max(1e-3);
-    let hz = user_hz();
+    let hz = f64::from(napilab_probe::kernel::user_hz());
     let mut d = Disturbance {
         generator_late,
         ..Disturbance::default()
@@ -273,7 +261,7 @@ mod tests {
     fn steal_and_other_processes_mark_a_trial() {
         let mut before = snap(0, 1000, &[(10, "cc1", Owner::Other, 0, 0, 0)]);
         before.at -= std::time::Duration::from_secs(1);
-        let hz = user_hz() as u64;
+        let hz = u64::from(napilab_probe::kernel::user_hz());
         let after = snap(
             50,
             1100,

@@ -606,6 +606,7 @@ impl Exporter {
             intervals: self.window.iter().cloned().collect(),
             findings: Vec::new(),
             notices: Vec::new(),
+            trace_cost: None,
         };
         napilab_core::explain::explain(&observation)
     }
