@@ -1,7 +1,7 @@
 //! Results of an experiment: a scenario expanded into configurations x offered loads x
 //! repeats, each point with its traffic results and the DUT's Observation. The lab
 //! produces a [`RunRecord`] from the real kernel and the twin from its model, so the
-//! store and the report render both the same way (design.md section 2).
+//! store and the report render both the same way (docs/architecture.md section 2).
 
 use serde::{Deserialize, Serialize};
 

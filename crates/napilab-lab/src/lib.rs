@@ -1,5 +1,5 @@
 //! napilab's lab: a scenario run on the real kernel, in network namespaces it creates
-//! and removes (design.md principle 5).
+//! and removes (docs/architecture.md principle 5).
 //!
 //! - [`netns`]: run ids, namespace names, running `ip`/`tc`/`ethtool`, entering a
 //!   namespace from a thread.

@@ -1,8 +1,8 @@
-//! napilab's results store and reports (design.md section 3, part "report").
+//! napilab's results store and reports (docs/architecture.md section 3, part "report").
 //!
 //! A [`RunRecord`] from the lab or the twin goes into a SQLite [`Store`] (one row per
 //! run with the full record as JSON, plus configurations, points and a long-format
-//! metrics table in which every number keeps its source, design.md principle 1) and is
+//! metrics table in which every number keeps its source, docs/architecture.md principle 1) and is
 //! rendered as a self-contained HTML report with SVG plots, a CSV of the points and the
 //! run's JSON. The layout of all of these is documented in docs/report.md.
 

@@ -1,4 +1,4 @@
-//! The `napilab` binary: argument parsing and wiring only (design.md section 3).
+//! The `napilab` binary: argument parsing and wiring only (docs/architecture.md section 3).
 
 mod compare_cmd;
 mod export_cmd;
