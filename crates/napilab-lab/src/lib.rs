@@ -30,6 +30,8 @@ pub mod netns;
 pub mod request;
 pub mod runner;
 pub mod search;
+pub mod server_runner;
+pub mod server_topology;
 pub mod throughput;
 pub mod topology;
 pub mod traffic;

@@ -6,6 +6,7 @@ mod export_metrics;
 mod exposition;
 mod kv_cmd;
 mod lab_cmd;
+mod lab_requests;
 mod map_cmd;
 mod observe_cmd;
 mod render;
