@@ -1616,6 +1616,48 @@ port = 9000
         );
     }
 
+    const SERVER: &str =
+        "name = \"s\"\n[topology]\nkind = \"server\"\n[requests]\nloads_qps = [1000]\n";
+
+    #[test]
+    fn a_server_scenario_names_its_bad_fields() {
+        let ok = parse(
+            &format!("{SERVER}[[configurations]]\nname = \"a\"\nset = {{ mode = \"irq-suspend\", server = \"memcached\" }}\n"),
+            "s.toml",
+            Some(2),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let c = &ok.configurations()[0];
+        assert_eq!(c.settings.mode, ServerMode::IrqSuspend);
+        assert_eq!(c.settings.server, ServerEngine::Memcached);
+        let field_of = |text: &str| {
+            parse(text, "s.toml", Some(2)).expect_err(text).0[0]
+                .field
+                .clone()
+        };
+        assert_eq!(
+            field_of(&format!(
+                "{SERVER}[[configurations]]\nname = \"a\"\nset = {{ mode = \"coalescing\" }}\n"
+            )),
+            "configurations[0].set.mode"
+        );
+        assert_eq!(
+            field_of(&SERVER.replace("[1000]", "[1000]\nslo_p99_us = \"500us\"")),
+            "requests.slo_p99_us"
+        );
+        assert_eq!(
+            field_of("name = \"s\"\n[topology]\nkind = \"server\"\n"),
+            "requests"
+        );
+        assert_eq!(
+            field_of(&format!("{SERVER}[dut]\nserver_cpus = [7]\n")),
+            "dut.server_cpus"
+        );
+        // Server settings in a packet scenario are refused, not ignored.
+        let router = "name = \"r\"\n[dut]\nmode = \"busy-wait\"\n[traffic]\nloads_pps = [1000]\n[[traffic.classes]]\nname = \"be\"\nshare = 1.0\nsize = 64\nport = 9000\n";
+        assert_eq!(field_of(router), "dut.mode");
+    }
+
     #[test]
     fn example_scenarios_parse() {
         for (name, text) in [
@@ -1631,6 +1673,10 @@ port = 9000
             (
                 "bench-repeat.toml",
                 include_str!("../../../scenarios/bench-repeat.toml"),
+            ),
+            (
+                "server-modes.toml",
+                include_str!("../../../scenarios/server-modes.toml"),
             ),
         ] {
             if let Err(e) = parse(text, name, Some(2)) {

@@ -715,7 +715,9 @@ pub fn input_kind(text: &str) -> Result<InputKind, String> {
         .get("traffic")
         .and_then(|t| t.as_table())
         .is_some_and(|t| t.contains_key("classes"));
-    if has_classes {
+    // A server scenario's load is [requests] (the plan then says the twin does not
+    // model it yet).
+    if has_classes || table.contains_key("requests") {
         return Ok(InputKind::Scenario);
     }
     Err("neither a lab scenario (name and [[traffic.classes]], see scenarios/ and docs/lab.md) nor a twin configuration ([host], [ingress], [traffic], see crates/napilab-sim/scenarios/ and docs/sim.md)".into())

@@ -332,7 +332,13 @@ fn maxima_table(r: &RunRecord) -> String {
         m.add_row(vec![
             x.configuration.clone(),
             format!("{} ({})", x.goal, x.loss_ratio),
-            kpps(x.estimate.mean),
+            if x.estimate.values.is_empty() {
+                // Every search stopped (time limit, interrupt) before a load passed
+                // with enough trial time: no conditional throughput, not 0.
+                "no answer".into()
+            } else {
+                kpps(x.estimate.mean)
+            },
             x.estimate.interval.as_ref().map_or("-".into(), |ci| {
                 format!("{} - {}", kpps(ci.low), kpps(ci.high))
             }),
