@@ -647,7 +647,7 @@ fn measure_point(
                     notice(
                         &mut ctx.notices,
                         "DUT observation window",
-                        format!("each point's Observation comes from `napilab observe` run in the DUT namespace for the measurement's duration; it starts when that process has read the host (first point: {off} ms after the measurement window opened), so its window is shifted by about that much"),
+                        format!("each point's Observation comes from `napilab observe` run in the DUT namespace for the measurement's duration; its window opens with its first sample, after it has read the host and loaded its programs (first point: {off} ms after the measurement window opened), so its window is shifted by about that much"),
                     );
                 }
                 Some(obs)

@@ -179,6 +179,18 @@ impl Observer {
         duration: Duration,
         tier: TraceTier,
     ) -> Option<Observer> {
+        Self::start_at(exe, ns, duration, tier, None)
+    }
+
+    /// [`Observer::start`] whose first sample waits for `start_at_unix_ms`
+    /// (`napilab observe --start-at`).
+    pub(crate) fn start_at(
+        exe: &Path,
+        ns: &str,
+        duration: Duration,
+        tier: TraceTier,
+        start_at_unix_ms: Option<u64>,
+    ) -> Option<Observer> {
         let secs = duration.as_secs_f64();
         let interval = if secs >= 2.0 { 1.0 } else { secs };
         let mut child = Command::new("ip")
@@ -194,6 +206,11 @@ impl Observer {
                 &format!("{}ms", (interval * 1000.0).round()),
             ])
             .args(tier.observe_flags())
+            .args(
+                start_at_unix_ms
+                    .map(|ms| vec!["--start-at".to_string(), ms.to_string()])
+                    .unwrap_or_default(),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -263,6 +280,10 @@ pub(crate) struct Ctx<'a> {
     pub(crate) observer_offset_noted: bool,
     /// CPUs of the host (the highest CPU number + 1).
     pub(crate) ncpus: u32,
+    /// How long `napilab observe` took from its start to being ready for its first
+    /// sample (loading BPF programs), the most seen, seconds: the server topology
+    /// starts it that much ahead, with `--start-at` the measurement window's opening.
+    pub(crate) observer_lead_s: f64,
 }
 
 pub(crate) fn notice(notices: &mut Vec<Notice>, what: impl Into<String>, why: impl Into<String>) {
@@ -323,6 +344,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
         bar,
         observer_offset_noted: false,
         ncpus,
+        observer_lead_s: 1.0,
     };
     if opts.observer.is_none() {
         notice(
