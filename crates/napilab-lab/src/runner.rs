@@ -173,18 +173,10 @@ pub(crate) struct Observer {
 }
 
 impl Observer {
+    /// Starts `napilab observe` in `ns` for `duration`; with `start_at_unix_ms` its
+    /// first sample waits for that time (`--start-at`), so that it can load its
+    /// programs while the caller's warm-up runs.
     pub(crate) fn start(
-        exe: &Path,
-        ns: &str,
-        duration: Duration,
-        tier: TraceTier,
-    ) -> Option<Observer> {
-        Self::start_at(exe, ns, duration, tier, None)
-    }
-
-    /// [`Observer::start`] whose first sample waits for `start_at_unix_ms`
-    /// (`napilab observe --start-at`).
-    pub(crate) fn start_at(
         exe: &Path,
         ns: &str,
         duration: Duration,

@@ -359,7 +359,7 @@ fn measure_point(
         started_ms + if observed { lead.as_millis() as u64 } else { 0 } + warmup.as_millis() as u64;
     let (loaded, observation) = std::thread::scope(|scope| {
         let observer = bench.observer.as_deref().and_then(|exe| {
-            Observer::start_at(
+            Observer::start(
                 exe,
                 &bench.lab.dut_ns,
                 Duration::from_secs_f64(m.duration_s),
