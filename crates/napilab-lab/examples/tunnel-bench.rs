@@ -32,6 +32,18 @@ struct Trial {
     /// (its rx_dropped) or by the sink socket's buffer.
     tun_dropped: u64,
     stack_lost: u64,
+    /// UDP `RcvbufErrors` in the DUT namespace: inner packets the sink socket's full
+    /// buffer dropped.
+    rcvbuf_errors: Option<u64>,
+}
+
+/// `Udp: ... RcvbufErrors` from the namespace's /proc/net/snmp.
+fn udp_rcvbuf_errors(ns: &str) -> Option<u64> {
+    let text = napilab_lab::netns::sh_in(ns, "cat /proc/net/snmp").ok()?;
+    let mut udp = text.lines().filter(|l| l.starts_with("Udp:"));
+    let (names, values) = (udp.next()?, udp.next()?);
+    let i = names.split_whitespace().position(|n| n == "RcvbufErrors")?;
+    values.split_whitespace().nth(i)?.parse().ok()
 }
 
 fn trial(peers_n: usize, secs: f64, threaded: bool, tag: &str) -> Result<Trial, String> {
@@ -70,6 +82,7 @@ fn trial(peers_n: usize, secs: f64, threaded: bool, tag: &str) -> Result<Trial, 
     )?;
     std::thread::sleep(Duration::from_millis(200));
     let st = ep.stop();
+    let rcvbuf_errors = udp_rcvbuf_errors(&pair.b);
     let worker_cpu: f64 = st.workers.iter().map(|w| w.cpu_s).sum();
     Ok(Trial {
         sent_pps: sent.sent_pps,
@@ -79,6 +92,7 @@ fn trial(peers_n: usize, secs: f64, threaded: bool, tag: &str) -> Result<Trial, 
         queue_full: st.worker_queue_full,
         tun_dropped: st.tun_rx_dropped.unwrap_or(0),
         stack_lost: st.written.saturating_sub(st.delivered.unwrap_or(0)),
+        rcvbuf_errors,
     })
 }
 
@@ -93,7 +107,7 @@ fn main() {
     println!(
         "tunnel-bench: {peers_n} peers, {secs} s per trial, {rounds} rounds, 2 workers on CPUs 0-1, 64-byte inner payload, peers unpaced"
     );
-    println!("round mode      sent/s  decrypted/s  delivered  worker us/pkt  queue-full  tun-dropped  written-not-delivered");
+    println!("round mode      sent/s  decrypted/s  delivered  worker us/pkt  queue-full  tun-dropped  written-not-delivered  udp-rcvbuf-errors");
     let mut sums = [(0.0, 0.0); 2];
     for round in 0..rounds {
         for (m, threaded) in [false, true].into_iter().enumerate() {
@@ -101,14 +115,15 @@ fn main() {
             match trial(peers_n, secs, threaded, &format!("r{round}{}", &mode[..1])) {
                 Ok(t) => {
                     println!(
-                        "{round:>5} {mode:<8} {:>8.0} {:>12.0} {:>9.1}% {:>14.2} {:>11} {:>12} {:>22}",
+                        "{round:>5} {mode:<8} {:>8.0} {:>12.0} {:>9.1}% {:>14.2} {:>11} {:>12} {:>22} {:>18}",
                         t.sent_pps,
                         t.decrypted_pps,
                         t.delivered_share * 100.0,
                         t.worker_us_per_packet,
                         t.queue_full,
                         t.tun_dropped,
-                        t.stack_lost
+                        t.stack_lost,
+                        t.rcvbuf_errors.map_or("-".into(), |n| n.to_string())
                     );
                     sums[m].0 += t.decrypted_pps;
                     sums[m].1 += t.worker_us_per_packet;

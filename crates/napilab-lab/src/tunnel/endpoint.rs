@@ -137,7 +137,8 @@ pub struct EndpointStats {
     pub written: u64,
     pub write_errors: u64,
     pub decrypted_per_s: f64,
-    /// Inner packets the stack delivered to the sink socket (None: no sink).
+    /// Inner packets the stack delivered to the sink socket (None: no sink). Packets
+    /// the sink's full buffer dropped are the namespace's UDP `RcvbufErrors`.
     pub delivered: Option<u64>,
     /// The TUN device's own counters (`statistics/rx_packets`, `rx_dropped`).
     pub tun_rx_packets: Option<u64>,
@@ -232,6 +233,9 @@ impl Endpoint {
         if let Some(port) = cfg.sink_port {
             let addr = SocketAddrV4::new(tun_address(cfg.inner_net), port);
             let socket = bind_in(cfg.netns.as_deref(), addr, "sink")?;
+            // The sink is a counter, not the system under test: a larger buffer keeps
+            // it from dropping bursts (the kernel caps it at net.core.rmem_max).
+            set_rcvbuf(&socket);
             let (stop, delivered) = (self.sink_stop.clone(), self.delivered.clone());
             self.sink = Some(spawn("tunnel-sink", move || {
                 sink_loop(&socket, &stop, &delivered)
