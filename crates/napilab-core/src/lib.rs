@@ -16,6 +16,7 @@ pub mod stats;
 pub mod time;
 pub mod topology;
 pub mod trace;
+pub mod tunnel_workload;
 pub mod uncertainty;
 pub mod units;
 

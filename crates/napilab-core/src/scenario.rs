@@ -12,6 +12,7 @@ use std::ops::Range;
 use serde::{Deserialize, Serialize};
 
 pub use crate::requests::{RequestWorkload, ServerEngine, ServerMode};
+pub use crate::tunnel_workload::TunnelWorkload;
 
 /// The built-in scenario (`napilab lab run` without a file).
 pub const DEFAULT_SCENARIO: &str = include_str!("../../../scenarios/default.toml");
@@ -38,6 +39,9 @@ pub struct Scenario {
     /// The request workload (server topology).
     #[serde(default)]
     pub requests: Option<RequestWorkload>,
+    /// The tunnel's peers and rates (vpn topology).
+    #[serde(default)]
+    pub tunnel: Option<TunnelWorkload>,
     #[serde(default)]
     pub measurement: Measurement,
     /// Named variations of the baseline, run in this order.
@@ -90,6 +94,10 @@ pub enum TopologyKind {
     /// clients -> DUT running a key-value server (napilab's or memcached) in one of
     /// the interrupt modes; the load is `[requests]`.
     Server,
+    /// peers -> DUT running a tunnel endpoint (kernel WireGuard where it exists, else
+    /// napilab's user-space endpoint) into a multi-queue TUN device; the load is
+    /// `[tunnel]`.
+    Vpn,
 }
 
 impl TopologyKind {
@@ -98,6 +106,7 @@ impl TopologyKind {
             TopologyKind::Router => "router",
             TopologyKind::Ap => "ap",
             TopologyKind::Server => "server",
+            TopologyKind::Vpn => "vpn",
         }
     }
 }
@@ -970,7 +979,7 @@ fn validate(s: &Scenario, v: &mut Validator<'_>, host_cpus: Option<u32>) {
     check_workload_kind(s, v);
     // Traffic (the packet topologies).
     let t = &s.traffic;
-    let packets = s.topology.kind != TopologyKind::Server;
+    let packets = matches!(s.topology.kind, TopologyKind::Router | TopologyKind::Ap);
     if packets && t.classes.is_empty() {
         v.err("traffic.classes", "add at least one [[traffic.classes]]");
     }
@@ -1204,10 +1213,31 @@ fn check_workload_kind(s: &Scenario, v: &mut Validator<'_>) {
         }
         (None, false) => {}
     }
-    if server && !s.traffic.classes.is_empty() {
+    let vpn = s.topology.kind == TopologyKind::Vpn;
+    match (&s.tunnel, vpn) {
+        (None, true) => v.err(
+            "tunnel",
+            "topology.kind = \"vpn\" needs a [tunnel] section (peers, loads_pps)",
+        ),
+        (Some(_), false) => v.err(
+            "tunnel",
+            "[tunnel] is the vpn topology's workload: set topology.kind = \"vpn\" or remove it",
+        ),
+        (Some(t), true) => {
+            for (field, message) in t.problems() {
+                v.err(&field, message);
+            }
+        }
+        (None, false) => {}
+    }
+    if (server || vpn) && !s.traffic.classes.is_empty() {
         v.err(
             "traffic.classes",
-            "the server topology's load is [requests]: remove the packet classes",
+            format!(
+                "the {} topology's load is [{}]: remove the packet classes",
+                s.topology.kind.as_str(),
+                if server { "requests" } else { "tunnel" }
+            ),
         );
     }
     if !server {
@@ -1228,7 +1258,7 @@ fn check_workload_kind(s: &Scenario, v: &mut Validator<'_>) {
             for (name, set) in [
                 ("mode", p.mode.is_some()),
                 ("server", p.server.is_some()),
-                ("server_cpus", p.server_cpus.is_some()),
+                ("server_cpus", p.server_cpus.is_some() && !vpn),
             ] {
                 if set {
                     v.err(

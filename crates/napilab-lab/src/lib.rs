@@ -39,5 +39,6 @@ pub mod throughput;
 pub mod topology;
 pub mod traffic;
 pub mod tunnel;
+pub mod vpn_runner;
 
 pub use runner::{run, RunOptions};

@@ -68,9 +68,8 @@ pub(crate) fn run_configuration(
         (
             "topology".to_string(),
             match s.topology.kind {
-                scenario::TopologyKind::Router => "router".to_string(),
                 scenario::TopologyKind::Ap => format!("ap {:?}", s.topology.direction),
-                scenario::TopologyKind::Server => "server".to_string(),
+                other => other.as_str().to_string(),
             },
         ),
         ("dut_in".into(), lab.dut_in.clone()),
@@ -359,7 +358,7 @@ pub fn passes(p: &PointResult, threshold: f64) -> bool {
     p.loss_ratio() <= threshold && p.offered_pps >= 0.99 * p.requested_pps
 }
 
-fn findings_of(points: &[PointResult]) -> Vec<Finding> {
+pub(crate) fn findings_of(points: &[PointResult]) -> Vec<Finding> {
     let mut out: Vec<Finding> = Vec::new();
     for p in points {
         for f in p.observation.iter().flat_map(|o| o.findings.iter()) {

@@ -304,9 +304,10 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
     let configs = scenario.configurations();
     let loads = scenario.loads();
     let m = &scenario.measurement;
-    let per_config = match &scenario.requests {
-        Some(w) => crate::server_runner::points_per_configuration(w, m),
-        None => {
+    let per_config = match (&scenario.requests, &scenario.tunnel) {
+        (Some(w), _) => crate::server_runner::points_per_configuration(w, m),
+        (_, Some(t)) => t.loads_pps.len() as u64 * u64::from(m.repeats),
+        _ => {
             loads.len() as u64 * u64::from(m.repeats)
                 + match (m.search, m.search_method) {
                     (false, _) => 0,
@@ -357,6 +358,9 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
         let outcome = match scenario.topology.kind {
             scenario::TopologyKind::Server => {
                 crate::server_runner::run_configuration(&mut ctx, &run_id, cfg)
+            }
+            scenario::TopologyKind::Vpn => {
+                crate::vpn_runner::run_configuration(&mut ctx, &run_id, cfg)
             }
             _ => crate::packet_runner::run_configuration(&mut ctx, &run_id, cfg, per_config),
         };

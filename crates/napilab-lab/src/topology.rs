@@ -57,9 +57,9 @@ impl Lab {
             (TopologyKind::Router, _) => ("in", "out"),
             (TopologyKind::Ap, ApDirection::WiredToWireless) => ("eth", "wlan"),
             (TopologyKind::Ap, ApDirection::WirelessToWired) => ("wlan", "eth"),
-            (TopologyKind::Server, _) => {
+            (TopologyKind::Server | TopologyKind::Vpn, _) => {
                 return Err(io::Error::other(
-                    "the server topology is built by server_topology::ServerLab",
+                    "the server and vpn topologies are built by their own modules",
                 ))
             }
         };

@@ -123,6 +123,13 @@ fn notice(what: impl Into<String>, why: impl Into<String>) -> Notice {
 /// lab machine's count, so one-CPU and two-CPU configurations show the same CPUs).
 pub fn plan(scenario: &Scenario, file: &str) -> Result<TwinPlan, ConfigError> {
     let s = scenario;
+    if s.topology.kind == TopologyKind::Vpn {
+        return Err(ConfigError::new(
+            file,
+            "topology.kind",
+            "the twin does not map the lab's vpn scenario yet: its WireGuard pipeline has twin configurations of its own (docs/sim.md); run this scenario in the lab (napilab lab run)",
+        ));
+    }
     if s.topology.kind == TopologyKind::Server {
         return Err(ConfigError::new(
             file,
@@ -325,7 +332,7 @@ fn map_configuration(
         (TopologyKind::Router, _) | (TopologyKind::Ap, ApDirection::WirelessToWired) => {
             Some(&r.qdisc)
         }
-        (TopologyKind::Server, _) => None,
+        (TopologyKind::Server | TopologyKind::Vpn, _) => None,
         (TopologyKind::Ap, ApDirection::WiredToWireless) => {
             notices.push(notice(
                 "topology ap, wired-to-wireless",
@@ -456,7 +463,7 @@ fn map_configuration(
         match s.topology.kind {
             TopologyKind::Router => "router".to_string(),
             TopologyKind::Ap => format!("ap {:?}", s.topology.direction),
-            TopologyKind::Server => "server".to_string(),
+            other => other.as_str().to_string(),
         },
     )];
     settings.extend(r.pairs());
@@ -717,7 +724,7 @@ pub fn input_kind(text: &str) -> Result<InputKind, String> {
         .is_some_and(|t| t.contains_key("classes"));
     // A server scenario's load is [requests] (the plan then says the twin does not
     // model it yet).
-    if has_classes || table.contains_key("requests") {
+    if has_classes || table.contains_key("requests") || table.contains_key("tunnel") {
         return Ok(InputKind::Scenario);
     }
     Err("neither a lab scenario (name and [[traffic.classes]], see scenarios/ and docs/lab.md) nor a twin configuration ([host], [ingress], [traffic], see crates/napilab-sim/scenarios/ and docs/sim.md)".into())

@@ -1,0 +1,395 @@
+//! The `vpn` topology (the WireGuard study, docs/studies.md#wireguard-study): two
+//! namespaces, `napilab-<run>-peers` and `-dut`, one veth pair for the outer UDP path.
+//! In the DUT a tunnel endpoint decrypts the peers' datagrams on worker threads
+//! dispatched round robin (as WireGuard does) and writes each inner packet into its
+//! peer's queue of a multi-queue TUN device opened with `IFF_NAPI`: each write schedules
+//! that queue's NAPI instance on the writing worker's CPU, so in `softirq` mode the GRO
+//! poll runs at bottom-half enable inside the worker (the study's execution-order
+//! inversion) and in `threaded` mode in a `napi/<tun>-0` kthread. Kernel WireGuard is
+//! detected (`ip link add type wireguard` in a scratch namespace) and reported; the
+//! endpoint is napilab's user-space one (crate::tunnel), which this kernel can run.
+//!
+//! Per offered rate: a warm-up, then the measured window with the DUT's Observation
+//! (the trace tier shows where the TUN polls ran and explain rule 6 judges it); the
+//! points are packet points (sent by the peers, delivered to the inner sink), so the
+//! report, the CSV and the findings treat them as the router's.
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use napilab_core::scenario::{Configuration, NapiContext, Topology, TunnelWorkload};
+use napilab_core::{ClassResult, ConfigurationResult, EngineStats, PointResult, PointRole};
+
+use crate::netns::{cmd, delete_namespace, mac_of, ns_name, pin, sh_in, static_neighbour};
+use crate::runner::{notice, now_ms, Ctx, Observer, SysctlGuard};
+use crate::tunnel::{detect, endpoint, peers};
+
+pub const PEERS_ADDR: Ipv4Addr = Ipv4Addr::new(10, 201, 4, 1);
+pub const DUT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 201, 4, 2);
+
+/// The namespaces and the outer veth pair; Drop deletes them (and with them the TUN
+/// device the endpoint created in the DUT namespace).
+struct VpnLab {
+    peers_ns: String,
+    dut_ns: String,
+    tun_name: String,
+    torn_down: bool,
+}
+
+impl VpnLab {
+    fn build(run_id: &str, topo: &Topology) -> io::Result<VpnLab> {
+        let short = &run_id[run_id.len() - 4..];
+        let lab = VpnLab {
+            peers_ns: ns_name(run_id, "peers"),
+            dut_ns: ns_name(run_id, "dut"),
+            tun_name: format!("n{short}-tun"),
+            torn_down: false,
+        };
+        let (pdev, ddev) = (format!("n{short}-peer"), format!("n{short}-wan"));
+        for ns in [&lab.peers_ns, &lab.dut_ns] {
+            cmd("ip", &["netns", "add", ns])?;
+            sh_in(
+                ns,
+                "ip link set lo up; \
+                 sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
+            )?;
+        }
+        let q = topo.ingress_queues.max(1).to_string();
+        cmd(
+            "ip",
+            &[
+                "link",
+                "add",
+                &pdev,
+                "netns",
+                &lab.peers_ns,
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &ddev,
+                "netns",
+                &lab.dut_ns,
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
+            ],
+        )?;
+        for (ns, dev, a) in [
+            (&lab.peers_ns, &pdev, PEERS_ADDR),
+            (&lab.dut_ns, &ddev, DUT_ADDR),
+        ] {
+            cmd(
+                "ip",
+                &["-n", ns, "addr", "add", &format!("{a}/30"), "dev", dev],
+            )?;
+            cmd("ip", &["-n", ns, "link", "set", dev, "up"])?;
+        }
+        // GRO on the outer device: the datagrams arrive through its NAPI instance.
+        sh_in(&lab.dut_ns, &format!("ethtool -K {ddev} gro on >/dev/null"))?;
+        let (pmac, dmac) = (mac_of(&lab.peers_ns, &pdev)?, mac_of(&lab.dut_ns, &ddev)?);
+        static_neighbour(&lab.peers_ns, DUT_ADDR, &dmac, &pdev)?;
+        static_neighbour(&lab.dut_ns, PEERS_ADDR, &pmac, &ddev)?;
+        Ok(lab)
+    }
+
+    fn teardown(&mut self) -> io::Result<()> {
+        if self.torn_down {
+            return Ok(());
+        }
+        self.torn_down = true;
+        let mut first = None;
+        for ns in [&self.peers_ns, &self.dut_ns] {
+            if let Err(e) = delete_namespace(ns) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for VpnLab {
+    fn drop(&mut self) {
+        let _ = self.teardown();
+    }
+}
+
+/// The keys of the run's peers (the endpoint and the peers derive the same).
+const KEY_SEED: [u8; 32] = [0x6e; 32];
+
+pub(crate) fn run_configuration(
+    ctx: &mut Ctx<'_>,
+    run_id: &str,
+    cfg: &Configuration,
+) -> Result<(ConfigurationResult, bool)> {
+    let s = ctx.scenario;
+    let m = &s.measurement;
+    let w: &TunnelWorkload = s
+        .tunnel
+        .as_ref()
+        .context("the vpn topology needs [tunnel] (the scenario check should have said so)")?;
+    let set = &cfg.settings;
+    let worker_cpus = if set.server_cpus.is_empty() {
+        vec![ctx.ncpus.saturating_sub(1)]
+    } else {
+        set.server_cpus.clone()
+    };
+    let workers = w.workers.unwrap_or(worker_cpus.len());
+    let detection = detect::detect().map_err(anyhow::Error::msg)?;
+    if let Some(why) = &detection.tun_error {
+        anyhow::bail!(
+            "the vpn topology cannot run here: {why} ({})",
+            detection.summary()
+        );
+    }
+    notice(&mut ctx.notices, "vpn endpoint", detection.summary());
+    let (mut sysctls, sysctl_notes) = SysctlGuard::apply(run_id, cfg, &ctx.opts.journal_dir)?;
+    let mut lab = VpnLab::build(run_id, &s.topology)
+        .context("building the peers and DUT namespaces and their veth pair")?;
+    let threaded = set.napi == NapiContext::Threaded;
+    let ep = endpoint::Endpoint::start(endpoint::EndpointConfig {
+        netns: Some(lab.dut_ns.clone()),
+        listen: SocketAddrV4::new(DUT_ADDR, endpoint::DEFAULT_PORT),
+        peers: w.peers,
+        workers,
+        worker_cpus: worker_cpus.clone(),
+        receiver_cpu: None,
+        tun_name: lab.tun_name.clone(),
+        inner_net: endpoint::DEFAULT_INNER_NET,
+        threaded,
+        key_seed: KEY_SEED,
+        sink_port: Some(endpoint::DEFAULT_SINK_PORT),
+    })
+    .map_err(|e| anyhow::anyhow!("starting the tunnel endpoint in {}: {e}", lab.dut_ns))?;
+    let mut settings = vec![
+        ("topology".to_string(), "vpn".to_string()),
+        (
+            "endpoint".into(),
+            "napilab user-space (ChaCha20-Poly1305, round-robin workers, IFF_NAPI multi-queue TUN)"
+                .into(),
+        ),
+        (
+            "kernel wireguard".into(),
+            detection.wireguard_error.clone().map_or_else(
+                || "available (not used: the lab measures napilab's endpoint)".into(),
+                |e| format!("not available: {e}"),
+            ),
+        ),
+        ("peers".into(), w.peers.to_string()),
+        ("tun_device".into(), lab.tun_name.clone()),
+        ("napi".into(), set.napi.as_str().into()),
+        ("workers".into(), workers.to_string()),
+        (
+            "worker_cpus".into(),
+            napilab_core::scenario::cpu_list(&worker_cpus),
+        ),
+        (
+            "peer_cpus".into(),
+            napilab_core::scenario::cpu_list(&set.generator_cpus),
+        ),
+    ];
+    // threaded with napi_cpus: pin the TUN's NAPI kthreads (the study's threaded-pinned).
+    if threaded && !set.napi_cpus.is_empty() {
+        let threads = crate::topology::napi_threads(&lab.tun_name);
+        for (i, (pid, _)) in threads.iter().enumerate() {
+            let cpu = set.napi_cpus[i % set.napi_cpus.len()];
+            pin(*pid, &[cpu])
+                .with_context(|| format!("pinning NAPI kthread {pid} to CPU {cpu}"))?;
+        }
+        settings.push((
+            "napi_cpus".into(),
+            format!(
+                "{} kthreads pinned to {}",
+                threads.len(),
+                napilab_core::scenario::cpu_list(&set.napi_cpus)
+            ),
+        ));
+    }
+    for n in sysctl_notes {
+        settings.push(("sysctl".into(), n));
+    }
+    let mut result = ConfigurationResult::new(&cfg.name, settings);
+    let mut stopped = false;
+    'sweep: for &load in &w.loads_pps {
+        for repeat in 0..m.repeats {
+            ctx.bar
+                .set_message(format!("{} @ {load:.0} datagrams/s", cfg.name));
+            match measure_point(ctx, &lab, &ep, w, cfg, load, repeat)? {
+                Some(p) => result.points.push(p),
+                None => {
+                    stopped = true;
+                    break 'sweep;
+                }
+            }
+            ctx.bar.inc(1);
+        }
+    }
+    result.findings = crate::packet_runner::findings_of(&result.points);
+    ep.stop();
+    lab.teardown()
+        .context("deleting the namespaces (run `napilab lab clean`)")?;
+    sysctls.revert()?;
+    Ok((result, stopped))
+}
+
+/// One rate: warm-up, then the measured window with the Observation.
+fn measure_point(
+    ctx: &mut Ctx<'_>,
+    lab: &VpnLab,
+    ep: &endpoint::Endpoint,
+    w: &TunnelWorkload,
+    cfg: &Configuration,
+    load: f64,
+    repeat: u32,
+) -> Result<Option<PointResult>> {
+    let stop = ctx.opts.stop.clone();
+    if stop.load(Ordering::Relaxed) {
+        return Ok(None);
+    }
+    let m = &ctx.scenario.measurement;
+    let peers_cfg = |secs: f64| peers::PeersConfig {
+        netns: Some(lab.peers_ns.clone()),
+        endpoint: ep.listen_addr(),
+        peers: w.peers,
+        threads: cfg.settings.generator_cpus.len().max(1),
+        cpus: cfg.settings.generator_cpus.clone(),
+        rate_pps: Some(load),
+        duration: Duration::from_secs_f64(secs),
+        payload: w.payload_bytes,
+        inner_net: endpoint::DEFAULT_INNER_NET,
+        inner_port: endpoint::DEFAULT_SINK_PORT,
+        key_seed: KEY_SEED,
+        corrupt_every: 0,
+    };
+    // The observer loads its programs during the warm-up and takes its first sample
+    // when the measured window opens: the warm-up lasts at least as long as its
+    // start-up took before (`observer_lead_s`, learnt from late first samples).
+    let observed = ctx.opts.observer.is_some();
+    let warmup_s = if observed {
+        m.warmup_s.max(ctx.observer_lead_s)
+    } else {
+        m.warmup_s
+    };
+    let window_opens_ms = now_ms() + (warmup_s * 1000.0) as u64;
+    let observer = ctx.opts.observer.as_deref().and_then(|exe| {
+        Observer::start(
+            exe,
+            &lab.dut_ns,
+            Duration::from_secs_f64(m.duration_s),
+            m.trace,
+            Some(window_opens_ms),
+        )
+    });
+    if warmup_s > 0.0 {
+        peers::run(&peers_cfg(warmup_s), &stop).map_err(anyhow::Error::msg)?;
+    }
+    let before = ep.stats();
+    let sent = peers::run(&peers_cfg(m.duration_s), &stop).map_err(anyhow::Error::msg)?;
+    // Packets in flight through the workers and TUN.
+    std::thread::sleep(Duration::from_millis(m.drain_ms));
+    let after = ep.stats();
+    let observation = match observer.map(|o| o.finish(Duration::from_secs(20), &stop)) {
+        Some(Ok(o)) => {
+            let late_s = (o.origin.started_unix_ms as f64 - window_opens_ms as f64) / 1000.0;
+            if late_s > 0.0 {
+                ctx.observer_lead_s = (warmup_s + late_s + 0.2).min(10.0);
+            }
+            if late_s > 0.1 * m.duration_s {
+                notice(
+                    &mut ctx.notices,
+                    "DUT observation window (vpn)",
+                    format!(
+                        "a point's Observation window opened {:.0} ms after the measured window (napilab observe loads its programs first); later points warm up longer",
+                        late_s * 1000.0
+                    ),
+                );
+            }
+            Some(o)
+        }
+        Some(Err(e)) => {
+            notice(
+                &mut ctx.notices,
+                "DUT observation",
+                format!("a vpn point has no Observation: {e}"),
+            );
+            None
+        }
+        None => None,
+    };
+    if stop.load(Ordering::Relaxed) {
+        return Ok(None);
+    }
+    let d = |a: u64, b: u64| a.saturating_sub(b);
+    let datagrams = d(after.datagrams, before.datagrams);
+    let queue_full = d(after.worker_queue_full, before.worker_queue_full);
+    let bad = d(after.bad_ciphertext, before.bad_ciphertext)
+        + d(after.malformed, before.malformed)
+        + d(after.unknown_peer, before.unknown_peer);
+    let written = d(after.written, before.written);
+    let delivered = d(
+        after.delivered.unwrap_or(after.written),
+        before.delivered.unwrap_or(before.written),
+    );
+    let worker_cpu_s: f64 = after
+        .workers
+        .iter()
+        .zip(&before.workers)
+        .map(|(a, b)| a.cpu_s - b.cpu_s)
+        .sum();
+    let window = sent.elapsed_s.max(1e-9);
+    let worker_cpus: Vec<u32> = after.workers.iter().filter_map(|w| w.cpu).collect();
+    Ok(Some(PointResult {
+        role: PointRole::Sweep,
+        requested_pps: load,
+        offered_pps: sent.sent_pps,
+        repeat,
+        duration_s: m.duration_s,
+        classes: vec![ClassResult {
+            name: "tunnel".into(),
+            // Outer datagram: IP + UDP + the tunnel header and tag + the inner packet.
+            packet_bytes: (20 + 8 + 32 + 28 + w.payload_bytes) as u32,
+            sent: sent.sent,
+            received: delivered,
+            reordered: 0,
+            loss_counters: vec![
+                (
+                    "outer path (sent, not read by the endpoint)".into(),
+                    d(sent.sent, datagrams),
+                ),
+                ("endpoint worker queues full".into(), queue_full),
+                ("failed authentication or malformed".into(), bad),
+                (
+                    "TUN and stack (written, not delivered)".into(),
+                    d(written, delivered),
+                ),
+            ],
+            latency: None,
+        }],
+        generator: EngineStats {
+            backend: "tunnel-peers".into(),
+            cpus: cfg.settings.generator_cpus.clone(),
+            cpu_busy: Some(sent.cpu_s / window / cfg.settings.generator_cpus.len().max(1) as f64),
+            saturated: sent.generator_limited,
+            counters: vec![("send_errors".into(), sent.send_errors)],
+        },
+        sink: EngineStats {
+            backend: "tunnel-endpoint workers".into(),
+            cpu_busy: Some(worker_cpu_s / window / worker_cpus.len().max(1) as f64),
+            cpus: worker_cpus,
+            saturated: queue_full > 0,
+            counters: vec![
+                ("decrypted".into(), d(after.decrypted, before.decrypted)),
+                ("written".into(), written),
+            ],
+        },
+        observation,
+    }))
+}
