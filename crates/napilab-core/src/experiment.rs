@@ -1,7 +1,7 @@
 //! Results of an experiment: a scenario expanded into configurations x offered loads x
 //! repeats, each point with its traffic results and the DUT's Observation. The lab
 //! produces a [`RunRecord`] from the real kernel and the twin from its model, so the
-//! store and the report render both the same way (design.md section 2).
+//! store and the report render both the same way (docs/architecture.md section 2).
 
 use serde::{Deserialize, Serialize};
 
@@ -50,12 +50,112 @@ pub struct ConfigurationResult {
     pub max_throughput: Option<MaxThroughput>,
     /// Findings of the explain rules over this configuration's points.
     pub findings: Vec<Finding>,
+    /// The request workload's points and maximum (server topology only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<RequestResults>,
+}
+
+/// A server-topology configuration's results: the request-rate sweep, the search for the
+/// highest rate at the latency objective, or why the configuration could not run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RequestResults {
+    /// `napilab` or `memcached`.
+    pub engine: String,
+    /// The interrupt mode, e.g. `irq-suspend`.
+    pub mode: String,
+    /// The objective: p99 latency at or below this, microseconds.
+    pub slo_p99_us: f64,
+    /// Why this kernel or this server cannot run the mode (then there are no points).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_runnable: Option<String>,
+    pub points: Vec<RequestPointResult>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_qps: Option<MaxQpsAtSlo>,
+}
+
+/// One window of the request load: the client's view, the server's, and the DUT's CPU.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RequestPointResult {
+    pub role: PointRole,
+    pub repeat: u32,
+    pub duration_s: f64,
+    pub requested_qps: f64,
+    /// Requests the client sent per second (Poisson schedule kept or not).
+    pub offered_qps: f64,
+    /// Replies per second.
+    pub achieved_qps: f64,
+    /// From each request's intended send time (open loop: no coordinated omission).
+    pub latency: LatencySummary,
+    pub errors: u64,
+    pub timeouts: u64,
+    /// The client, not the server, limited the point (its CPU, late sends).
+    pub client_limited: bool,
+    pub client_reasons: Vec<String>,
+    /// The client's busiest thread: CPU time / wall time.
+    pub client_cpu_busy: f64,
+    /// p99 at or below the objective, every request answered, no errors, and the
+    /// client kept its schedule.
+    pub meets_slo: bool,
+    pub server: ServerSummary,
+    /// CPU of the server's CPUs by what ran there, (what, CPUs), summed over those CPUs;
+    /// each entry says its source (`proc` ticks or `trace`).
+    pub cpu: Vec<(String, f64)>,
+    /// Busy CPU of the server's CPUs per reply, microseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_per_request_us: Option<f64>,
+    /// NAPI polls per second on the server's device by context (trace tier).
+    pub napi_polls_per_s: Vec<(String, f64)>,
+    /// Of those, polls that found nothing, per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub empty_polls_per_s: Option<f64>,
+    /// The DUT's Observation over the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observation: Option<Observation>,
+}
+
+/// What the server said of one window.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerSummary {
+    pub requests: u64,
+    /// Sum over the server's workers of CPU time / wall time.
+    pub cpu_busy: f64,
+    /// The busiest worker's CPU time / time it was not waiting for a CPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_when_scheduled: Option<f64>,
+    pub epoll_waits: u64,
+    pub epoll_returns_with_events: u64,
+    pub epoll_empty_returns: u64,
+    pub busy_loop_iterations: u64,
+    /// Per-request service time, p99 (napilab's server only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_p99_us: Option<f64>,
+    pub napi_ids: Vec<u32>,
+    pub connections_off_napi: u64,
+}
+
+/// The highest offered request rate whose p99 met the objective, one answer per search,
+/// their mean and its Student-t interval.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MaxQpsAtSlo {
+    pub qps: f64,
+    /// The searches' answers.
+    pub searches: Vec<f64>,
+    /// Student-t interval of the mean at `confidence` (two searches or more).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<(f64, f64)>,
+    pub confidence: f64,
+    /// Busy CPU of the server's CPUs per reply at the highest passing load, us.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_per_request_us: Option<f64>,
+    /// How the searches ended (the bound hit, the client's limit, ...).
+    pub note: String,
 }
 
 /// Why a point exists: a step of the load sweep or a probe of the bisection.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PointRole {
+    #[default]
     Sweep,
     Search,
 }

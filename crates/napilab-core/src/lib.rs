@@ -10,6 +10,7 @@ pub mod explain;
 pub mod finding;
 pub mod metric;
 pub mod observation;
+pub mod requests;
 pub mod scenario;
 pub mod stats;
 pub mod time;
@@ -20,8 +21,8 @@ pub mod units;
 
 pub use experiment::{
     ClassResult, ConfigurationResult, Disturbance, EngineStats, GoalResult, GoalSummary,
-    LatencySummary, MaxThroughput, PointResult, PointRole, RunKind, RunRecord, SearchRecord,
-    TrialRecord, RUN_SCHEMA,
+    LatencySummary, MaxQpsAtSlo, MaxThroughput, PointResult, PointRole, RequestPointResult,
+    RequestResults, RunKind, RunRecord, SearchRecord, ServerSummary, TrialRecord, RUN_SCHEMA,
 };
 pub use finding::{Evidence, Finding, RuleId, Severity, Subject};
 pub use metric::{Metric, Source};

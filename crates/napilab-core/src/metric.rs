@@ -1,4 +1,4 @@
-//! A number with its unit and its origin (design.md principle 1).
+//! A number with its unit and its origin (docs/architecture.md principle 1).
 
 use serde::{Deserialize, Serialize};
 

@@ -11,6 +11,8 @@ use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::requests::{RequestWorkload, ServerEngine, ServerMode};
+
 /// The built-in scenario (`napilab lab run` without a file).
 pub const DEFAULT_SCENARIO: &str = include_str!("../../../scenarios/default.toml");
 pub const DEFAULT_SCENARIO_NAME: &str = "scenarios/default.toml (built in)";
@@ -30,7 +32,12 @@ pub struct Scenario {
     /// The baseline host settings; configurations override fields of it.
     #[serde(default)]
     pub dut: DutPatch,
+    /// The packet traffic (router and ap topologies).
+    #[serde(default)]
     pub traffic: Traffic,
+    /// The request workload (server topology).
+    #[serde(default)]
+    pub requests: Option<RequestWorkload>,
     #[serde(default)]
     pub measurement: Measurement,
     /// Named variations of the baseline, run in this order.
@@ -80,6 +87,19 @@ pub enum TopologyKind {
     /// The same DUT with a wired side (egress through `dut.qdisc`, like an AP's
     /// Ethernet) and a wireless side (no qdisc, like mac80211, which bypasses it).
     Ap,
+    /// clients -> DUT running a key-value server (napilab's or memcached) in one of
+    /// the interrupt modes; the load is `[requests]`.
+    Server,
+}
+
+impl TopologyKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TopologyKind::Router => "router",
+            TopologyKind::Ap => "ap",
+            TopologyKind::Server => "server",
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -236,6 +256,14 @@ pub struct DutPatch {
     pub generator_cpus: Option<Vec<u32>>,
     /// CPUs the sink runs on (the sink thread and the sink veth's NAPI thread).
     pub sink_cpus: Option<Vec<u32>>,
+    /// Server topology: the interrupt mode (`no-coalescing`, `deferral`, `busy-wait`,
+    /// `irq-suspend`, `threaded`).
+    pub mode: Option<ServerMode>,
+    /// Server topology: `napilab` (its own key-value server) or `memcached`.
+    pub server: Option<ServerEngine>,
+    /// Server topology: CPUs of the server's workers (worker i on the i-th, wrapping)
+    /// and of the DUT veth's NAPI kthreads in `threaded` mode; default the last CPU.
+    pub server_cpus: Option<Vec<u32>>,
 }
 
 /// Resolved host settings of one configuration.
@@ -253,6 +281,10 @@ pub struct DutSettings {
     pub netdev_budget_usecs: Option<u32>,
     pub generator_cpus: Vec<u32>,
     pub sink_cpus: Vec<u32>,
+    pub mode: ServerMode,
+    pub server: ServerEngine,
+    /// Empty: the runner picks the host's last CPU.
+    pub server_cpus: Vec<u32>,
 }
 
 impl DutPatch {
@@ -274,6 +306,9 @@ impl DutPatch {
             netdev_budget_usecs: pick(&self.netdev_budget_usecs, &over.netdev_budget_usecs),
             generator_cpus: pick(&self.generator_cpus, &over.generator_cpus),
             sink_cpus: pick(&self.sink_cpus, &over.sink_cpus),
+            mode: pick(&self.mode, &over.mode),
+            server: pick(&self.server, &over.server),
+            server_cpus: pick(&self.server_cpus, &over.server_cpus),
         }
     }
 
@@ -291,6 +326,9 @@ impl DutPatch {
             netdev_budget_usecs: self.netdev_budget_usecs,
             generator_cpus: self.generator_cpus.clone().unwrap_or_else(|| vec![0]),
             sink_cpus: self.sink_cpus.clone().unwrap_or_else(|| vec![0]),
+            mode: self.mode.unwrap_or_default(),
+            server: self.server.unwrap_or_default(),
+            server_cpus: self.server_cpus.clone().unwrap_or_default(),
         }
     }
 
@@ -335,6 +373,15 @@ impl DutPatch {
         if self.sink_cpus.is_some() {
             out.push(("sink_cpus".into(), cpu_list(&r.sink_cpus)));
         }
+        if self.mode.is_some() {
+            out.push(("mode".into(), r.mode.as_str().into()));
+        }
+        if self.server.is_some() {
+            out.push(("server".into(), r.server.as_str().into()));
+        }
+        if self.server_cpus.is_some() {
+            out.push(("server_cpus".into(), cpu_list(&r.server_cpus)));
+        }
         out
     }
 }
@@ -363,6 +410,16 @@ impl DutSettings {
             ),
             ("generator_cpus".into(), cpu_list(&self.generator_cpus)),
             ("sink_cpus".into(), cpu_list(&self.sink_cpus)),
+        ]
+    }
+
+    /// The server topology's settings as (setting, value) pairs.
+    pub fn server_pairs(&self) -> Vec<(String, String)> {
+        vec![
+            ("mode".into(), self.mode.as_str().into()),
+            ("server".into(), self.server.as_str().into()),
+            ("server_cpus".into(), cpu_list(&self.server_cpus)),
+            ("client_cpus".into(), cpu_list(&self.generator_cpus)),
         ]
     }
 }
@@ -450,7 +507,7 @@ pub struct Sweep {
     pub log: bool,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Traffic {
     pub classes: Vec<TrafficClass>,
@@ -910,9 +967,11 @@ fn validate(s: &Scenario, v: &mut Validator<'_>, host_cpus: Option<u32>) {
         v.err("name", "must not be empty");
     }
     check_patch(&s.dut, "dut", v, host_cpus);
-    // Traffic.
+    check_workload_kind(s, v);
+    // Traffic (the packet topologies).
     let t = &s.traffic;
-    if t.classes.is_empty() {
+    let packets = s.topology.kind != TopologyKind::Server;
+    if packets && t.classes.is_empty() {
         v.err("traffic.classes", "add at least one [[traffic.classes]]");
     }
     let mut share = 0.0;
@@ -1007,7 +1066,7 @@ fn validate(s: &Scenario, v: &mut Validator<'_>, host_cpus: Option<u32>) {
             );
         }
     }
-    if t.loads_pps.is_empty() && t.sweep.is_none() && !s.measurement.search {
+    if packets && t.loads_pps.is_empty() && t.sweep.is_none() && !s.measurement.search {
         v.err(
             "traffic",
             "nothing to measure: give loads_pps, a [traffic.sweep], or measurement.search = true",
@@ -1125,16 +1184,74 @@ fn validate(s: &Scenario, v: &mut Validator<'_>, host_cpus: Option<u32>) {
     }
 }
 
+/// A server scenario has `[requests]` and no packet classes; the packet topologies
+/// have no `[requests]` and no server settings.
+fn check_workload_kind(s: &Scenario, v: &mut Validator<'_>) {
+    let server = s.topology.kind == TopologyKind::Server;
+    match (&s.requests, server) {
+        (None, true) => v.err(
+            "requests",
+            "topology.kind = \"server\" needs a [requests] section (loads_qps, slo_p99_us, ...)",
+        ),
+        (Some(_), false) => v.err(
+            "requests",
+            "[requests] is the server topology's workload: set topology.kind = \"server\" or remove it",
+        ),
+        (Some(r), true) => {
+            for (field, message) in r.problems() {
+                v.err(&field, message);
+            }
+        }
+        (None, false) => {}
+    }
+    if server && !s.traffic.classes.is_empty() {
+        v.err(
+            "traffic.classes",
+            "the server topology's load is [requests]: remove the packet classes",
+        );
+    }
+    if !server {
+        let patches = std::iter::once(("dut".to_string(), &s.dut))
+            .chain(
+                s.configurations
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| (format!("configurations[{i}].set"), &c.set)),
+            )
+            .chain(s.axes.iter().enumerate().flat_map(|(i, a)| {
+                a.values
+                    .iter()
+                    .enumerate()
+                    .map(move |(j, c)| (format!("axes[{i}].values[{j}].set"), &c.set))
+            }));
+        for (at, p) in patches {
+            for (name, set) in [
+                ("mode", p.mode.is_some()),
+                ("server", p.server.is_some()),
+                ("server_cpus", p.server_cpus.is_some()),
+            ] {
+                if set {
+                    v.err(
+                        &format!("{at}.{name}"),
+                        format!("{name} is a server-topology setting: set topology.kind = \"server\" or remove it"),
+                    );
+                }
+            }
+        }
+    }
+}
+
 fn check_patch(p: &DutPatch, at: &str, v: &mut Validator<'_>, host_cpus: Option<u32>) {
     let cpus = [
         ("napi_cpus", &p.napi_cpus),
         ("rps_cpus", &p.rps_cpus),
         ("generator_cpus", &p.generator_cpus),
         ("sink_cpus", &p.sink_cpus),
+        ("server_cpus", &p.server_cpus),
     ];
     for (name, list) in cpus {
         let Some(list) = list else { continue };
-        if matches!(name, "generator_cpus" | "sink_cpus") && list.is_empty() {
+        if matches!(name, "generator_cpus" | "sink_cpus" | "server_cpus") && list.is_empty() {
             v.err(&format!("{at}.{name}"), "give at least one CPU");
         }
         if let Some(n) = host_cpus {
@@ -1499,6 +1616,48 @@ port = 9000
         );
     }
 
+    const SERVER: &str =
+        "name = \"s\"\n[topology]\nkind = \"server\"\n[requests]\nloads_qps = [1000]\n";
+
+    #[test]
+    fn a_server_scenario_names_its_bad_fields() {
+        let ok = parse(
+            &format!("{SERVER}[[configurations]]\nname = \"a\"\nset = {{ mode = \"irq-suspend\", server = \"memcached\" }}\n"),
+            "s.toml",
+            Some(2),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let c = &ok.configurations()[0];
+        assert_eq!(c.settings.mode, ServerMode::IrqSuspend);
+        assert_eq!(c.settings.server, ServerEngine::Memcached);
+        let field_of = |text: &str| {
+            parse(text, "s.toml", Some(2)).expect_err(text).0[0]
+                .field
+                .clone()
+        };
+        assert_eq!(
+            field_of(&format!(
+                "{SERVER}[[configurations]]\nname = \"a\"\nset = {{ mode = \"coalescing\" }}\n"
+            )),
+            "configurations[0].set.mode"
+        );
+        assert_eq!(
+            field_of(&SERVER.replace("[1000]", "[1000]\nslo_p99_us = \"500us\"")),
+            "requests.slo_p99_us"
+        );
+        assert_eq!(
+            field_of("name = \"s\"\n[topology]\nkind = \"server\"\n"),
+            "requests"
+        );
+        assert_eq!(
+            field_of(&format!("{SERVER}[dut]\nserver_cpus = [7]\n")),
+            "dut.server_cpus"
+        );
+        // Server settings in a packet scenario are refused, not ignored.
+        let router = "name = \"r\"\n[dut]\nmode = \"busy-wait\"\n[traffic]\nloads_pps = [1000]\n[[traffic.classes]]\nname = \"be\"\nshare = 1.0\nsize = 64\nport = 9000\n";
+        assert_eq!(field_of(router), "dut.mode");
+    }
+
     #[test]
     fn example_scenarios_parse() {
         for (name, text) in [
@@ -1514,6 +1673,10 @@ port = 9000
             (
                 "bench-repeat.toml",
                 include_str!("../../../scenarios/bench-repeat.toml"),
+            ),
+            (
+                "server-modes.toml",
+                include_str!("../../../scenarios/server-modes.toml"),
             ),
         ] {
             if let Err(e) = parse(text, name, Some(2)) {

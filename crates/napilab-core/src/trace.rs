@@ -2,7 +2,7 @@
 //! per-NAPI polls split by execution context, softirq and hard-IRQ time measured by
 //! tracepoints, and per-CPU measured time to set beside /proc/stat's tick-sampled
 //! shares (misreading 3). Everything here fires per poll, per softirq or per IRQ, never
-//! per packet (design.md principle 2). Counts are exact event counts over the interval;
+//! per packet (docs/architecture.md principle 2). Counts are exact event counts over the interval;
 //! rates and shares are [`Metric`]s with source `trace`.
 
 use serde::{Deserialize, Serialize};

@@ -177,6 +177,7 @@ fn repeated_searches(trials: u32, secs: f64) -> Result<(), String> {
         scenario_file: "scenarios/line-rate.toml (x trials)".into(),
         out_dir: out.clone(),
         observer: None,
+        napilab_exe: None,
         journal_dir: out.join("journal"),
         stop: Arc::new(AtomicBool::new(false)),
         progress: false,

@@ -36,6 +36,7 @@ fn search_once(method: &str, secs: f64, round: u32) -> Result<RunRecord, String>
         scenario_file: format!("scenarios/line-rate.toml ({method})"),
         out_dir: out.clone(),
         observer: None,
+        napilab_exe: None,
         journal_dir: out.join("journal"),
         stop: Arc::new(AtomicBool::new(false)),
         progress: false,

@@ -1,5 +1,5 @@
 //! napilab's lab: a scenario run on the real kernel, in network namespaces it creates
-//! and removes (design.md principle 5).
+//! and removes (docs/architecture.md principle 5).
 //!
 //! - [`netns`]: run ids, namespace names, running `ip`/`tc`/`ethtool`, entering a
 //!   namespace from a thread.
@@ -30,6 +30,8 @@ pub mod netns;
 pub mod request;
 pub mod runner;
 pub mod search;
+pub mod server_runner;
+pub mod server_topology;
 pub mod throughput;
 pub mod topology;
 pub mod traffic;

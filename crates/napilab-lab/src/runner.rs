@@ -59,6 +59,10 @@ pub struct RunOptions {
     /// A `napilab` binary to run `observe --json` in the DUT namespace for each point;
     /// None: points carry no Observation (a notice says so).
     pub observer: Option<PathBuf>,
+    /// The `napilab` binary, which the server topology runs inside the DUT namespace
+    /// to apply its interrupt modes (`napilab tune apply`); None: server scenarios
+    /// refuse to run, saying so.
+    pub napilab_exe: Option<PathBuf>,
     /// Journal directory for the global sysctls (napilab-tune).
     pub journal_dir: PathBuf,
     /// Set by SIGINT/SIGTERM handlers: stop cleanly.
@@ -118,12 +122,16 @@ impl Drop for PidFile {
 }
 
 /// Reverts the journal of the configuration's sysctl changes on drop.
-struct SysctlGuard {
+pub(crate) struct SysctlGuard {
     journal: Option<PathBuf>,
 }
 
 impl SysctlGuard {
-    fn apply(run_id: &str, cfg: &Configuration, dir: &Path) -> Result<(SysctlGuard, Vec<String>)> {
+    pub(crate) fn apply(
+        run_id: &str,
+        cfg: &Configuration,
+        dir: &Path,
+    ) -> Result<(SysctlGuard, Vec<String>)> {
         let s = &cfg.settings;
         let mut items = String::new();
         let mut what = Vec::new();
@@ -166,7 +174,7 @@ impl SysctlGuard {
         ))
     }
 
-    fn revert(&mut self) -> Result<()> {
+    pub(crate) fn revert(&mut self) -> Result<()> {
         if let Some(j) = self.journal.take() {
             let mut ctx = napilab_tune::host_ctx();
             napilab_tune::revert(&mut ctx, &j)
@@ -187,13 +195,18 @@ impl Drop for SysctlGuard {
 /// Kills the observer process on drop. Its output is read while it runs: an
 /// Observation with the trace tier (stage tables, context shares) is larger than a
 /// pipe's buffer, and an observer blocked writing it would never exit.
-struct Observer {
+pub(crate) struct Observer {
     child: Option<Child>,
     output: Option<std::thread::JoinHandle<String>>,
 }
 
 impl Observer {
-    fn start(exe: &Path, ns: &str, duration: Duration, tier: TraceTier) -> Option<Observer> {
+    pub(crate) fn start(
+        exe: &Path,
+        ns: &str,
+        duration: Duration,
+        tier: TraceTier,
+    ) -> Option<Observer> {
         let secs = duration.as_secs_f64();
         let interval = if secs >= 2.0 { 1.0 } else { secs };
         let mut child = Command::new("ip")
@@ -228,7 +241,11 @@ impl Observer {
     }
 
     /// Waits (bounded) for the Observation.
-    fn finish(mut self, timeout: Duration, stop: &AtomicBool) -> Result<Observation, String> {
+    pub(crate) fn finish(
+        mut self,
+        timeout: Duration,
+        stop: &AtomicBool,
+    ) -> Result<Observation, String> {
         let Some(mut child) = self.child.take() else {
             return Err("observer not started".into());
         };
@@ -265,16 +282,18 @@ impl Drop for Observer {
     }
 }
 
-struct Ctx<'a> {
-    scenario: &'a Scenario,
-    opts: &'a RunOptions,
-    notices: Vec<Notice>,
+pub(crate) struct Ctx<'a> {
+    pub(crate) scenario: &'a Scenario,
+    pub(crate) opts: &'a RunOptions,
+    pub(crate) notices: Vec<Notice>,
     next_point: u32,
-    bar: indicatif::ProgressBar,
+    pub(crate) bar: indicatif::ProgressBar,
     observer_offset_noted: bool,
+    /// CPUs of the host (the highest CPU number + 1).
+    pub(crate) ncpus: u32,
 }
 
-fn notice(notices: &mut Vec<Notice>, what: impl Into<String>, why: impl Into<String>) {
+pub(crate) fn notice(notices: &mut Vec<Notice>, what: impl Into<String>, why: impl Into<String>) {
     let what = what.into();
     if !notices.iter().any(|n| n.what == what) {
         notices.push(Notice {
@@ -300,14 +319,19 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
     let configs = scenario.configurations();
     let loads = scenario.loads();
     let m = &scenario.measurement;
-    let per_config = loads.len() as u64 * u64::from(m.repeats)
-        + match (m.search, m.search_method) {
-            (false, _) => 0,
-            (true, SearchMethod::Bisection) => u64::from(m.search_iterations),
-            // About a dozen trials per MLRsearch (the bar's end is corrected per
-            // configuration).
-            (true, SearchMethod::Mlrsearch) => 12 * u64::from(m.search_repeats),
-        };
+    let per_config = match &scenario.requests {
+        Some(w) => crate::server_runner::points_per_configuration(w, m),
+        None => {
+            loads.len() as u64 * u64::from(m.repeats)
+                + match (m.search, m.search_method) {
+                    (false, _) => 0,
+                    (true, SearchMethod::Bisection) => u64::from(m.search_iterations),
+                    // About a dozen trials per MLRsearch (the bar's end is corrected
+                    // per configuration).
+                    (true, SearchMethod::Mlrsearch) => 12 * u64::from(m.search_repeats),
+                }
+        }
+    };
     let bar = if opts.progress && std::io::stderr().is_terminal() {
         let b = indicatif::ProgressBar::new(per_config * configs.len() as u64);
         let style = indicatif::ProgressStyle::with_template(
@@ -326,6 +350,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
         next_point: 1,
         bar,
         observer_offset_noted: false,
+        ncpus,
     };
     if opts.observer.is_none() {
         notice(
@@ -343,7 +368,13 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
             break;
         }
         ctx.bar.set_message(cfg.name.clone());
-        match run_configuration(&mut ctx, &run_id, cfg, per_config) {
+        let outcome = match scenario.topology.kind {
+            scenario::TopologyKind::Server => {
+                crate::server_runner::run_configuration(&mut ctx, &run_id, cfg)
+            }
+            _ => run_configuration(&mut ctx, &run_id, cfg, per_config),
+        };
+        match outcome {
             Ok((r, stopped)) => {
                 results.push(r);
                 if stopped {
@@ -414,6 +445,7 @@ fn run_configuration(
             match s.topology.kind {
                 scenario::TopologyKind::Router => "router".to_string(),
                 scenario::TopologyKind::Ap => format!("ap {:?}", s.topology.direction),
+                scenario::TopologyKind::Server => "server".to_string(),
             },
         ),
         ("dut_in".into(), lab.dut_in.clone()),
@@ -430,6 +462,7 @@ fn run_configuration(
         points: Vec::new(),
         max_throughput: None,
         findings: Vec::new(),
+        requests: None,
     };
     let mut stopped = false;
     let mut known: Vec<(f64, bool)> = Vec::new();

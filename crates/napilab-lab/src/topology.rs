@@ -54,6 +54,11 @@ impl Lab {
             (TopologyKind::Router, _) => ("in", "out"),
             (TopologyKind::Ap, ApDirection::WiredToWireless) => ("eth", "wlan"),
             (TopologyKind::Ap, ApDirection::WirelessToWired) => ("wlan", "eth"),
+            (TopologyKind::Server, _) => {
+                return Err(io::Error::other(
+                    "the server topology is built by server_topology::ServerLab",
+                ))
+            }
         };
         let mut lab = Lab {
             run_id: run_id.to_string(),

@@ -76,6 +76,7 @@ fn run_scenario(text: &str, tag: &str) -> Result<RunRecord, String> {
         scenario_file: format!("{tag}.toml"),
         out_dir: out.clone(),
         observer: None,
+        napilab_exe: None,
         journal_dir: out.join("journal"),
         stop: Arc::new(AtomicBool::new(false)),
         progress: false,

@@ -1,7 +1,7 @@
 //! Tier-0 probe: everything napilab can learn about a host's packet path without BPF.
 //!
 //! File readers take a root directory (the host's `/`, or a fixture tree in tests) so
-//! that no parser hard-codes `/proc` (the node_exporter lesson in style.md).
+//! that no parser hard-codes `/proc` (the node_exporter lesson in docs/architecture.md section 6).
 
 pub mod derive;
 pub mod kernel;

@@ -149,3 +149,96 @@ pub fn points_csv(run: &RunRecord) -> String {
     }
     out
 }
+
+/// Columns of `requests.csv`.
+pub const REQUEST_COLUMNS: [&str; 28] = [
+    "configuration",
+    "server",
+    "mode",
+    "role",
+    "repeat",
+    "requested_qps",
+    "offered_qps",
+    "achieved_qps",
+    "latency_samples",
+    "p50_us",
+    "p90_us",
+    "p99_us",
+    "p999_us",
+    "max_us",
+    "meets_slo",
+    "errors",
+    "timeouts",
+    "client_limited",
+    "client_cpu_busy",
+    "server_requests",
+    "server_cpu_busy",
+    "epoll_returns_with_events",
+    "epoll_empty_returns",
+    "busy_loop_iterations",
+    "cpu_per_request_us",
+    "napi_polls_per_s",
+    "empty_polls_per_s",
+    "not_runnable",
+];
+
+/// `requests.csv` of a server-topology run: one row per request point (columns in
+/// docs/report.md); None when the run has no request results.
+pub fn requests_csv(run: &RunRecord) -> Option<String> {
+    if run.configurations.iter().all(|c| c.requests.is_none()) {
+        return None;
+    }
+    let mut out = REQUEST_COLUMNS.join(",");
+    out.push('\n');
+    for c in &run.configurations {
+        let Some(q) = &c.requests else { continue };
+        if let Some(why) = &q.not_runnable {
+            let mut row = vec![String::new(); REQUEST_COLUMNS.len()];
+            row[0] = field(&c.name);
+            row[1] = field(&q.engine);
+            row[2] = field(&q.mode);
+            row[REQUEST_COLUMNS.len() - 1] = field(why);
+            out.push_str(&row.join(","));
+            out.push('\n');
+        }
+        for p in &q.points {
+            let row: [String; REQUEST_COLUMNS.len()] = [
+                field(&c.name),
+                field(&q.engine),
+                field(&q.mode),
+                match p.role {
+                    PointRole::Sweep => "sweep".into(),
+                    PointRole::Search => "search".into(),
+                },
+                p.repeat.to_string(),
+                num(Some(p.requested_qps)),
+                num(Some(p.offered_qps)),
+                num(Some(p.achieved_qps)),
+                p.latency.samples.to_string(),
+                num(Some(p.latency.p50_us)),
+                num(Some(p.latency.p90_us)),
+                num(Some(p.latency.p99_us)),
+                num(Some(p.latency.p999_us)),
+                num(Some(p.latency.max_us)),
+                p.meets_slo.to_string(),
+                p.errors.to_string(),
+                p.timeouts.to_string(),
+                p.client_limited.to_string(),
+                num(Some(p.client_cpu_busy)),
+                p.server.requests.to_string(),
+                num(Some(p.server.cpu_busy)),
+                p.server.epoll_returns_with_events.to_string(),
+                p.server.epoll_empty_returns.to_string(),
+                p.server.busy_loop_iterations.to_string(),
+                num(p.cpu_per_request_us),
+                num((!p.napi_polls_per_s.is_empty())
+                    .then(|| p.napi_polls_per_s.iter().map(|(_, v)| v).sum())),
+                num(p.empty_polls_per_s),
+                String::new(),
+            ];
+            out.push_str(&row.join(","));
+            out.push('\n');
+        }
+    }
+    Some(out)
+}

@@ -126,15 +126,15 @@ fn labels(kind: RunKind) -> Labels {
     }
 }
 
-struct Figure {
-    title: String,
-    caption: String,
-    svg: Option<String>,
+pub(crate) struct Figure {
+    pub(crate) title: String,
+    pub(crate) caption: String,
+    pub(crate) svg: Option<String>,
     /// Said instead of a figure when there is nothing to draw.
-    empty: String,
+    pub(crate) empty: String,
 }
 
-fn figures_html(out: &mut String, figures: &[Figure]) {
+pub(crate) fn figures_html(out: &mut String, figures: &[Figure]) {
     out.push_str("<div class=\"figures\">\n");
     for f in figures {
         let _ = writeln!(out, "<figure>\n<h4>{}</h4>", esc(&f.title));
@@ -176,9 +176,10 @@ pub fn report_html(run: &RunRecord) -> Result<String> {
     out.push_str(
         "<nav><a href=\"#max\">Maximum throughput</a><a href=\"#throughput\">Throughput and loss</a>\
          <a href=\"#per-configuration\">Latency, CPU, IRQs</a><a href=\"#headroom\">Engine headroom</a>\
-         <a href=\"#findings\">Findings</a><a href=\"#notices\">Notices</a><a href=\"#scenario\">Scenario</a></nav>\n",
+         <a href=\"#requests\">Request load</a><a href=\"#findings\">Findings</a><a href=\"#notices\">Notices</a><a href=\"#scenario\">Scenario</a></nav>\n",
     );
     max_throughput(&mut out, run, &l);
+    crate::server_page::requests_section(&mut out, run)?;
     configurations(&mut out, run);
     throughput_figures(&mut out, run, &l)?;
     per_configuration_figures(&mut out, run, &l)?;
@@ -330,7 +331,11 @@ fn max_throughput(out: &mut String, run: &RunRecord, l: &Labels) {
             esc(&r.configuration),
             esc(&r.goal),
             pct(r.loss_ratio, 3),
-            grouped(r.estimate.mean),
+            if r.estimate.values.is_empty() {
+                "no answer".to_string()
+            } else {
+                grouped(r.estimate.mean)
+            },
             interval_text(r.estimate.interval.as_ref()),
             r.estimate.values.len(),
             r.trials,

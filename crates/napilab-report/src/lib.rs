@@ -1,8 +1,8 @@
-//! napilab's results store and reports (design.md section 3, part "report").
+//! napilab's results store and reports (docs/architecture.md section 3, part "report").
 //!
 //! A [`RunRecord`] from the lab or the twin goes into a SQLite [`Store`] (one row per
 //! run with the full record as JSON, plus configurations, points and a long-format
-//! metrics table in which every number keeps its source, design.md principle 1) and is
+//! metrics table in which every number keeps its source, docs/architecture.md principle 1) and is
 //! rendered as a self-contained HTML report with SVG plots, a CSV of the points and the
 //! run's JSON. The layout of all of these is documented in docs/report.md.
 
@@ -14,6 +14,7 @@ mod metrics;
 mod openmetrics;
 mod plot;
 mod series;
+mod server_page;
 mod store;
 pub mod synthetic;
 
@@ -24,7 +25,7 @@ use napilab_core::RunRecord;
 use serde::Serialize;
 
 pub use crate::compare_page::comparison_html;
-pub use crate::csv::points_csv;
+pub use crate::csv::{points_csv, requests_csv};
 pub use crate::html::{report_html, utc};
 pub use crate::metrics::{point_metrics, MetricRow};
 pub use crate::openmetrics::run_openmetrics;
@@ -42,7 +43,8 @@ pub struct Outputs {
     pub db: PathBuf,
 }
 
-/// Writes `dir/report.html`, `dir/points.csv`, `dir/run.json` and
+/// Writes `dir/report.html`, `dir/points.csv` (and `dir/requests.csv` for a server
+/// run), `dir/run.json` and
 /// `dir/openmetrics.txt`, and stores the run in
 /// the database at `db` (replacing an earlier copy of the same run id).
 pub fn write_outputs(run: &RunRecord, dir: &Path, db: &Path) -> Result<Outputs> {
@@ -59,6 +61,9 @@ pub fn write_outputs(run: &RunRecord, dir: &Path, db: &Path) -> Result<Outputs> 
     let json = serde_json::to_string_pretty(run).context("cannot serialise the run record")?;
     write(&outputs.json, &json)?;
     write(&outputs.csv, &points_csv(run))?;
+    if let Some(text) = requests_csv(run) {
+        write(&dir.join("requests.csv"), &text)?;
+    }
     write(&outputs.html, &report_html(run)?)?;
     write(&outputs.openmetrics, &run_openmetrics(run)?)?;
     let mut store = Store::open(db)?;

@@ -1,5 +1,5 @@
 //! A point flattened into long-format rows (scope, name, value, unit, source), the shape
-//! of the store's `metrics` table. Every row keeps the source of its number (design.md
+//! of the store's `metrics` table. Every row keeps the source of its number (docs/architecture.md
 //! principle 1); a derived number also says how it was derived.
 
 use napilab_core::stats::mean_over;

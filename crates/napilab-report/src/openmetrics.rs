@@ -7,7 +7,7 @@
 //! Families are named `napilab_<name>_<unit>` (e.g. `napilab_time_busy_cpu_fraction`);
 //! labels say which run, configuration and point a sample belongs to, what it is about
 //! (`scope`: `cpu0`, a device, `class:rt`, ...) and its `source` (proc, tick, trace,
-//! sample, model), so the provenance survives the export (design.md principle 1).
+//! sample, model), so the provenance survives the export (docs/architecture.md principle 1).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;

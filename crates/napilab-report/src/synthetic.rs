@@ -221,6 +221,7 @@ impl SyntheticRun {
             max_throughput: Some(self.max_throughput(below, first_probe, stopped)),
             points,
             findings,
+            requests: None,
         }
     }
 

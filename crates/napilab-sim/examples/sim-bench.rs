@@ -1,4 +1,4 @@
-//! Speed of the twin, measured side by side in one run (design.md principle 8).
+//! Speed of the twin, measured side by side in one run (docs/architecture.md principle 8).
 //!
 //!   cargo run --release -p napilab-sim --example sim-bench
 //!

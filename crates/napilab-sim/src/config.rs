@@ -1,5 +1,5 @@
 //! `SimConfig`: what one twin run simulates. It mirrors the sections a napilab scenario
-//! file will hold (design.md section 2: topology, host settings, traffic, measurement) so
+//! file will hold (docs/architecture.md section 2: topology, host settings, traffic, measurement) so
 //! it can map onto the shared scenario schema once that exists. Unknown fields are
 //! rejected, and every error names the file and the field.
 

@@ -1,6 +1,6 @@
 //! The event queue: a binary heap ordered by (time, sequence number).
 //!
-//! design.md principle 7: integer nanosecond time, ties broken by the order in which
+//! docs/architecture.md principle 7: integer nanosecond time, ties broken by the order in which
 //! events were scheduled, so a run is a pure function of its inputs and seed. A general
 //! DES crate was measured about ten times slower than this on the project's machine, and
 //! the twin keeps packets in rings rather than as events, so the heap only carries poll

@@ -123,6 +123,13 @@ fn notice(what: impl Into<String>, why: impl Into<String>) -> Notice {
 /// lab machine's count, so one-CPU and two-CPU configurations show the same CPUs).
 pub fn plan(scenario: &Scenario, file: &str) -> Result<TwinPlan, ConfigError> {
     let s = scenario;
+    if s.topology.kind == TopologyKind::Server {
+        return Err(ConfigError::new(
+            file,
+            "topology.kind",
+            "the twin does not run the server topology's request workload yet: run it in the lab (napilab lab run), or model the server with a twin configuration's [[apps]] (docs/sim.md)",
+        ));
+    }
     let m = &s.measurement;
     let mut notices = Vec::new();
     let loads = s.loads();
@@ -318,6 +325,7 @@ fn map_configuration(
         (TopologyKind::Router, _) | (TopologyKind::Ap, ApDirection::WirelessToWired) => {
             Some(&r.qdisc)
         }
+        (TopologyKind::Server, _) => None,
         (TopologyKind::Ap, ApDirection::WiredToWireless) => {
             notices.push(notice(
                 "topology ap, wired-to-wireless",
@@ -448,6 +456,7 @@ fn map_configuration(
         match s.topology.kind {
             TopologyKind::Router => "router".to_string(),
             TopologyKind::Ap => format!("ap {:?}", s.topology.direction),
+            TopologyKind::Server => "server".to_string(),
         },
     )];
     settings.extend(r.pairs());
@@ -706,7 +715,9 @@ pub fn input_kind(text: &str) -> Result<InputKind, String> {
         .get("traffic")
         .and_then(|t| t.as_table())
         .is_some_and(|t| t.contains_key("classes"));
-    if has_classes {
+    // A server scenario's load is [requests] (the plan then says the twin does not
+    // model it yet).
+    if has_classes || table.contains_key("requests") {
         return Ok(InputKind::Scenario);
     }
     Err("neither a lab scenario (name and [[traffic.classes]], see scenarios/ and docs/lab.md) nor a twin configuration ([host], [ingress], [traffic], see crates/napilab-sim/scenarios/ and docs/sim.md)".into())

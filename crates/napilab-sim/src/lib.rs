@@ -1,6 +1,6 @@
 //! napilab's twin: a deterministic discrete-event model of the Linux receive, forward
 //! and transmit path (NAPI, softirq, IRQs, kernel threads), producing the same
-//! `Observation` as a live host or a lab run (design.md section 2).
+//! `Observation` as a live host or a lab run (docs/architecture.md section 2).
 //!
 //! Entry point: [`run`]. The model is described in docs/sim.md; kernel semantics follow
 //! docs/kernel.md.

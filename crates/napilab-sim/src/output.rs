@@ -293,7 +293,7 @@ pub(crate) fn build(sim: &Sim) -> SimResult {
             kind: OriginKind::Model,
             hostname: None,
             kernel: Some(sim.cfg.host.kernel.clone()),
-            // The twin has no wall clock (design.md principle 7).
+            // The twin has no wall clock (docs/architecture.md principle 7).
             started_unix_ms: 0,
             napilab_version: env!("CARGO_PKG_VERSION").to_string(),
         },

@@ -1,6 +1,6 @@
 //! Platform profiles: what work costs on one machine. Loaded from TOML files under
 //! `profiles/`, each with comments saying which published figure fixed which number
-//! (design.md principle 6).
+//! (docs/architecture.md principle 6).
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,6 @@
 //! Deterministic random numbers: SplitMix64 to seed, xoshiro256** to draw.
 //!
-//! Our own small generator keeps the twin free of hidden global state (design.md
+//! Our own small generator keeps the twin free of hidden global state (docs/architecture.md
 //! principle 7) and of a dependency whose stream could change between versions, which
 //! would silently change every seeded result.
 

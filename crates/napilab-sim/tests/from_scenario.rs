@@ -52,6 +52,12 @@ fn every_lab_scenario_maps_onto_valid_twin_configs() {
             "{name}"
         );
         let s = parse(&text, &name);
+        if s.topology.kind == napilab_core::scenario::TopologyKind::Server {
+            // Not modelled yet: refused, naming the field (docs/lab.md, "Missing").
+            let e = from_scenario::plan(&s, &name).expect_err("server scenarios are refused");
+            assert_eq!(e.field, "topology.kind", "{name}: {e}");
+            continue;
+        }
         let plan = from_scenario::plan(&s, &name).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             plan.configurations.len(),

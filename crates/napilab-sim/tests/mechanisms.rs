@@ -210,7 +210,7 @@ fn deferral_and_coalescing_cut_irqs() {
     assert!(r.model.classes[0].latency.mean_us > 25.0);
 }
 
-/// design.md principle 7: the same inputs give the same result; another seed differs.
+/// docs/architecture.md principle 7: the same inputs give the same result; another seed differs.
 #[test]
 fn deterministic_for_a_seed() {
     let cfg = router_config(1_000_000.0, 20.0);

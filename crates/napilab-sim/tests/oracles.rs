@@ -1,4 +1,4 @@
-//! Closed-form oracles (design.md section 5: "closed-form oracles for the twin").
+//! Closed-form oracles (docs/architecture.md section 5: "closed-form oracles for the twin").
 
 mod common;
 use common::rel;

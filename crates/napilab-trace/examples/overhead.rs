@@ -1,5 +1,5 @@
 //! A/B overhead benchmark of the always-on tier against the DUT's MAXIMUM forwarding
-//! rate (design.md principle 8, issue 4: at most 2%).
+//! rate (docs/architecture.md principle 8, issue 4: at most 2%).
 //!
 //! Builds a three-namespace veth router `napilab-trace-<pid>-bench-{a,r,b}` and keeps
 //! the router (the DUT) saturated:

@@ -1,6 +1,6 @@
 //! Loads, attaches and reads the always-on BPF programs of `bpf/napi_trace.bpf.c`.
 //!
-//! Kernel-dependent decisions happen here, at load time (design.md principle 3):
+//! Kernel-dependent decisions happen here, at load time (docs/architecture.md principle 3):
 //! each hook uses `tp_btf` when the kernel's BTF has the tracepoint's type and falls
 //! back to `raw_tp` otherwise (or when the BTF-typed load fails); a tracepoint that
 //! cannot be attached leaves its metric absent and is reported once as a notice. The

@@ -1,4 +1,4 @@
-//! napilab's tracing tier (design.md section 3, "trace").
+//! napilab's tracing tier (docs/architecture.md section 3, "trace").
 //!
 //! [`always_on`] loads the always-on BPF programs (`bpf/napi_trace.bpf.c`): they fire
 //! per NAPI poll, per softirq run and per device IRQ, never per packet, and aggregate

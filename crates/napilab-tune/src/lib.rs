@@ -1,5 +1,5 @@
 //! `napilab tune`: profiles of packet-path settings, a plan of exactly what would
-//! change, apply with a crash-safe journal, and revert (design.md principle 4).
+//! change, apply with a crash-safe journal, and revert (docs/architecture.md principle 4).
 //!
 //! - [`profile`]: the TOML profiles (shipped and user files) and their parameters.
 //! - [`plan`]: expands a profile into keyed changes with from/to/why; every check

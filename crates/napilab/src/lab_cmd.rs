@@ -116,6 +116,7 @@ fn run_scenario(a: RunArgs) -> Result<()> {
         scenario_file: file,
         out_dir: a.out.clone(),
         observer,
+        napilab_exe: std::env::current_exe().ok(),
         journal_dir: napilab_tune::journal::journal_dir(a.journal_dir.as_deref()),
         stop,
         progress: !a.json,
@@ -297,7 +298,10 @@ pub fn summary(r: &RunRecord) -> String {
             }
         }
     }
-    out.push_str(&format!("{t}\n"));
+    if r.configurations.iter().any(|c| !c.points.is_empty()) {
+        out.push_str(&format!("{t}\n"));
+    }
+    out.push_str(&crate::lab_requests::tables(r));
     out.push_str(&maxima_table(r));
     for n in &r.notices {
         out.push_str(&format!("note: {}: {}\n", n.what, n.why));
@@ -328,7 +332,13 @@ fn maxima_table(r: &RunRecord) -> String {
         m.add_row(vec![
             x.configuration.clone(),
             format!("{} ({})", x.goal, x.loss_ratio),
-            kpps(x.estimate.mean),
+            if x.estimate.values.is_empty() {
+                // Every search stopped (time limit, interrupt) before a load passed
+                // with enough trial time: no conditional throughput, not 0.
+                "no answer".into()
+            } else {
+                kpps(x.estimate.mean)
+            },
             x.estimate.interval.as_ref().map_or("-".into(), |ci| {
                 format!("{} - {}", kpps(ci.low), kpps(ci.high))
             }),

@@ -1,4 +1,4 @@
-//! The `napilab` binary: argument parsing and wiring only (design.md section 3).
+//! The `napilab` binary: argument parsing and wiring only (docs/architecture.md section 3).
 
 mod compare_cmd;
 mod export_cmd;
@@ -6,6 +6,7 @@ mod export_metrics;
 mod exposition;
 mod kv_cmd;
 mod lab_cmd;
+mod lab_requests;
 mod map_cmd;
 mod observe_cmd;
 mod render;

@@ -456,6 +456,7 @@ fn run_twin(args: &RunArgs) -> Result<()> {
                 }),
             points,
             max_throughput: max,
+            requests: None,
         }],
         notices: Vec::new(),
     };
@@ -688,6 +689,7 @@ fn run_scenario(args: &RunArgs, text: &str) -> Result<()> {
             findings: findings_of(&points),
             points,
             max_throughput: max,
+            requests: None,
         });
     }
     let cpus = plan

@@ -1,4 +1,4 @@
-//! The epoll side of the interrupt modes (docs/studies.md, 5.3; docs/kernel.md): which epoll
+//! The epoll side of the interrupt modes (docs/studies.md IRQS-1; docs/kernel.md): which epoll
 //! parameters and which kind of `epoll_wait` a mode uses, read from the tune profile
 //! that owns the mode (its `[app]` section), and whether this kernel can run it. Also
 //! the thin, checked epoll wrappers the server and the load generator share.

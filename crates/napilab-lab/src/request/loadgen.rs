@@ -10,7 +10,7 @@
 //!   the send.
 //!
 //! Requests are `get` (a `get_fraction` of them) or `set` of a key drawn uniformly from
-//! the [`Keyspace`], with its fixed-size value. The study's ETC workload (docs/studies.md, 5.3)
+//! the [`Keyspace`], with its fixed-size value. The study's ETC workload (docs/studies.md IRQS-1)
 //! has a 30:1 get:set ratio, which is the default; its key- and value-size
 //! distributions are not reproduced (fixed sizes: docs/lab.md).
 //!

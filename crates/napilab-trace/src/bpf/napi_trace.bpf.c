@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * napilab's always-on tier (design.md principle 2): fires per NAPI poll, per softirq
+ * napilab's always-on tier (docs/architecture.md principle 2): fires per NAPI poll, per softirq
  * run and per hard IRQ, never per packet, and only adds to per-CPU maps. Every hook
  * exists twice: as `tp_btf` (BTF-typed, cheapest) and as `raw_tp` (for kernels where
  * tp_btf cannot attach); the loader enables one of each pair.

@@ -1,0 +1,568 @@
+//! One configuration of the `server` topology: build it, apply the interrupt mode,
+//! sweep the offered request rates (repeats), search the highest rate whose p99 meets
+//! the objective (one bisection per search repeat, the answers' Student-t interval),
+//! revert and tear down. Each point restarts the server, so its statistics (epoll
+//! returns, busy-poll loops, service time) cover that window alone.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use napilab_core::scenario::{
+    Configuration, Measurement, RequestWorkload, ServerEngine, ServerMode,
+};
+use napilab_core::trace::ExecContext;
+use napilab_core::uncertainty::t_interval;
+use napilab_core::{
+    ConfigurationResult, LatencySummary, MaxQpsAtSlo, Observation, PointRole, RequestPointResult,
+    RequestResults, ServerSummary,
+};
+
+use crate::request::epoll::{self, EpollMode};
+use crate::request::keyspace::Keyspace;
+use crate::request::loadgen::{self, LoadConfig};
+use crate::request::memcached::{self, in_namespace, Memcached, MemcachedConfig};
+use crate::request::results::{LatencyPercentiles, LoadResult, LoopKind, ServerStats};
+use crate::request::server::{KvServer, ServerConfig};
+use crate::runner::{notice, Ctx, Observer, SysctlGuard};
+use crate::server_topology::ServerLab;
+
+/// Progress-bar length of one configuration: sweep points plus the searches' trials.
+pub fn points_per_configuration(w: &RequestWorkload, m: &Measurement) -> u64 {
+    w.loads_qps.len() as u64 * u64::from(m.repeats)
+        + if w.search {
+            u64::from(w.search_iterations) * u64::from(m.search_repeats)
+        } else {
+            0
+        }
+}
+
+/// What a point needs that does not change within a configuration.
+struct Bench<'a> {
+    lab: &'a ServerLab,
+    workload: &'a RequestWorkload,
+    engine: ServerEngine,
+    mode: EpollMode,
+    server_cpus: Vec<u32>,
+    client_cpus: Vec<u32>,
+    observer: Option<PathBuf>,
+}
+
+/// Why `engine` cannot run `mode` here, from outside the namespaces.
+fn not_runnable_outside(engine: ServerEngine, mode: ServerMode) -> Option<String> {
+    match engine {
+        ServerEngine::Memcached if mode.needs_epoll_params() => Some(format!(
+            "memcached cannot run {}: it sets no per-epoll busy-poll parameters (EPIOCSPARAMS); napilab's server does",
+            mode.as_str()
+        )),
+        ServerEngine::Memcached => memcached::find_binary().err(),
+        ServerEngine::Napilab => None,
+    }
+}
+
+pub(crate) fn run_configuration(
+    ctx: &mut Ctx<'_>,
+    run_id: &str,
+    cfg: &Configuration,
+) -> Result<(ConfigurationResult, bool)> {
+    let s = ctx.scenario;
+    let w = s
+        .requests
+        .as_ref()
+        .context("the server topology needs [requests] (the scenario check should have said so)")?;
+    let set = &cfg.settings;
+    let exe = ctx.opts.napilab_exe.clone().context(
+        "the server topology applies its interrupt modes with napilab tune inside the DUT namespace: run it through the napilab binary (napilab lab run)",
+    )?;
+    let server_cpus = if set.server_cpus.is_empty() {
+        vec![ctx.ncpus.saturating_sub(1)]
+    } else {
+        set.server_cpus.clone()
+    };
+    let mut settings = vec![("topology".to_string(), "server".to_string())];
+    settings.extend(set.server_pairs());
+    settings.retain(|(k, _)| k != "server_cpus");
+    settings.push((
+        "server_cpus".into(),
+        napilab_core::scenario::cpu_list(&server_cpus),
+    ));
+    let mut requests = RequestResults {
+        engine: set.server.as_str().into(),
+        mode: set.mode.as_str().into(),
+        slo_p99_us: w.slo_p99_us,
+        ..Default::default()
+    };
+    let mut result = ConfigurationResult {
+        name: cfg.name.clone(),
+        settings,
+        points: Vec::new(),
+        max_throughput: None,
+        findings: Vec::new(),
+        requests: None,
+    };
+    if let Some(why) = not_runnable_outside(set.server, set.mode) {
+        notice(
+            &mut ctx.notices,
+            format!("configuration {}", cfg.name),
+            format!("not runnable: {why}"),
+        );
+        requests.not_runnable = Some(why);
+        result.requests = Some(requests);
+        return Ok((result, false));
+    }
+    let mode = EpollMode::named(set.mode.as_str()).map_err(anyhow::Error::msg)?;
+    let (mut sysctls, sysctl_notes) = SysctlGuard::apply(run_id, cfg, &ctx.opts.journal_dir)?;
+    for n in sysctl_notes {
+        result.settings.push(("sysctl".into(), n));
+    }
+    let mut lab = ServerLab::build(run_id, &s.topology)
+        .context("building the client and DUT namespaces and their veth pair")?;
+    result
+        .settings
+        .push(("server_device".into(), lab.dut_dev.clone()));
+    // The kernel checks need the DUT's NAPI instances: from inside its namespace.
+    let check = {
+        let mode = mode.clone();
+        in_namespace(&lab.dut_ns, move || Ok(epoll::check_supported(&mode)))
+            .unwrap_or_else(|e| Err(format!("checking the mode in the DUT namespace: {e}")))
+    };
+    if let Err(why) = check {
+        notice(
+            &mut ctx.notices,
+            format!("configuration {}", cfg.name),
+            format!("not runnable: {why}"),
+        );
+        requests.not_runnable = Some(why);
+        result.requests = Some(requests);
+        lab.teardown(Some(&exe))
+            .context("deleting the namespaces (run `napilab lab clean`)")?;
+        sysctls.revert()?;
+        return Ok((result, false));
+    }
+    let journals = ctx
+        .opts
+        .journal_dir
+        .join(format!("{}{run_id}-server", crate::runner::JOURNAL_PREFIX));
+    let applied = lab
+        .apply_mode(&exe, set.mode, &server_cpus, &journals)
+        .map_err(|e| anyhow::anyhow!("applying mode {}: {e}", set.mode.as_str()))?;
+    for (k, v) in applied.changes {
+        result.settings.push((format!("mode: {k}"), v));
+    }
+    let bench = Bench {
+        lab: &lab,
+        workload: w,
+        engine: set.server,
+        mode,
+        server_cpus,
+        client_cpus: set.generator_cpus.clone(),
+        observer: ctx.opts.observer.clone(),
+    };
+    let stopped = measure_all(ctx, &bench, cfg, &mut requests)?;
+    result.requests = Some(requests);
+    lab.teardown(Some(&exe))
+        .context("reverting the mode and deleting the namespaces (run `napilab lab clean`)")?;
+    sysctls.revert()?;
+    Ok((result, stopped))
+}
+
+/// The sweep, then the searches. Returns whether the run was stopped.
+fn measure_all(
+    ctx: &mut Ctx<'_>,
+    bench: &Bench<'_>,
+    cfg: &Configuration,
+    out: &mut RequestResults,
+) -> Result<bool> {
+    let m = &ctx.scenario.measurement;
+    let w = bench.workload;
+    for &qps in &w.loads_qps {
+        for repeat in 0..m.repeats {
+            ctx.bar
+                .set_message(format!("{} @ {qps:.0} requests/s", cfg.name));
+            match measure_point(ctx, bench, qps, PointRole::Sweep, repeat)? {
+                Some(p) => out.points.push(p),
+                None => return Ok(true),
+            }
+            ctx.bar.inc(1);
+        }
+    }
+    if !w.search {
+        return Ok(false);
+    }
+    let mut answers = Vec::new();
+    let mut notes = Vec::new();
+    let mut best_cpu: Option<(f64, Option<f64>)> = None;
+    for search in 0..m.search_repeats {
+        let (mut lo, mut hi) = (0.0f64, w.search_max_qps);
+        let mut lo_cpu = None;
+        let mut hi_limited = false;
+        for _ in 0..w.search_iterations {
+            let qps = ((lo + hi) / 2.0).round();
+            ctx.bar.set_message(format!(
+                "{} search {}/{} @ {qps:.0} requests/s",
+                cfg.name,
+                search + 1,
+                m.search_repeats
+            ));
+            let Some(p) = measure_point(ctx, bench, qps, PointRole::Search, search)? else {
+                return Ok(true);
+            };
+            ctx.bar.inc(1);
+            // A point the client could not offer on schedule never meets the
+            // objective: the answer stays below it, and the note says the bound above
+            // the answer may be the client's, not the server's.
+            if p.meets_slo {
+                lo = qps;
+                lo_cpu = p.cpu_per_request_us;
+            } else {
+                hi = qps;
+                hi_limited = p.client_limited;
+            }
+            out.points.push(p);
+        }
+        if hi_limited {
+            notes.push(format!(
+                "search {}: the client could not keep its schedule at {hi:.0} requests/s, the failure above the answer: the answer is a lower bound",
+                search + 1
+            ));
+        }
+        if hi >= w.search_max_qps {
+            notes.push(format!(
+                "search {}: met the objective up to search_max_qps ({:.0}): raise it",
+                search + 1,
+                w.search_max_qps
+            ));
+        }
+        answers.push(lo);
+        if best_cpu.is_none_or(|(q, _)| lo > q) {
+            best_cpu = Some((lo, lo_cpu));
+        }
+    }
+    let qps = answers.iter().sum::<f64>() / answers.len().max(1) as f64;
+    let interval = t_interval(&answers, m.confidence_level).map(|ci| (ci.low.max(0.0), ci.high));
+    out.max_qps = Some(MaxQpsAtSlo {
+        qps,
+        searches: answers,
+        interval,
+        confidence: m.confidence_level,
+        cpu_per_request_us: best_cpu.and_then(|(_, c)| c),
+        note: if notes.is_empty() {
+            format!(
+                "bisection on the offered rate, {} steps from 0 to {:.0} requests/s, {} searches",
+                w.search_iterations, w.search_max_qps, m.search_repeats
+            )
+        } else {
+            notes.join("; ")
+        },
+    });
+    Ok(false)
+}
+
+/// A running server of either engine.
+enum RunningServer {
+    Napilab(KvServer),
+    Memcached(Memcached),
+}
+
+fn start_server(bench: &Bench<'_>, keyspace: Keyspace) -> Result<RunningServer, String> {
+    let lab = bench.lab;
+    match bench.engine {
+        ServerEngine::Napilab => KvServer::start(ServerConfig {
+            listen: lab.server_addr(),
+            netns: Some(lab.dut_ns.clone()),
+            workers: lab.queues as usize,
+            cpus: bench.server_cpus.clone(),
+            mode: bench.mode.clone(),
+            keyspace,
+        })
+        .map(RunningServer::Napilab),
+        ServerEngine::Memcached => {
+            let server = Memcached::start(&MemcachedConfig {
+                netns: lab.dut_ns.clone(),
+                listen: lab.server_addr(),
+                threads: lab.queues,
+                cpus: bench.server_cpus.clone(),
+                memory_mb: 1024,
+                mode: bench.mode.clone(),
+            })?;
+            let addr = lab.server_addr();
+            let stop = Arc::new(AtomicBool::new(false));
+            in_namespace(&lab.client_ns, move || {
+                loadgen::preload(addr, &keyspace, &stop).map_err(std::io::Error::other)
+            })
+            .map_err(|e| format!("preloading memcached: {e}"))?;
+            Ok(RunningServer::Memcached(server))
+        }
+    }
+}
+
+fn stop_server(server: RunningServer, ns: &str) -> ServerStats {
+    match server {
+        RunningServer::Napilab(s) => s.stop(),
+        RunningServer::Memcached(s) => s.stop(ns),
+    }
+}
+
+/// One window at `qps`; None when the run was stopped.
+fn measure_point(
+    ctx: &mut Ctx<'_>,
+    bench: &Bench<'_>,
+    qps: f64,
+    role: PointRole,
+    repeat: u32,
+) -> Result<Option<RequestPointResult>> {
+    let stop = ctx.opts.stop.clone();
+    if stop.load(Ordering::Relaxed) {
+        return Ok(None);
+    }
+    let m = &ctx.scenario.measurement;
+    let w = bench.workload;
+    let keyspace = Keyspace {
+        keys: w.keys,
+        value_size: w.value_size,
+    };
+    let server = start_server(bench, keyspace).map_err(|e| {
+        anyhow::anyhow!(
+            "starting the {} server in {}: {e}",
+            bench.engine.as_str(),
+            bench.lab.dut_ns
+        )
+    })?;
+    let load = LoadConfig {
+        server: bench.lab.server_addr(),
+        netns: Some(bench.lab.client_ns.clone()),
+        cpus: bench.client_cpus.clone(),
+        threads: w.client_threads,
+        connections: w.connections,
+        kind: LoopKind::Open { qps },
+        warmup: Duration::from_secs_f64(m.warmup_s),
+        duration: Duration::from_secs_f64(m.duration_s),
+        get_fraction: w.get_fraction,
+        keyspace,
+        timeout: Duration::from_millis(w.timeout_ms),
+        seed: ctx.scenario.traffic.seed ^ (qps as u64) ^ (u64::from(repeat) << 32),
+    };
+    let (loaded, observation) = std::thread::scope(|scope| {
+        let client = scope.spawn(|| loadgen::run(&load, &stop));
+        // The observer covers the measurement window, not the warm-up.
+        sleep_unless_stopped(Duration::from_secs_f64(m.warmup_s), &stop);
+        let observer = bench.observer.as_deref().and_then(|exe| {
+            Observer::start(
+                exe,
+                &bench.lab.dut_ns,
+                Duration::from_secs_f64(m.duration_s),
+                m.trace,
+            )
+        });
+        let loaded = client
+            .join()
+            .unwrap_or_else(|_| Err("the load generator panicked".into()));
+        let observation = observer.map(|o| o.finish(Duration::from_secs(20), &stop));
+        (loaded, observation)
+    });
+    let stats = stop_server(server, &bench.lab.dut_ns);
+    if stop.load(Ordering::Relaxed) {
+        return Ok(None);
+    }
+    let loaded =
+        loaded.map_err(|e| anyhow::anyhow!("the load generator at {qps:.0} requests/s: {e}"))?;
+    let observation = match observation {
+        Some(Ok(o)) => Some(o),
+        Some(Err(e)) => {
+            notice(
+                &mut ctx.notices,
+                "DUT observation",
+                format!("a server point has no Observation: {e}"),
+            );
+            None
+        }
+        None => None,
+    };
+    Ok(Some(point_result(
+        bench,
+        role,
+        repeat,
+        qps,
+        m.duration_s,
+        loaded,
+        &stats,
+        observation,
+    )))
+}
+
+fn sleep_unless_stopped(d: Duration, stop: &AtomicBool) {
+    let end = std::time::Instant::now() + d;
+    while std::time::Instant::now() < end && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn latency(p: &LatencyPercentiles) -> LatencySummary {
+    LatencySummary {
+        samples: p.samples,
+        mean_us: p.mean_us,
+        p50_us: p.p50_us,
+        p90_us: p.p90_us,
+        p99_us: p.p99_us,
+        p999_us: p.p999_us,
+        max_us: p.max_us,
+        histogram: Vec::new(),
+    }
+}
+
+fn server_summary(s: &ServerStats) -> ServerSummary {
+    let mut napi_ids: Vec<u32> = s.workers.iter().flat_map(|w| w.napi_ids.clone()).collect();
+    napi_ids.sort_unstable();
+    napi_ids.dedup();
+    ServerSummary {
+        requests: s.requests,
+        cpu_busy: s.workers.iter().map(|w| w.cpu_busy).sum(),
+        busy_when_scheduled: s
+            .workers
+            .iter()
+            .filter_map(|w| w.busy_when_scheduled)
+            .reduce(f64::max),
+        epoll_waits: s.workers.iter().map(|w| w.epoll.waits).sum(),
+        epoll_returns_with_events: s.workers.iter().map(|w| w.epoll.returns_with_events).sum(),
+        epoll_empty_returns: s.workers.iter().map(|w| w.epoll.empty_returns).sum(),
+        busy_loop_iterations: s.workers.iter().map(|w| w.epoll.busy_loop_iterations).sum(),
+        service_p99_us: s.service_time.as_ref().map(|t| t.p99_us),
+        napi_ids,
+        connections_off_napi: s.workers.iter().map(|w| w.connections_off_napi).sum(),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn point_result(
+    bench: &Bench<'_>,
+    role: PointRole,
+    repeat: u32,
+    qps: f64,
+    duration_s: f64,
+    load: LoadResult,
+    stats: &ServerStats,
+    observation: Option<Observation>,
+) -> RequestPointResult {
+    let w = bench.workload;
+    let lat = latency(&load.latency);
+    let answered = load.errors == 0 && load.timeouts == 0;
+    let meets_slo = answered
+        && !load.generator.limited
+        && load.latency.samples > 0
+        && lat.p99_us <= w.slo_p99_us;
+    let server = server_summary(stats);
+    let split = observation
+        .as_ref()
+        .map(|o| cpu_split(o, &bench.server_cpus, &bench.lab.dut_dev, &server.napi_ids));
+    let (cpu, busy, polls, empty) = split.unwrap_or_default();
+    RequestPointResult {
+        role,
+        repeat,
+        duration_s,
+        requested_qps: qps,
+        offered_qps: load.offered_qps,
+        achieved_qps: load.achieved_qps,
+        latency: lat,
+        errors: load.errors,
+        timeouts: load.timeouts,
+        client_limited: load.generator.limited,
+        client_reasons: load.generator.reasons.clone(),
+        client_cpu_busy: load.generator.cpu_busy,
+        meets_slo,
+        server,
+        cpu_per_request_us: (observation.is_some() && load.achieved_qps > 0.0)
+            .then(|| busy / load.achieved_qps * 1e6),
+        cpu,
+        napi_polls_per_s: polls,
+        empty_polls_per_s: empty,
+        observation,
+    }
+}
+
+type CpuSplit = (Vec<(String, f64)>, f64, Vec<(String, f64)>, Option<f64>);
+
+/// The server CPUs' time by what ran there, their busy total, NAPI polls per second of
+/// `dev` (or its `napi_ids`) by context and empty polls per second, averaged over the Observation's
+/// intervals (weighted by length). /proc/stat's split is tick-sampled (`proc`); the
+/// trace tier's softirq time by context, device IRQ time and polls are measured
+/// (`trace`).
+fn cpu_split(o: &Observation, cpus: &[u32], dev: &str, napi_ids: &[u32]) -> CpuSplit {
+    let total: f64 = o.intervals.iter().map(|i| i.duration_s).sum();
+    if total <= 0.0 {
+        return Default::default();
+    }
+    let mut proc = [0.0f64; 5];
+    let mut busy = 0.0;
+    let mut by_context = [0.0f64; 5];
+    let mut hardirq = 0.0;
+    let mut polls = [0.0f64; 5];
+    let mut empty = 0.0;
+    let mut traced = false;
+    for i in &o.intervals {
+        let wgt = i.duration_s / total;
+        for &c in cpus {
+            if let Some(t) = i.cpu(c).and_then(|c| c.time.as_ref()) {
+                for (slot, v) in [
+                    t.user.value + t.nice.value,
+                    t.system.value,
+                    t.softirq.value,
+                    t.irq.value,
+                    t.steal.value,
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    proc[slot] += wgt * v;
+                }
+                busy += wgt * t.busy();
+            }
+        }
+        let Some(tr) = &i.trace else { continue };
+        traced = true;
+        for sr in tr.softirqs.iter().filter(|r| cpus.contains(&r.cpu)) {
+            if let Some(k) = ExecContext::ALL.iter().position(|c| *c == sr.context) {
+                by_context[k] += wgt * sr.share.value;
+            }
+        }
+        hardirq += wgt
+            * tr.cpus
+                .iter()
+                .filter(|c| cpus.contains(&c.cpu))
+                .map(|c| c.hardirq.value)
+                .sum::<f64>();
+        // The trace tier sees every namespace's polls; the server's device is named
+        // or, where the name could not be resolved, known by its NAPI ids.
+        for n in tr
+            .napi
+            .iter()
+            .filter(|n| n.device == dev || (n.device.is_empty() && napi_ids.contains(&n.napi_id)))
+        {
+            if let Some(k) = ExecContext::ALL.iter().position(|c| *c == n.context) {
+                polls[k] += wgt * n.polls_per_s.value;
+            }
+            if i.duration_s > 0.0 {
+                empty += wgt * n.work_histogram.first().copied().unwrap_or(0) as f64 / i.duration_s;
+            }
+        }
+    }
+    let mut split: Vec<(String, f64)> = ["user", "system", "softirq", "irq", "steal"]
+        .iter()
+        .zip(proc)
+        .map(|(k, v)| (format!("{k} (proc ticks)"), v))
+        .collect();
+    let mut napi_polls = Vec::new();
+    if traced {
+        for (k, ctx) in ExecContext::ALL.iter().enumerate() {
+            if by_context[k] > 0.0 {
+                split.push((format!("{} (trace)", ctx.as_str()), by_context[k]));
+            }
+            if polls[k] > 0.0 {
+                napi_polls.push((ctx.as_str().to_string(), polls[k]));
+            }
+        }
+        split.push(("device hardirq (trace)".into(), hardirq));
+    }
+    (split, busy, napi_polls, traced.then_some(empty))
+}

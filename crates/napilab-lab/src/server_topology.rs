@@ -1,0 +1,318 @@
+//! The `server` topology: two namespaces `napilab-<run>-client` and `-dut`, one veth
+//! pair with `topology.ingress_queues` queues. GRO on the DUT's veth gives each of its
+//! RX queues a NAPI instance (veth uses NAPI only with GRO or XDP); TSO and GSO off on
+//! the client's veth make every TCP segment a frame of its own, so each passes through
+//! that NAPI instance and the server's sockets learn its id (`SO_INCOMING_NAPI_ID`).
+//!
+//! The interrupt mode is applied with napilab-tune's journalled apply, run inside the
+//! DUT namespace (`ip netns exec ... napilab tune apply`: the per-device sysfs files are
+//! only visible with the namespace's own /sys), and reverted before the namespaces go.
+//! Deleting the namespaces removes everything else; [`ServerLab`]'s Drop does both.
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use napilab_core::scenario::{ServerMode, Topology};
+
+use crate::netns::{cmd, delete_namespace, ns_name, sh_in};
+
+pub const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 201, 3, 1);
+pub const SERVER_ADDR: Ipv4Addr = Ipv4Addr::new(10, 201, 3, 2);
+pub const SERVER_PORT: u16 = 11211;
+
+/// A built server topology. Dropping it reverts the mode and deletes its namespaces.
+#[derive(Debug)]
+pub struct ServerLab {
+    pub run_id: String,
+    pub client_ns: String,
+    pub dut_ns: String,
+    pub client_dev: String,
+    /// The DUT's device: the server's RX NAPI instances are its queues'.
+    pub dut_dev: String,
+    pub queues: u32,
+    /// The journal directory of the mode's tune apply (None: nothing applied).
+    mode_journals: Option<PathBuf>,
+    torn_down: bool,
+}
+
+/// What applying a mode did, for the configuration's settings.
+pub struct AppliedMode {
+    /// (setting, value) pairs as the tune journal recorded them.
+    pub changes: Vec<(String, String)>,
+}
+
+impl ServerLab {
+    pub fn build(run_id: &str, topo: &Topology) -> io::Result<ServerLab> {
+        let short = &run_id[run_id.len() - 4..];
+        let mut lab = ServerLab {
+            run_id: run_id.to_string(),
+            client_ns: ns_name(run_id, "client"),
+            dut_ns: ns_name(run_id, "dut"),
+            client_dev: format!("n{short}-cli"),
+            dut_dev: format!("n{short}-srv"),
+            queues: topo.ingress_queues.max(1),
+            mode_journals: None,
+            torn_down: false,
+        };
+        // From here on, Drop removes whatever was created.
+        lab.create()?;
+        Ok(lab)
+    }
+
+    pub fn server_addr(&self) -> SocketAddrV4 {
+        SocketAddrV4::new(SERVER_ADDR, SERVER_PORT)
+    }
+
+    fn create(&mut self) -> io::Result<()> {
+        for ns in [&self.client_ns, &self.dut_ns] {
+            cmd("ip", &["netns", "add", ns])?;
+            sh_in(
+                ns,
+                "ip link set lo up; \
+                 sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
+            )?;
+        }
+        let q = self.queues.to_string();
+        cmd(
+            "ip",
+            &[
+                "link",
+                "add",
+                &self.client_dev,
+                "netns",
+                &self.client_ns,
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &self.dut_dev,
+                "netns",
+                &self.dut_ns,
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
+            ],
+        )?;
+        for (ns, dev, a) in [
+            (&self.client_ns, &self.client_dev, CLIENT_ADDR),
+            (&self.dut_ns, &self.dut_dev, SERVER_ADDR),
+        ] {
+            cmd(
+                "ip",
+                &["-n", ns, "addr", "add", &format!("{a}/30"), "dev", dev],
+            )?;
+            cmd("ip", &["-n", ns, "link", "set", dev, "up"])?;
+        }
+        sh_in(
+            &self.client_ns,
+            &format!("ethtool -K {} tso off gso off >/dev/null", self.client_dev),
+        )?;
+        sh_in(
+            &self.dut_ns,
+            &format!("ethtool -K {} gro on >/dev/null", self.dut_dev),
+        )?;
+        // Static neighbours: no ARP during a measurement.
+        let mac = |ns: &str, dev: &str| -> io::Result<String> {
+            Ok(sh_in(ns, &format!("cat /sys/class/net/{dev}/address"))?
+                .trim()
+                .to_string())
+        };
+        let (cmac, smac) = (
+            mac(&self.client_ns, &self.client_dev)?,
+            mac(&self.dut_ns, &self.dut_dev)?,
+        );
+        for (ns, ip, mac, dev) in [
+            (&self.client_ns, SERVER_ADDR, &smac, &self.client_dev),
+            (&self.dut_ns, CLIENT_ADDR, &cmac, &self.dut_dev),
+        ] {
+            cmd(
+                "ip",
+                &[
+                    "-n",
+                    ns,
+                    "neigh",
+                    "replace",
+                    &ip.to_string(),
+                    "lladdr",
+                    mac,
+                    "dev",
+                    dev,
+                    "nud",
+                    "permanent",
+                ],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Applies `mode` to the DUT's device through napilab-tune (journalled in
+    /// `journal_dir`), with `exe` the napilab binary; `cpus` pins the NAPI kthreads of
+    /// `threaded`. An error names the mode and what tune said; nothing stays applied
+    /// (tune rolls back a failed apply).
+    pub fn apply_mode(
+        &mut self,
+        exe: &Path,
+        mode: ServerMode,
+        cpus: &[u32],
+        journal_dir: &Path,
+    ) -> Result<AppliedMode, String> {
+        std::fs::create_dir_all(journal_dir)
+            .map_err(|e| format!("creating {}: {e}", journal_dir.display()))?;
+        let profile = match mode {
+            ServerMode::Deferral => {
+                let path = journal_dir.join("deferral.toml");
+                std::fs::write(&path, DEFERRAL_PROFILE)
+                    .map_err(|e| format!("writing {}: {e}", path.display()))?;
+                path.display().to_string()
+            }
+            other => other.as_str().to_string(),
+        };
+        let mut args: Vec<String> = vec![
+            "tune".into(),
+            "apply".into(),
+            profile,
+            "--dev".into(),
+            self.dut_dev.clone(),
+            "--journal-dir".into(),
+            journal_dir.display().to_string(),
+            "--json".into(),
+        ];
+        if mode == ServerMode::Threaded && !cpus.is_empty() {
+            args.push("--cpus".into());
+            args.push(napilab_core::scenario::cpu_list(cpus));
+        }
+        // From here on a partial apply is reverted by Drop.
+        self.mode_journals = Some(journal_dir.to_path_buf());
+        let out = self.napilab_in_dut(exe, &args)?;
+        let report: napilab_tune::ApplyReport = serde_json::from_str(&out)
+            .map_err(|e| format!("mode {}: tune apply's output: {e}", mode.as_str()))?;
+        let changes = report
+            .applied
+            .iter()
+            .map(|c| (c.key.to_string(), format!("{} -> {}", c.from, c.to)))
+            .collect();
+        Ok(AppliedMode { changes })
+    }
+
+    /// Reverts the mode's journal (a no-op when nothing was applied).
+    pub fn revert_mode(&mut self, exe: &Path) -> Result<(), String> {
+        let Some(dir) = self.mode_journals.take() else {
+            return Ok(());
+        };
+        let args: Vec<String> = vec![
+            "tune".into(),
+            "revert".into(),
+            "--journal-dir".into(),
+            dir.display().to_string(),
+            "--json".into(),
+        ];
+        match self.napilab_in_dut(exe, &args) {
+            Ok(_) => Ok(()),
+            // Nothing was journalled (the mode changed nothing): nothing to revert.
+            Err(e) if e.contains("no journal") => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn napilab_in_dut(&self, exe: &Path, args: &[String]) -> Result<String, String> {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.dut_ns])
+            .arg(exe)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("running {} {}: {e}", exe.display(), args.join(" ")))?;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() {
+            Ok(stdout)
+        } else {
+            Err(format!(
+                "napilab {} in {}: {}{}",
+                args[..2].join(" "),
+                self.dut_ns,
+                stdout.trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
+
+    /// Reverts the mode with `exe` and deletes the namespaces.
+    pub fn teardown(&mut self, exe: Option<&Path>) -> io::Result<()> {
+        if self.torn_down {
+            return Ok(());
+        }
+        let mut first_err = None;
+        if let Some(exe) = exe {
+            if let Err(e) = self.revert_mode(exe) {
+                first_err = Some(io::Error::other(format!(
+                    "reverting the mode: {e} (run `napilab lab clean`)"
+                )));
+            }
+        }
+        self.torn_down = true;
+        for ns in [&self.client_ns, &self.dut_ns] {
+            if let Err(e) = delete_namespace(ns) {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for ServerLab {
+    fn drop(&mut self) {
+        // The mode's settings live on the DUT's device, which goes with its namespace.
+        if !self.torn_down {
+            self.torn_down = true;
+            for ns in [&self.client_ns, &self.dut_ns] {
+                let _ = delete_namespace(ns);
+            }
+        }
+    }
+}
+
+/// The `deferral` mode: software IRQ deferral as the stand-in for NIC coalescing on a
+/// device without it (veth). Two empty polls before the "interrupt" is re-armed and a
+/// 20 us timer: about the study's Adaptive Coalescing's rx-usecs 8 to 20 us window
+/// (docs/studies.md IRQS-1), with no per-NAPI suspension.
+const DEFERRAL_PROFILE: &str = r#"name = "deferral"
+summary = "Software IRQ deferral: defer-hard-irqs 2, gro-flush-timeout 20 us (the stand-in for NIC coalescing on veth)"
+study = "docs/studies.md IRQS-1 (Adaptive Coalescing's role, on a device without NIC coalescing)"
+
+[params.dev]
+help = "device(s) whose NAPI instances defer their interrupts"
+required = true
+
+[[set]]
+setting = "napi.defer-hard-irqs"
+value = 2
+why = "two polls that find nothing before the interrupt is re-armed"
+
+[[set]]
+setting = "napi.gro-flush-timeout"
+value = 20000
+why = "20 us timer that re-polls while the interrupt stays deferred"
+
+[[set]]
+setting = "napi.irq-suspend-timeout"
+value = 0
+why = "no IRQ suspension"
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_deferral_profile_parses() {
+        let p = napilab_tune::profile::parse(DEFERRAL_PROFILE, "deferral").expect("parses");
+        assert_eq!(p.name, "deferral");
+    }
+}

@@ -1,0 +1,127 @@
+//! The server topology's text tables for `napilab lab run` and `napilab report`: one
+//! row per request point, then each configuration's maximum rate at the latency
+//! objective with its interval and CPU cost.
+
+use comfy_table::presets::UTF8_BORDERS_ONLY;
+use comfy_table::Table;
+use napilab_core::{PointRole, RunRecord};
+
+fn cpu_cell(split: &[(String, f64)], what: &str) -> String {
+    split
+        .iter()
+        .find(|(k, _)| k.starts_with(what))
+        .map_or_else(|| "-".into(), |(_, v)| format!("{:.0}", v * 100.0))
+}
+
+/// Empty when the run has no server configurations.
+pub fn tables(r: &RunRecord) -> String {
+    let with_requests: Vec<_> = r
+        .configurations
+        .iter()
+        .filter_map(|c| c.requests.as_ref().map(|q| (c, q)))
+        .collect();
+    if with_requests.is_empty() {
+        return String::new();
+    }
+    let mut t = Table::new();
+    t.load_style(UTF8_BORDERS_ONLY);
+    t.set_header(vec![
+        "configuration",
+        "role",
+        "req QPS",
+        "offered",
+        "achieved",
+        "p50 us",
+        "p99 us",
+        "p99.9 us",
+        "SLO",
+        "err/timeout",
+        "usr %",
+        "sys %",
+        "softirq %",
+        "CPU/req us",
+        "NAPI polls/s by context",
+        "epoll events/empty",
+        "client",
+    ]);
+    for (c, q) in &with_requests {
+        if let Some(why) = &q.not_runnable {
+            t.add_row(vec![c.name.clone(), "not runnable".into(), why.clone()]);
+            continue;
+        }
+        for p in &q.points {
+            t.add_row(vec![
+                c.name.clone(),
+                match p.role {
+                    PointRole::Sweep => "sweep".into(),
+                    PointRole::Search => format!("search {}", p.repeat + 1),
+                },
+                format!("{:.0}", p.requested_qps),
+                format!("{:.0}", p.offered_qps),
+                format!("{:.0}", p.achieved_qps),
+                format!("{:.0}", p.latency.p50_us),
+                format!("{:.0}", p.latency.p99_us),
+                format!("{:.0}", p.latency.p999_us),
+                if p.meets_slo { "met" } else { "missed" }.into(),
+                format!("{}/{}", p.errors, p.timeouts),
+                cpu_cell(&p.cpu, "user"),
+                cpu_cell(&p.cpu, "system"),
+                cpu_cell(&p.cpu, "softirq (proc"),
+                p.cpu_per_request_us
+                    .map_or_else(|| "-".into(), |x| format!("{x:.1}")),
+                p.napi_polls_per_s
+                    .iter()
+                    .map(|(k, v)| format!("{k} {v:.0}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                format!(
+                    "{}/{}",
+                    p.server.epoll_returns_with_events, p.server.epoll_empty_returns
+                ),
+                if p.client_limited {
+                    format!("LIMITED: {}", p.client_reasons.join("; "))
+                } else {
+                    format!("{:.0}% busy", p.client_cpu_busy * 100.0)
+                },
+            ]);
+        }
+    }
+    let mut out = format!("{t}\n");
+    let mut m = Table::new();
+    m.load_style(UTF8_BORDERS_ONLY);
+    m.set_header(vec![
+        "configuration".to_string(),
+        "server".into(),
+        "mode".into(),
+        "max QPS at SLO".into(),
+        "interval".into(),
+        "searches".into(),
+        "CPU/req us at max".into(),
+        "how".into(),
+    ]);
+    for (c, q) in &with_requests {
+        let Some(x) = &q.max_qps else {
+            continue;
+        };
+        m.add_row(vec![
+            c.name.clone(),
+            q.engine.clone(),
+            q.mode.clone(),
+            format!("{:.0} (p99 <= {:.0} us)", x.qps, q.slo_p99_us),
+            x.interval.map_or_else(
+                || "-".into(),
+                |(lo, hi)| format!("[{lo:.0}, {hi:.0}] at {:.0}%", x.confidence * 100.0),
+            ),
+            x.searches
+                .iter()
+                .map(|v| format!("{v:.0}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            x.cpu_per_request_us
+                .map_or_else(|| "-".into(), |v| format!("{v:.1}")),
+            x.note.clone(),
+        ]);
+    }
+    out.push_str(&format!("{m}\n"));
+    out
+}

@@ -1,0 +1,149 @@
+//! `napilab lab run` on the server topology (issue 14): a two-mode scenario
+//! (no-coalescing and irq-suspend, napilab's server) and memcached's baseline, one load
+//! and a two-step search each, end to end. Every point has its rate, latency and the
+//! server's statistics; the modes' per-NAPI settings were applied through the tune
+//! journal and reverted; nothing of the run is left behind. A mode this kernel cannot
+//! run is reported as not runnable with its reason, which the test accepts and prints.
+//! Needs root (namespaces); without it the test prints why it was skipped.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+const SCENARIO: &str = r#"
+name = "server-short"
+[topology]
+kind = "server"
+[dut]
+generator_cpus = [0]
+server_cpus = [1]
+[requests]
+loads_qps = [2000]
+connections = 4
+keys = 1000
+value_size = 32
+slo_p99_us = 100000
+search_max_qps = 4000
+search_iterations = 2
+[measurement]
+duration_s = 0.5
+warmup_s = 0.2
+search_repeats = 2
+[[configurations]]
+name = "no-coalescing"
+set = { mode = "no-coalescing" }
+[[configurations]]
+name = "irq-suspend"
+set = { mode = "irq-suspend" }
+[[configurations]]
+name = "memcached"
+set = { mode = "no-coalescing", server = "memcached" }
+[[configurations]]
+name = "memcached-busy"
+set = { mode = "busy-wait", server = "memcached" }
+"#;
+
+#[test]
+fn a_server_scenario_runs_every_mode_end_to_end_and_leaves_nothing() {
+    if !napilab_testkit::is_root() {
+        println!("SKIPPED a_server_scenario_runs_every_mode_end_to_end_and_leaves_nothing: needs root for network namespaces");
+        return;
+    }
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("napilab-lab-server");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    let scenario = dir.join("server-short.toml");
+    std::fs::write(&scenario, SCENARIO).expect("scenario");
+    let journals = dir.join("journal");
+    let out = Command::new(env!("CARGO_BIN_EXE_napilab"))
+        .args(["lab", "run", "--json", "--no-observe", "--out"])
+        .arg(&dir)
+        .arg(&scenario)
+        .env("NAPILAB_JOURNAL_DIR", &journals)
+        .output()
+        .expect("run napilab");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let record: Value = serde_json::from_slice(&out.stdout).expect("RunRecord JSON");
+    let run_id = record["run_id"].as_str().expect("run id").to_string();
+    let confs = record["configurations"].as_array().expect("configurations");
+    assert_eq!(confs.len(), 4);
+    for c in confs {
+        let name = c["name"].as_str().unwrap_or("?");
+        let q = &c["requests"];
+        if let Some(why) = q["not_runnable"].as_str() {
+            assert!(q["points"].as_array().is_none_or(Vec::is_empty));
+            println!("{name}: not runnable here: {why}");
+            continue;
+        }
+        let points = q["points"].as_array().expect("points");
+        // One sweep point and 2 searches x 2 steps.
+        assert_eq!(points.len(), 5, "{name}: {q}");
+        for p in points {
+            assert!(
+                p["achieved_qps"].as_f64().unwrap_or(0.0) > 0.0,
+                "{name}: {p}"
+            );
+            assert!(
+                p["latency"]["samples"].as_u64().unwrap_or(0) > 0,
+                "{name}: {p}"
+            );
+            assert!(
+                p["latency"]["p99_us"].as_f64().unwrap_or(0.0) > 0.0,
+                "{name}: {p}"
+            );
+            assert!(
+                p["server"]["requests"].as_u64().unwrap_or(0) > 0,
+                "{name}: {p}"
+            );
+        }
+        let max = &q["max_qps"];
+        assert_eq!(max["searches"].as_array().map(Vec::len), Some(2), "{max}");
+        assert!(max["qps"].as_f64().is_some(), "{max}");
+        if q["engine"] == "napilab" {
+            // Applied through the journal: the settings name the per-NAPI changes.
+            assert!(
+                c["settings"]
+                    .as_array()
+                    .expect("settings")
+                    .iter()
+                    .any(|kv| kv[0].as_str().is_some_and(|k| k.starts_with("mode: "))
+                        || q["mode"] == "no-coalescing"),
+                "{name}: {}",
+                c["settings"]
+            );
+        }
+    }
+    // memcached cannot busy-poll per epoll: reported, not an error.
+    let busy = &confs[3]["requests"];
+    assert!(
+        busy["not_runnable"]
+            .as_str()
+            .is_some_and(|w| w.contains("EPIOCSPARAMS") || w.contains("memcached")),
+        "{busy}"
+    );
+    // Every mode journal was reverted and nothing of the run is left.
+    let show = Command::new(env!("CARGO_BIN_EXE_napilab"))
+        .args(["tune", "show", "--json", "--journal-dir"])
+        .arg(journals.join(format!("lab-{run_id}-server")))
+        .output()
+        .expect("tune show");
+    let shown = String::from_utf8_lossy(&show.stdout);
+    assert!(
+        !shown.contains("\"applied\""),
+        "a mode journal is still in force: {shown}"
+    );
+    if confs[1]["requests"]["not_runnable"].is_null() {
+        assert!(
+            shown.contains("\"reverted\""),
+            "irq-suspend's journal must be there, reverted: {shown}"
+        );
+    }
+    let left = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip netns list");
+    let left = String::from_utf8_lossy(&left.stdout);
+    assert!(!left.contains(&run_id), "namespaces left: {left}");
+}
