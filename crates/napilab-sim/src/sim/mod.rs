@@ -20,6 +20,11 @@ mod napi_poll;
 mod packet_path;
 mod scheduler;
 mod softirq_action;
+mod tunnel;
+mod workqueue;
+
+#[cfg(test)]
+mod tests;
 
 use std::collections::VecDeque;
 
@@ -44,6 +49,12 @@ pub(crate) enum Ev {
     Ipi(usize),
     /// A remote wake-up (IPI) of an application thread reaches its CPU.
     WakeApp(usize),
+    /// A thread on this CPU was woken from another CPU (the wake-up IPI): look at
+    /// the run queue if idle.
+    Dispatch(usize),
+    /// A tunnel packet was queued for decryption on this CPU: queue its worker's
+    /// decryption item (`queue_work_on`).
+    QueueDecrypt(usize),
 }
 
 /// An application and its socket.
@@ -101,6 +112,17 @@ enum Finish {
         work: u32,
         repoll: bool,
     },
+    /// A workqueue worker's poll of a NAPI instance.
+    WorkPoll {
+        napi: usize,
+        work: u32,
+        repoll: bool,
+    },
+    /// A tunnel worker decrypted packet `seq` of peer `peer`.
+    Decrypted {
+        peer: usize,
+        seq: u64,
+    },
     /// `busy_poll_stop`: the application's last, normal poll of the instance.
     /// `skip`: prefer-busy-poll re-armed the deferral timer instead of handing a
     /// full instance to the softirq.
@@ -119,6 +141,10 @@ enum ExitKind {
     Irq,
     /// `local_bh_enable` -> `do_softirq`: runs pending softirqs whatever ksoftirqd does.
     BhEnable,
+    /// `spin_unlock_bh` in a workqueue worker (`do_softirq` from process context):
+    /// subject to the same 4.9-6.4 rule as `Irq` (`do_softirq` returned early while
+    /// ksoftirqd was running until the rule's revert in 6.5).
+    WorkerBhEnable,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -143,6 +169,14 @@ pub(crate) struct CpuCount {
     /// Polls run by threaded-NAPI kthreads and by busy polling (part of `polls`).
     pub thread_polls: u64,
     pub busy_polls: u64,
+    /// Polls by execution context (`napilab_core::trace::ExecContext::ALL` order:
+    /// softirq after a hard IRQ, at bh-enable, in ksoftirqd, NAPI thread or worker,
+    /// busy poll): polls, packets, polls that found nothing, polls that used the
+    /// whole budget.
+    pub ctx_polls: [u64; 5],
+    pub ctx_packets: [u64; 5],
+    pub ctx_empty: [u64; 5],
+    pub ctx_full: [u64; 5],
 }
 
 #[derive(Clone, Debug, Default)]
@@ -162,6 +196,10 @@ pub(crate) struct Counts {
     pub tx_bytes: u64,
     pub qdisc_enqueued: u64,
     pub qdisc_drops: u64,
+    /// Tunnel packets dropped at decapsulation: the peer's queue was full, or the
+    /// decryption queues were.
+    pub tunnel_peer_drops: u64,
+    pub tunnel_decrypt_drops: u64,
 }
 
 impl CpuCount {
@@ -181,6 +219,12 @@ impl CpuCount {
         self.socket_drops += o.socket_drops;
         self.thread_polls += o.thread_polls;
         self.busy_polls += o.busy_polls;
+        for i in 0..5 {
+            self.ctx_polls[i] += o.ctx_polls[i];
+            self.ctx_packets[i] += o.ctx_packets[i];
+            self.ctx_empty[i] += o.ctx_empty[i];
+            self.ctx_full[i] += o.ctx_full[i];
+        }
     }
 }
 
@@ -210,6 +254,8 @@ impl Counts {
         self.tx_bytes += o.tx_bytes;
         self.qdisc_enqueued += o.qdisc_enqueued;
         self.qdisc_drops += o.qdisc_drops;
+        self.tunnel_peer_drops += o.tunnel_peer_drops;
+        self.tunnel_decrypt_drops += o.tunnel_decrypt_drops;
     }
 }
 
@@ -298,6 +344,12 @@ pub(crate) struct Sim<'a> {
     /// `f % len`), and the closed-loop clients' parameters and random stream.
     class_rings: Vec<Vec<usize>>,
     closed: Vec<Option<(crate::config::ClosedLoop, Rng)>>,
+    /// Per CPU: its workqueue worker (empty when nothing uses workers).
+    workers: Vec<workqueue::Worker>,
+    /// A Dispatch event is on its way to this CPU (a remote wake-up).
+    dispatch_pending: Vec<bool>,
+    /// The tunnel's receive pipeline, when the configuration has one.
+    tunnel: Option<tunnel::Tunnel>,
 }
 
 fn ns(p: &Profile, cycles: f64) -> Nanos {
@@ -361,6 +413,7 @@ impl<'a> Sim<'a> {
                 cpu: c,
                 kind: ThreadKind::Ksoftirqd,
                 fifo_priority: None,
+                pinned: true,
                 runnable: false,
                 vruntime: 0,
             });
@@ -449,6 +502,7 @@ impl<'a> Sim<'a> {
                     cpu: qc.cpu as usize,
                     kind: ThreadKind::Napi(napi_id),
                     fifo_priority: qc.thread.fifo_priority,
+                    pinned: true,
                     runnable: false,
                     vruntime: 0,
                 });
@@ -461,6 +515,7 @@ impl<'a> Sim<'a> {
                 defer_hard_irqs: qc.defer_hard_irqs,
                 gro_flush_timeout: qc.gro_flush_timeout_ns,
                 thread,
+                workqueue: qc.napi == NapiContext::Workqueue,
                 ..Napi::idle(
                     8192 + napi_id as u32,
                     format!("{}-rx-{qi}", cfg.ingress.name),
@@ -565,9 +620,67 @@ impl<'a> Sim<'a> {
                 cpu: a.cpu as usize,
                 kind: ThreadKind::App(i),
                 fifo_priority: a.fifo_priority,
+                pinned: true,
                 runnable: false,
                 vruntime: 0,
             });
+        }
+        // Tunnel peers: an instance each, not tied to a ring, polled in the tunnel's
+        // NAPI context; threaded peers get a kthread each.
+        let tunnel = cfg.tunnel.as_ref().map(|tc| {
+            let mut tun = tunnel::Tunnel::new(tc, profile, ncpu, seed);
+            for i in 0..tc.peers as usize {
+                let napi_id = napis.len();
+                let home = i % ncpu;
+                let thread = (tc.napi == NapiContext::Threaded).then(|| {
+                    threads.push(Thread {
+                        pid: 5000 + i as u32,
+                        name: format!("napi/wg0-{}", 8192 + napi_id),
+                        cpu: home,
+                        kind: ThreadKind::Napi(napi_id),
+                        fifo_priority: None,
+                        pinned: tc.pinned,
+                        runnable: false,
+                        vruntime: 0,
+                    });
+                    threads.len() - 1
+                });
+                napis.push(Napi {
+                    thread,
+                    workqueue: tc.napi == NapiContext::Workqueue,
+                    peer: Some(i),
+                    ..Napi::idle(8192 + napi_id as u32, format!("wg0-peer-{i}"), home)
+                });
+                tun.add_peer(napi_id);
+            }
+            tun
+        });
+        // Workqueue workers, one per CPU, when an instance or the tunnel needs them.
+        let need_workers = tunnel.is_some() || napis.iter().any(|n| n.workqueue);
+        let workers: Vec<workqueue::Worker> = if need_workers {
+            (0..ncpu)
+                .map(|c| {
+                    threads.push(Thread {
+                        pid: 3000 + c as u32,
+                        name: format!("kworker/{c}:1"),
+                        cpu: c,
+                        kind: ThreadKind::Worker(c),
+                        fifo_priority: None,
+                        pinned: true,
+                        runnable: false,
+                        vruntime: 0,
+                    });
+                    workqueue::Worker {
+                        thread: threads.len() - 1,
+                        items: VecDeque::new(),
+                    }
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        for (t, th) in threads.iter().enumerate() {
+            cpus[th.cpu].threads.push(t);
         }
         let class_app: Vec<Option<usize>> = cfg
             .traffic
@@ -626,7 +739,7 @@ impl<'a> Sim<'a> {
             }
         }
         for (r, ring) in rings.iter().enumerate() {
-            if !rps_cpus[ring.queue].is_empty() {
+            if !rps_cpus[ring.queue].is_empty() || cfg.tunnel.is_some() {
                 ring_forwards[r] = false;
             }
         }
@@ -689,6 +802,9 @@ impl<'a> Sim<'a> {
             class_app,
             class_rings,
             closed,
+            workers,
+            dispatch_pending: vec![false; ncpu],
+            tunnel,
         }
     }
 
@@ -698,6 +814,42 @@ impl<'a> Sim<'a> {
     fn count(&mut self, t: Nanos, f: impl Fn(&mut Counts)) {
         if let Some(i) = self.win.lookup(t) {
             f(&mut self.counts[i]);
+        }
+    }
+
+    /// Handle one event.
+    fn handle(&mut self, ev: Ev) {
+        match ev {
+            Ev::BatchEnd(c) => self.batch_end(c),
+            Ev::Irq(l, gen) => self.irq_fires(l, gen),
+            Ev::NapiTimer(n, gen) => self.napi_timer(n, gen),
+            Ev::WakeApp(a) => {
+                self.apps[a].wake_pending = false;
+                let t = self.apps[a].thread;
+                self.wake_thread(t);
+                let c = self.threads[t].cpu;
+                if !self.cpus[c].busy {
+                    self.dispatch(c);
+                }
+            }
+            Ev::Dispatch(c) => {
+                self.dispatch_pending[c] = false;
+                if !self.cpus[c].busy {
+                    self.dispatch(c);
+                }
+            }
+            Ev::QueueDecrypt(c) => {
+                self.queue_work(c, workqueue::WorkItem::Decrypt, c);
+                if !self.cpus[c].busy {
+                    self.dispatch(c);
+                }
+            }
+            Ev::Ipi(c) => {
+                self.cpus[c].pending_irqs.push_back(IrqSrc::RpsIpi);
+                if !self.cpus[c].busy {
+                    self.dispatch(c);
+                }
+            }
         }
     }
 
@@ -726,26 +878,7 @@ impl<'a> Sim<'a> {
                 break;
             }
             let Some((_, ev)) = self.q.pop() else { break };
-            match ev {
-                Ev::BatchEnd(c) => self.batch_end(c),
-                Ev::Irq(l, gen) => self.irq_fires(l, gen),
-                Ev::NapiTimer(n, gen) => self.napi_timer(n, gen),
-                Ev::WakeApp(a) => {
-                    self.apps[a].wake_pending = false;
-                    let t = self.apps[a].thread;
-                    self.wake_thread(t);
-                    let c = self.threads[t].cpu;
-                    if !self.cpus[c].busy {
-                        self.dispatch(c);
-                    }
-                }
-                Ev::Ipi(c) => {
-                    self.cpus[c].pending_irqs.push_back(IrqSrc::RpsIpi);
-                    if !self.cpus[c].busy {
-                        self.dispatch(c);
-                    }
-                }
-            }
+            self.handle(ev);
         }
         // Arrivals nobody polled still count as offered (or dropped if the ring filled).
         let nclass = self.latency.len();

@@ -2,6 +2,7 @@
 //! every execution context, one poll of an instance (its rings, its TX reclaim, a
 //! CPU's RPS backlog) and the per-poll counters.
 
+use super::workqueue::WorkItem;
 use super::*;
 
 impl Sim<'_> {
@@ -9,10 +10,31 @@ impl Sim<'_> {
         if !self.napis[n].schedule() {
             return;
         }
-        match self.napis[n].thread {
-            Some(t) => self.wake_thread(t),
-            None => {
-                let c = self.napis[n].cpu;
+        let c = self.napis[n].cpu;
+        self.queue_napi(n, c);
+    }
+
+    /// `napi_schedule` from work running on CPU `c` (a thread, not the instance's IRQ):
+    /// an idle instance is polled in its context on `c`, or by its kthread; one
+    /// already scheduled (on whatever CPU) only gets MISSED set and stays there.
+    pub(super) fn napi_schedule_on(&mut self, n: usize, c: usize) {
+        if !self.napis[n].schedule() {
+            return;
+        }
+        if self.napis[n].thread.is_none() {
+            self.napis[n].cpu = c;
+        }
+        self.queue_napi(n, c);
+    }
+
+    /// Hand a scheduled instance to its context, from CPU `c`: its kthread (woken), a
+    /// work item on `c`'s worker, or `c`'s poll list with NET_RX raised.
+    fn queue_napi(&mut self, n: usize, c: usize) {
+        match (self.napis[n].thread, self.napis[n].workqueue) {
+            (Some(t), _) if self.napis[n].peer.is_some() => self.wake_napi_thread(t, c),
+            (Some(t), _) => self.wake_thread(t),
+            (None, true) => self.queue_work(c, WorkItem::NapiPoll(n), c),
+            (None, false) => {
                 self.cpus[c].poll_list.push_back(n);
                 self.cpus[c].softirq_pending |= NET_RX;
             }
@@ -21,14 +43,10 @@ impl Sim<'_> {
 
     pub(super) fn napi_complete(&mut self, n: usize, work: u32, now: Nanos) {
         match self.napis[n].complete_done(work) {
-            Completion::Reschedule => match self.napis[n].thread {
-                Some(t) => self.wake_thread(t),
-                None => {
-                    let c = self.napis[n].cpu;
-                    self.cpus[c].poll_list.push_back(n);
-                    self.cpus[c].softirq_pending |= NET_RX;
-                }
-            },
+            Completion::Reschedule => {
+                let c = self.napis[n].cpu;
+                self.queue_napi(n, c);
+            }
             Completion::Defer(timeout) => {
                 let gen = self.napis[n].timer_gen;
                 self.q.schedule(now + timeout, Ev::NapiTimer(n, gen));
@@ -127,6 +145,14 @@ impl Sim<'_> {
                 clean = false;
             }
         }
+        if let Some(pe) = self.napis[n].peer {
+            let k;
+            (t, k) = self.peer_poll(pe, t, weight);
+            total += k;
+            if total == weight {
+                clean = false;
+            }
+        }
         let repoll = !clean;
         (t, total, repoll)
     }
@@ -156,7 +182,9 @@ impl Sim<'_> {
                 cn.rx_bytes += size;
                 cn.queue_rx_packets[q] += 1;
             });
-            if self.rps_cpus[q].is_empty() {
+            if self.tunnel.is_some() {
+                t = self.tunnel_receive(p, t);
+            } else if self.rps_cpus[q].is_empty() {
                 t = self.forward(c, p, t);
             } else {
                 t += self.costs.rps;
@@ -169,10 +197,27 @@ impl Sim<'_> {
 
     pub(super) fn record_poll(&mut self, now: Nanos, c: usize, work: u32, repoll: bool) {
         let full = repoll as u64;
+        // The context, in ExecContext::ALL order: a softirq run says which entry;
+        // otherwise a thread polls (an application: busy polling).
+        let ctx = match self.cpus[c].softirq.as_ref() {
+            Some(r) if r.ksoftirqd => 2,
+            Some(r) if r.bh_enable => 1,
+            Some(_) => 0,
+            None => match self.cpus[c].current.map(|t| self.threads[t].kind) {
+                Some(ThreadKind::App(_)) => 4,
+                _ => 3,
+            },
+        };
+        let empty = (work == 0) as u64;
         self.count(now, |k| {
-            k.cpus[c].polls += 1;
-            k.cpus[c].poll_packets += work as u64;
-            k.cpus[c].full_polls += full;
+            let cc = &mut k.cpus[c];
+            cc.polls += 1;
+            cc.poll_packets += work as u64;
+            cc.full_polls += full;
+            cc.ctx_polls[ctx] += 1;
+            cc.ctx_packets[ctx] += work as u64;
+            cc.ctx_empty[ctx] += empty;
+            cc.ctx_full[ctx] += full;
         });
         if self.win.index(now).is_some() {
             let i = (work as usize).min(self.poll_hist.len() - 1);

@@ -12,10 +12,11 @@ impl Sim<'_> {
         // CFS places a waking thread near the CPU's least-served runnable thread, so
         // a long sleep does not buy it an unbounded claim on the CPU.
         let cpu = self.threads[t].cpu;
-        let min = self
+        let min = self.cpus[cpu]
             .threads
             .iter()
-            .filter(|x| x.cpu == cpu && x.runnable)
+            .map(|&x| &self.threads[x])
+            .filter(|x| x.runnable)
             .map(|x| x.vruntime)
             .min();
         if let Some(m) = min {
@@ -25,6 +26,72 @@ impl Sim<'_> {
         // Every wake-up comes from work on the thread's own CPU (IRQ, timer, softirq
         // of that CPU), whose dispatch follows, so no dispatch here.
         self.threads[t].runnable = true;
+    }
+
+    /// Wake thread `t` from work on CPU `from`: when the thread lives on another CPU
+    /// that is not running a batch, that CPU gets the wake-up IPI and looks at its run
+    /// queue.
+    pub(super) fn wake_thread_from(&mut self, t: usize, from: usize) {
+        if self.threads[t].runnable {
+            return;
+        }
+        self.wake_thread(t);
+        let c = self.threads[t].cpu;
+        if c != from && !self.cpus[c].busy && !self.dispatch_pending[c] {
+            self.dispatch_pending[c] = true;
+            let at = self.q.now() + self.lat_irq;
+            self.q.schedule(at, Ev::Dispatch(c));
+        }
+    }
+
+    /// Wake a NAPI kthread scheduled from CPU `from`. An unpinned one is placed first,
+    /// as `select_idle_sibling` would: its previous CPU if idle, else the waker's CPU
+    /// if idle, else the next idle CPU after its previous one, else its previous CPU.
+    pub(super) fn wake_napi_thread(&mut self, t: usize, from: usize) {
+        if self.threads[t].runnable {
+            return;
+        }
+        if !self.threads[t].pinned {
+            let prev = self.threads[t].cpu;
+            let ncpu = self.cpus.len();
+            let target = [prev, from]
+                .into_iter()
+                .chain((1..ncpu).map(|i| (prev + i) % ncpu))
+                .find(|&c| self.cpu_idle(c))
+                .unwrap_or(prev);
+            self.migrate(t, target);
+        }
+        self.wake_thread_from(t, from);
+    }
+
+    /// Nothing runs on CPU `c` and no wake-up is on its way.
+    fn cpu_idle(&self, c: usize) -> bool {
+        let cpu = &self.cpus[c];
+        !cpu.busy
+            && cpu.current.is_none()
+            && cpu.softirq.is_none()
+            && cpu.pending_irqs.is_empty()
+            && !self.dispatch_pending[c]
+    }
+
+    /// Move a sleeping thread to CPU `to`, keeping its runtime lag relative to the
+    /// CPUs' `min_vruntime` (CFS's renormalisation on migration).
+    fn migrate(&mut self, t: usize, to: usize) {
+        let from = self.threads[t].cpu;
+        if from == to || (self.cpus[from].busy && self.cpus[from].current == Some(t)) {
+            return;
+        }
+        if self.cpus[from].current == Some(t) {
+            self.cpus[from].current = None;
+        }
+        self.cpus[from].threads.retain(|&x| x != t);
+        let list = &mut self.cpus[to].threads;
+        let at = list.partition_point(|&x| x < t);
+        list.insert(at, t);
+        let v = self.threads[t].vruntime;
+        self.threads[t].vruntime =
+            (v + self.cpus[to].min_vruntime).saturating_sub(self.cpus[from].min_vruntime);
+        self.threads[t].cpu = to;
     }
 
     /// Start a batch of `pre` + work computed by `work(start)` ... see callers. Returns
@@ -161,6 +228,12 @@ impl Sim<'_> {
                     self.count(now, |k| k.cpus[c].squeeze += 1);
                 }
             }
+            Finish::WorkPoll { napi, work, repoll } => {
+                self.work_poll_done(c, napi, work, repoll);
+            }
+            Finish::Decrypted { peer, seq } => {
+                self.decrypted(c, peer, seq);
+            }
             Finish::BusyPollStop {
                 napi,
                 work,
@@ -234,8 +307,9 @@ impl Sim<'_> {
                 let cpu = &self.cpus[c];
                 if cpu.softirq.is_none() && cpu.softirq_pending != 0 {
                     let ksoftirqd = cpu.ksoftirqd;
-                    let blocked =
-                        kind == ExitKind::Irq && self.skip_rule && self.threads[ksoftirqd].runnable;
+                    let blocked = kind != ExitKind::BhEnable
+                        && self.skip_rule
+                        && self.threads[ksoftirqd].runnable;
                     if !blocked {
                         let pending = std::mem::take(&mut self.cpus[c].softirq_pending);
                         let mut run = SoftirqRun::new(
@@ -246,7 +320,7 @@ impl Sim<'_> {
                             pending,
                             self.cfg.settings.max_softirq_restart,
                         );
-                        run.bh_enable = kind == ExitKind::BhEnable;
+                        run.bh_enable = kind != ExitKind::Irq;
                         self.cpus[c].softirq = Some(run);
                     }
                 }
@@ -259,8 +333,10 @@ impl Sim<'_> {
             }
             let cur = self.cpus[c].current;
             let slice = self.cpus[c].slice_start;
-            match pick_thread(&self.threads, c, cur, slice, now) {
+            match pick_thread(&self.threads, &self.cpus[c].threads, cur, slice, now) {
                 Some(t) => {
+                    let v = self.threads[t].vruntime;
+                    self.cpus[c].min_vruntime = self.cpus[c].min_vruntime.max(v);
                     if cur != Some(t) {
                         self.cpus[c].current = Some(t);
                         self.cpus[c].slice_start = now;
@@ -277,6 +353,7 @@ impl Sim<'_> {
                             ThreadKind::App(_) => Ctx::User,
                             ThreadKind::Ksoftirqd => Ctx::Ksoftirqd,
                             ThreadKind::Napi(_) => Ctx::NapiThread,
+                            ThreadKind::Worker(_) => Ctx::KThread,
                         };
                         let end = now + self.costs.after_interrupt;
                         self.commit(c, now, end, ctx, Finish::Nothing);
@@ -319,6 +396,7 @@ impl Sim<'_> {
                 self.softirq_step(c)
             }
             ThreadKind::App(a) => self.app_step(c, t, a),
+            ThreadKind::Worker(_) => self.worker_step(c, t),
             ThreadKind::Napi(n) => {
                 if !self.napis[n].scheduled {
                     self.threads[t].runnable = false;
