@@ -66,6 +66,16 @@ fn main() {
                 };
                 println!("    busy % per cpu: {}", pct(&f.busy));
                 println!("    softirq % per cpu: {}", pct(&f.softirq));
+                let ks: Vec<f64> = r.model.totals.cpus.iter().map(|c| c.ksoftirqd).collect();
+                let bh: Vec<f64> = r
+                    .model
+                    .totals
+                    .cpus
+                    .iter()
+                    .map(|c| c.softirq_bh_enable)
+                    .collect();
+                println!("    ksoftirqd % per cpu: {}", pct(&ks));
+                println!("    softirq at bh-enable % per cpu: {}", pct(&bh));
             }
         }
     }
