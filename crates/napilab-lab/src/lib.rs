@@ -27,6 +27,7 @@ pub mod histogram;
 pub mod linerate;
 pub mod mlrsearch;
 pub mod netns;
+pub mod packet_runner;
 pub mod request;
 pub mod runner;
 pub mod search;
