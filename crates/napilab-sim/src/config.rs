@@ -41,6 +41,45 @@ pub struct SimConfig {
     /// Applications receiving locally delivered classes (`traffic.classes[].app`).
     #[serde(default)]
     pub apps: Vec<AppConfig>,
+    /// A WireGuard-style tunnel terminating every received packet (docs/sim.md
+    /// "The WireGuard receive pipeline"); absent: packets are forwarded or delivered.
+    #[serde(default)]
+    pub tunnel: Option<TunnelConfig>,
+}
+
+/// WireGuard's receive pipeline (docs/studies.md#wireguard-study): every packet the
+/// NIC delivers is decapsulated in the RX softirq, queued in order on its peer and
+/// handed for decryption to the per-CPU worker of the next CPU round robin; a worker
+/// that decrypted a packet schedules the peer's NAPI instance on its own CPU, whose
+/// poll takes the peer's decrypted packets in order (GRO) and delivers them.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TunnelConfig {
+    /// Peers (clients), each with its own NAPI instance; packets pick a peer
+    /// uniformly at random (equal clients).
+    pub peers: u32,
+    /// Where the peers' NAPI instances are polled: `softirq` (NET_RX on the CPU whose
+    /// worker scheduled them, the stock kernel), `threaded` (a kthread per peer) or
+    /// `workqueue` (a work item on the scheduling CPU's worker).
+    #[serde(default)]
+    pub napi: NapiContext,
+    /// `threaded` only: pin peer i's kthread to CPU i mod cpus; otherwise the scheduler
+    /// places it on an idle CPU when it wakes (its previous CPU if that is idle).
+    #[serde(default)]
+    pub pinned: bool,
+    /// Packets a peer's in-order receive queue holds (WireGuard's MAX_QUEUED_PACKETS);
+    /// a packet finding it full is dropped at decapsulation.
+    #[serde(default = "default_tunnel_queue")]
+    pub peer_queue: u32,
+    /// Packets the decryption queues of all CPUs hold together (WireGuard's device
+    /// ring); a packet finding them full is dropped (its slot in the peer's queue is
+    /// skipped by the poll).
+    #[serde(default = "default_tunnel_queue")]
+    pub decrypt_queue: u32,
+}
+
+fn default_tunnel_queue() -> u32 {
+    1024
 }
 
 /// An application thread reading one socket: woken when data arrives, it handles up to
@@ -285,6 +324,10 @@ pub enum NapiContext {
     Softirq,
     /// Polled by its own `napi/<dev>-<id>` kthread (no netdev_budget or time limit).
     Threaded,
+    /// Polled by a work item on the per-CPU worker (normal priority) of the CPU that
+    /// scheduled it, in turn with that worker's other items (twin only: no stock
+    /// kernel has it; the WireGuard study's remedy, docs/studies.md#wg-4).
+    Workqueue,
 }
 
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -478,6 +521,40 @@ impl SimConfig {
 
     /// Checks that serde cannot express. Also used by [`crate::run`] on configs built
     /// in code.
+    fn validate_tunnel(&self, t: &TunnelConfig, file: &str) -> Result<(), ConfigError> {
+        let err = |field: &str, msg: &str| Err(ConfigError::new(file, field, msg));
+        if !(1..=100_000).contains(&t.peers) {
+            return err("tunnel.peers", "must be 1..=100000");
+        }
+        if t.pinned && t.napi != NapiContext::Threaded {
+            return err(
+                "tunnel.pinned",
+                "pinning applies to threaded NAPI kthreads only: set tunnel.napi = \"threaded\" or drop pinned",
+            );
+        }
+        if t.peer_queue == 0 {
+            return err("tunnel.peer_queue", "must be positive");
+        }
+        if t.decrypt_queue == 0 {
+            return err("tunnel.decrypt_queue", "must be positive");
+        }
+        for (i, c) in self.traffic.classes.iter().enumerate() {
+            if c.app.is_some() || c.closed_loop.is_some() {
+                return err(
+                    &format!("traffic.classes[{i}]"),
+                    "with a [tunnel] every packet ends in the tunnel: remove app and closed_loop",
+                );
+            }
+        }
+        if self.ingress.queues.iter().any(|q| !q.rps_cpus.is_empty()) {
+            return err(
+                "ingress.queues",
+                "RPS with a [tunnel] is not modelled: remove rps_cpus",
+            );
+        }
+        Ok(())
+    }
+
     pub fn validate(&self, file: &str) -> Result<(), ConfigError> {
         let err = |field: &str, msg: &str| Err(ConfigError::new(file, field, msg));
         if self.host.cpus == 0 || self.host.cpus > 1024 {
@@ -512,6 +589,9 @@ impl SimConfig {
         }
         if self.ingress.rx_ring_size == 0 {
             return err("ingress.rx_ring_size", "must be positive");
+        }
+        if let Some(t) = &self.tunnel {
+            self.validate_tunnel(t, file)?;
         }
         for (i, q) in self.ingress.queues.iter().enumerate() {
             if q.cpu >= self.host.cpus {

@@ -24,6 +24,8 @@ pub enum ThreadKind {
     Ksoftirqd,
     Napi(usize),
     App(usize),
+    /// The per-CPU workqueue worker (`kworker/N`) of this CPU.
+    Worker(usize),
 }
 
 #[derive(Debug)]
@@ -33,6 +35,9 @@ pub struct Thread {
     pub cpu: usize,
     pub kind: ThreadKind,
     pub fifo_priority: Option<u32>,
+    /// May run only on `cpu`; an unpinned thread (a NAPI kthread without affinity)
+    /// is placed by the scheduler when it wakes.
+    pub pinned: bool,
     pub runnable: bool,
     /// Runtime so far (ns), the fair scheduler's key.
     pub vruntime: Nanos,
@@ -67,23 +72,28 @@ pub struct Cpu {
     /// The current thread was interrupted by IRQ or inline softirq work and pays the
     /// cache penalty when it resumes.
     pub interrupted: bool,
+    /// Threads on this CPU's run queue (runnable or not), in thread order.
+    pub threads: Vec<usize>,
+    /// The largest runtime of a thread picked here (CFS's `min_vruntime`, which only
+    /// grows): a thread migrating in keeps its lag relative to it.
+    pub min_vruntime: Nanos,
 }
 
-/// Pick the thread to run on a CPU among `threads` (only those of this CPU and
-/// runnable are considered). `current` keeps the CPU within its slice unless a
-/// higher RT priority or a much less served normal thread is waiting.
+/// Pick the thread to run on a CPU among `on_cpu` (indices into `threads`, in thread
+/// order; only runnable ones are considered). `current` keeps the CPU within its slice
+/// unless a higher RT priority or a much less served normal thread is waiting.
 pub fn pick_thread(
     threads: &[Thread],
-    cpu: usize,
+    on_cpu: &[usize],
     current: Option<usize>,
     slice_start: Nanos,
     now: Nanos,
 ) -> Option<usize> {
     let runnable = || {
-        threads
+        on_cpu
             .iter()
-            .enumerate()
-            .filter(move |(_, t)| t.cpu == cpu && t.runnable)
+            .map(|&i| (i, &threads[i]))
+            .filter(|(_, t)| t.runnable)
     };
     // SCHED_FIFO: highest priority; the current one keeps the CPU among equals.
     let best_rt = runnable().filter_map(|(_, t)| t.fifo_priority).max();
@@ -121,6 +131,7 @@ mod tests {
             cpu,
             kind: ThreadKind::Ksoftirqd,
             fifo_priority: rt,
+            pinned: true,
             runnable: true,
             vruntime: vr,
         }
@@ -133,13 +144,16 @@ mod tests {
             th(0, Some(50), 10_000_000),
             th(1, Some(99), 0),
         ];
-        assert_eq!(pick_thread(&ts, 0, Some(0), 0, 0), Some(1));
+        assert_eq!(pick_thread(&ts, &[0, 1], Some(0), 0, 0), Some(1));
         let ts = vec![th(0, None, 5_000_000), th(0, None, 0)];
         // Current thread 0 has had far more runtime: switch.
-        assert_eq!(pick_thread(&ts, 0, Some(0), 0, 0), Some(1));
+        assert_eq!(pick_thread(&ts, &[0, 1], Some(0), 0, 0), Some(1));
         let ts = vec![th(0, None, 500_000), th(0, None, 0)];
         // Within granularity and slice: keep.
-        assert_eq!(pick_thread(&ts, 0, Some(0), 0, 100), Some(0));
-        assert_eq!(pick_thread(&ts, 0, Some(0), 0, TIME_SLICE_NS), Some(1));
+        assert_eq!(pick_thread(&ts, &[0, 1], Some(0), 0, 100), Some(0));
+        assert_eq!(
+            pick_thread(&ts, &[0, 1], Some(0), 0, TIME_SLICE_NS),
+            Some(1)
+        );
     }
 }

@@ -273,7 +273,7 @@ fn map_configuration(
                 }
                 gen_cpu(q)
             }
-            NapiContext::Softirq => gen_cpu(q),
+            NapiContext::Softirq | NapiContext::Workqueue => gen_cpu(q),
         };
         poller_cpus.push(cpu);
         let fifo = r.napi_fifo.get(q).copied().filter(|p| *p > 0);
@@ -448,6 +448,7 @@ fn map_configuration(
             interval_ms: None,
         },
         apps: Vec::new(),
+        tunnel: None,
     };
     config.validate(&format!(
         "{file} configuration {name:?} (mapped for the twin)"
@@ -473,6 +474,7 @@ fn map_configuration(
             "{} on cpu {}{}",
             match napi {
                 NapiContext::Threaded => "NAPI kthread",
+                NapiContext::Workqueue => "workqueue worker",
                 NapiContext::Softirq => "NET_RX softirq",
             },
             napilab_core::scenario::cpu_list(&poller_cpus),

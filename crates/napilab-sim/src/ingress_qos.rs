@@ -193,6 +193,7 @@ pub fn ideal_profile(service_ns: f64) -> Profile {
             rx_dma: 0,
             tx_dma: 0,
         },
+        tunnel_cycles: None,
         provenance: Default::default(),
     }
 }

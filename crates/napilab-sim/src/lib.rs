@@ -22,6 +22,7 @@ pub mod rng;
 mod sim;
 pub mod softirq;
 pub mod traffic;
+pub mod wireguard;
 
 pub use calibrate::LabProfile;
 pub use config::{ConfigError, SimConfig};

@@ -31,6 +31,12 @@ pub struct Napi {
     /// stale (the kernel would have cancelled it).
     pub timer_gen: u64,
     pub thread: Option<usize>,
+    /// Polled by a work item on the worker of the CPU that scheduled it (the
+    /// `workqueue` context); `cpu` is then that CPU.
+    pub workqueue: bool,
+    /// Some(p): a tunnel peer's instance, scheduled by `napi_schedule` from a worker
+    /// (no ring, no IRQ line); its poll takes the peer's decrypted packets.
+    pub peer: Option<usize>,
 }
 
 /// What `napi_complete_done` decided.
@@ -64,6 +70,8 @@ impl Napi {
             defer_count: 0,
             timer_gen: 0,
             thread: None,
+            workqueue: false,
+            peer: None,
         }
     }
 

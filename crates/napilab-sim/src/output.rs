@@ -6,7 +6,9 @@
 // file compiling when they gain optional fields (hence needless_update is allowed).
 #![allow(clippy::needless_update)]
 
-use napilab_core::trace::{ContextShare, CpuTraceTime, ExecContext, TraceInterval};
+use napilab_core::trace::{
+    ContextShare, CpuTraceTime, ExecContext, IrqTrace, NapiPollTrace, SoftirqTrace, TraceInterval,
+};
 use napilab_core::{
     CpuAccounting, CpuInterval, CpuTimeShares, Device, DeviceInterval, HostFacts, HostInterval, Hz,
     Interval, IrqInfo, IrqInterval, IrqMatch, Metric, Napi as CoreNapi, Observation, Origin,
@@ -109,6 +111,19 @@ pub struct CpuReport {
     pub packets_per_poll: f64,
     pub full_budget_polls_per_s: f64,
     pub time_squeeze_per_s: f64,
+    /// NAPI polls by execution context (every context that polled).
+    pub polls_by_context: Vec<ContextPolls>,
+}
+
+/// NAPI polls of one CPU in one execution context over an interval.
+#[derive(Clone, Debug, Serialize)]
+pub struct ContextPolls {
+    pub context: ExecContext,
+    pub polls: u64,
+    pub packets: u64,
+    /// Polls that returned no packet.
+    pub empty_polls: u64,
+    pub full_budget_polls: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -212,6 +227,18 @@ fn cpu_report(sim: &Sim, c: usize, k: &Counts, t: &CpuTime, secs: f64) -> CpuRep
         },
         full_budget_polls_per_s: rate(cc.full_polls),
         time_squeeze_per_s: rate(cc.squeeze),
+        polls_by_context: ExecContext::ALL
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| cc.ctx_polls[*i] > 0)
+            .map(|(i, &context)| ContextPolls {
+                context,
+                polls: cc.ctx_polls[i],
+                packets: cc.ctx_packets[i],
+                empty_polls: cc.ctx_empty[i],
+                full_budget_polls: cc.ctx_full[i],
+            })
+            .collect(),
     }
 }
 
@@ -362,6 +389,10 @@ fn loss_counters(sim: &Sim) -> Vec<(String, u64)> {
         if cc.socket_drops > 0 {
             v.push((format!("socket drops cpu{c}"), cc.socket_drops));
         }
+    }
+    if sim.cfg.tunnel.is_some() {
+        v.push(("wg0 peer queue full".into(), k.tunnel_peer_drops));
+        v.push(("wg0 decryption queue full".into(), k.tunnel_decrypt_drops));
     }
     v
 }
@@ -624,24 +655,31 @@ fn observation_interval(sim: &Sim, mi: &ModelInterval, k: &Counts, secs: f64) ->
         .threads
         .iter()
         .enumerate()
-        .map(|(t, th)| {
+        .filter_map(|(t, th)| {
             let role = match th.kind {
                 ThreadKind::Ksoftirqd => ThreadRole::Ksoftirqd { cpu: th.cpu as u32 },
                 ThreadKind::Napi(n) => ThreadRole::NapiThread {
-                    device: Some(cfg.ingress.name.clone()),
+                    device: Some(if sim.napis[n].peer.is_some() {
+                        "wg0".to_string()
+                    } else {
+                        cfg.ingress.name.clone()
+                    }),
                     napi_id: Some(sim.napis[n].id),
                 },
                 ThreadKind::App(a) => ThreadRole::Application {
                     name: cfg.apps[a].name.clone(),
                 },
+                // The Observation has no role for workqueue workers; their time is the
+                // CPUs' system time.
+                ThreadKind::Worker(_) => return None,
             };
-            ThreadInterval {
+            Some(ThreadInterval {
                 pid: th.pid,
                 name: th.name.clone(),
                 role,
                 last_cpu: Some(th.cpu as u32),
                 cpu: Some(m(k.thread_ns[t] as f64 / (secs * 1e9), Unit::CpuFraction)),
-            }
+            })
         })
         .collect();
     let rx_mbps = rate(k.rx_bytes) * 8.0 / 1e6;
@@ -654,7 +692,7 @@ fn observation_interval(sim: &Sim, mi: &ModelInterval, k: &Counts, secs: f64) ->
         devices: vec![ingress, egress],
         irqs,
         threads,
-        trace: Some(trace_interval(mi)),
+        trace: Some(trace_interval(mi, cfg.tunnel.is_some().then_some("wg0"))),
         host: HostInterval {
             rx_bits: Some(m(rate(k.rx_bytes) * 8.0, Unit::BitsPerSecond)),
             cpu_per_mbps: (rx_mbps > 0.0).then(|| {
@@ -675,7 +713,10 @@ fn observation_interval(sim: &Sim, mi: &ModelInterval, k: &Counts, secs: f64) ->
 /// live tier estimates from stack samples; here `samples` is 0 because nothing was
 /// sampled). The model has no softirq vectors other than NET_RX and NET_TX, so
 /// `softirq` and `net_softirq` are the same time.
-fn trace_interval(mi: &ModelInterval) -> TraceInterval {
+/// The tracing tier's view of an interval. `tunnel_device`: with a tunnel, the per-poll,
+/// per-softirq and per-IRQ rows are filled too (per CPU and context), under that
+/// device name; other configurations carry only the time rows (as before issue 15).
+fn trace_interval(mi: &ModelInterval, tunnel_device: Option<&str>) -> TraceInterval {
     let share = |v: f64| m(v, Unit::CpuFraction);
     let cpus = mi
         .cpus
@@ -709,7 +750,79 @@ fn trace_interval(mi: &ModelInterval) -> TraceInterval {
             })
         })
         .collect();
+    // The tracing tier's per-poll and per-run rows, per CPU and context (the model
+    // does not keep them per instance: one row per CPU and context, napi_id 0).
+    let secs = mi.duration_s;
+    let Some(device) = tunnel_device else {
+        return TraceInterval {
+            cpus,
+            context_shares,
+            ..TraceInterval::default()
+        };
+    };
+    let napi = mi
+        .cpus
+        .iter()
+        .flat_map(|r| {
+            r.polls_by_context.iter().map(move |p| NapiPollTrace {
+                napi_id: 0,
+                device: device.to_string(),
+                ifindex: 0,
+                cpu: r.cpu,
+                context: p.context,
+                application: None,
+                polls: p.polls,
+                packets: p.packets,
+                full_budget_polls: p.full_budget_polls,
+                // Only what the model counts: empty polls, and the rest in slot 1.
+                work_histogram: vec![p.empty_polls, p.polls - p.empty_polls],
+                polls_per_s: m(p.polls as f64 / secs, Unit::PerSecond),
+                packets_per_s: m(p.packets as f64 / secs, Unit::PerSecond),
+            })
+        })
+        .collect();
+    let softirqs = mi
+        .cpus
+        .iter()
+        .flat_map(|r| {
+            [
+                (ExecContext::Hardirq, r.softirq_inline - r.softirq_bh_enable),
+                (ExecContext::BhEnable, r.softirq_bh_enable),
+                (ExecContext::Ksoftirqd, r.ksoftirqd),
+            ]
+            .into_iter()
+            .filter(|(_, v)| *v > 0.0)
+            .map(|(context, v)| SoftirqTrace {
+                cpu: r.cpu,
+                vector: 3,
+                name: "NET_RX".into(),
+                context,
+                count: 0,
+                total_ns: (v * secs * 1e9) as u64,
+                share: share(v),
+                log2_ns: Vec::new(),
+                raised_runs: 0,
+                raise_to_entry_ns: 0,
+            })
+            .collect::<Vec<_>>()
+        })
+        .collect();
+    let irqs = mi
+        .cpus
+        .iter()
+        .filter(|r| r.rx_irqs_per_s + r.tx_completion_irqs_per_s > 0.0)
+        .map(|r| IrqTrace {
+            irq: 0,
+            cpu: r.cpu,
+            count: ((r.rx_irqs_per_s + r.tx_completion_irqs_per_s) * secs).round() as u64,
+            total_ns: (r.hardirq_device * secs * 1e9) as u64,
+            share: share(r.hardirq_device),
+        })
+        .collect();
     TraceInterval {
+        napi,
+        softirqs,
+        irqs,
         cpus,
         context_shares,
         ..TraceInterval::default()

@@ -19,6 +19,10 @@ pub struct Profile {
     pub stage_cycles: StageCycles,
     pub fixed_cycles: FixedCycles,
     pub latency_ns: LatencyNs,
+    /// Per-packet costs of a tunnel's receive pipeline (configurations with a
+    /// `[tunnel]`); absent: the profile cannot run one.
+    #[serde(default)]
+    pub tunnel_cycles: Option<TunnelCycles>,
     /// Where each parameter's value comes from, by parameter path
     /// (`stage_cycles.poll`, `latency_ns.rx_dma`, ...; see [`Profile::parameters`]).
     #[serde(default)]
@@ -92,6 +96,21 @@ pub struct StageCycles {
     pub unmapped: f64,
 }
 
+/// Cycles per packet of WireGuard's receive pipeline (docs/studies.md#wireguard-study).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TunnelCycles {
+    /// UDP receive and decapsulation in the RX softirq (`wg_packet_receive`, queueing
+    /// on the peer and the decryption queue), on top of `stage_cycles.poll`.
+    pub decap: f64,
+    /// Decryption in the per-CPU worker (ChaCha20-Poly1305 of one packet, the
+    /// worker's queue handling).
+    pub decrypt: f64,
+    /// GRO and delivery of one decrypted packet in the peer's NAPI poll, up to the
+    /// receiving socket.
+    pub gro: f64,
+}
+
 /// Cycles per event rather than per packet.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -143,6 +162,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "ap-cortex-a72-bcmgenet",
         include_str!("../profiles/ap-cortex-a72-bcmgenet.toml"),
     ),
+    (
+        "wg-xeon-gold-5220",
+        include_str!("../profiles/wg-xeon-gold-5220.toml"),
+    ),
 ];
 
 impl Profile {
@@ -191,7 +214,14 @@ impl Profile {
             ("fixed_cycles.idle_exit", f.idle_exit),
             ("fixed_cycles.after_interrupt", f.after_interrupt),
         ];
-        for (field, v) in checks {
+        let tunnel = self.tunnel_cycles.iter().flat_map(|t| {
+            [
+                ("tunnel_cycles.decap", t.decap),
+                ("tunnel_cycles.decrypt", t.decrypt),
+                ("tunnel_cycles.gro", t.gro),
+            ]
+        });
+        for (field, v) in checks.into_iter().chain(tunnel) {
             if !(v >= 0.0 && v.is_finite()) {
                 return Err(ConfigError::new(
                     file,
@@ -227,6 +257,15 @@ impl Profile {
             ("latency_ns.rx_dma", l.rx_dma as f64),
             ("latency_ns.tx_dma", l.tx_dma as f64),
         ]
+        .into_iter()
+        .chain(self.tunnel_cycles.iter().flat_map(|t| {
+            [
+                ("tunnel_cycles.decap", t.decap),
+                ("tunnel_cycles.decrypt", t.decrypt),
+                ("tunnel_cycles.gro", t.gro),
+            ]
+        }))
+        .collect()
     }
 
     /// Each parameter with its value and source (None: the profile does not say).

@@ -114,8 +114,9 @@ struct RunArgs {
     /// content.
     config: PathBuf,
     /// Platform profile: a shipped name (veth-lab, router-e3-1230-ixgbe,
-    /// ap-cortex-a72-bcmgenet) or a TOML file. Default for lab scenarios: veth-lab;
-    /// required for twin configurations.
+    /// ap-cortex-a72-bcmgenet, wg-xeon-gold-5220 for the WireGuard configurations
+    /// crates/napilab-sim/scenarios/wg-*.toml) or a TOML file. Default for lab
+    /// scenarios: veth-lab; required for twin configurations.
     #[arg(long)]
     profile: Option<String>,
     /// Seed of the random traffic; the same seed gives the same result. Default: the

@@ -1,0 +1,161 @@
+//! NIC interrupts and timers: arming a vector from its rings' pending arrivals and
+//! its coalescing settings, a vector firing, the NAPI deferral hrtimer, and closed-loop
+//! clients' requests arriving on a ring.
+
+use super::*;
+
+impl Sim<'_> {
+    /// A closed-loop client's request arrives at `at` on its ring.
+    pub(super) fn inject(&mut self, class: usize, flow: u32, at: Nanos) {
+        let rings = &self.class_rings[class];
+        if rings.is_empty() {
+            return;
+        }
+        let r = rings[flow as usize % rings.len()];
+        let size = self.cfg.traffic.classes[class].size_bytes;
+        self.rings[r].inject(Packet {
+            arrival: at,
+            class: class as u16,
+            size,
+            flow,
+        });
+        // The new arrival may come before what the line's interrupt was armed for.
+        let q = self.rings[r].queue;
+        if let Some(l) = self.napis[q].line {
+            if self.lines[l].enabled {
+                self.lines[l].armed = false;
+                let now = self.q.now();
+                self.arm_line(l, now);
+            }
+        }
+    }
+
+    /// Schedule the interrupt of an unmasked line with pending work.
+    pub(super) fn arm_line(&mut self, l: usize, now: Nanos) {
+        let line = &self.lines[l];
+        if !line.enabled || line.armed {
+            return;
+        }
+        let frames = line.frames as usize;
+        let (first, nth) = match line.kind {
+            LineKind::Rx { .. } => {
+                let napi = line.napi;
+                let mut first: Option<Nanos> = None;
+                let mut times: Vec<Nanos> = Vec::new();
+                for i in 0..self.napis[napi].rings.len() {
+                    let r = self.napis[napi].rings[i];
+                    if let Some(t) = self.rings[r].nth_pending(1) {
+                        first = Some(first.map_or(t, |f: Nanos| f.min(t)));
+                    }
+                    if frames > 0 {
+                        for k in 1..=frames {
+                            match self.rings[r].nth_pending(k) {
+                                Some(t) => times.push(t),
+                                None => break,
+                            }
+                        }
+                    }
+                }
+                let nth = if frames > 0 && times.len() >= frames {
+                    times.sort_unstable();
+                    Some(times[frames - 1])
+                } else {
+                    None
+                };
+                // A combined vector also fires for the first TX completion.
+                if let Some(x) = line.txq {
+                    if let Some(&d) = self.txqs[x].inflight.front() {
+                        first = Some(first.map_or(d, |f| f.min(d)));
+                    }
+                }
+                (first, nth)
+            }
+            LineKind::TxCompletion { txq } => {
+                let inflight = &self.txqs[txq].inflight;
+                let nth = if frames > 0 {
+                    inflight.get(frames - 1).copied()
+                } else {
+                    None
+                };
+                (inflight.front().copied(), nth)
+            }
+        };
+        let Some(first) = first else { return };
+        let fire = self.lines[l].fire_time(now, first, nth) + self.lat_irq;
+        if fire <= self.stop {
+            let line = &mut self.lines[l];
+            line.armed = true;
+            line.fire_at = fire;
+            line.gen += 1;
+            self.q.schedule(fire, Ev::Irq(l, line.gen));
+        }
+    }
+
+    /// A TX completion line counting frames: a new descriptor may reach the frame
+    /// count before the armed timer; fire then instead.
+    pub(super) fn rearm_tx_frames(&mut self, l: usize) {
+        let line = &self.lines[l];
+        let frames = line.frames as usize;
+        if !line.enabled || !line.armed || frames == 0 {
+            return;
+        }
+        let LineKind::TxCompletion { txq } = line.kind else {
+            return;
+        };
+        let Some(&nth) = self.txqs[txq].inflight.get(frames - 1) else {
+            return;
+        };
+        let fire = nth.max(self.q.now()) + self.lat_irq;
+        if fire < line.fire_at {
+            let line = &mut self.lines[l];
+            line.fire_at = fire;
+            line.gen += 1;
+            self.q.schedule(fire, Ev::Irq(l, line.gen));
+        }
+    }
+
+    pub(super) fn irq_fires(&mut self, l: usize, gen: u64) {
+        let line = &mut self.lines[l];
+        if gen != line.gen {
+            return; // superseded by an earlier re-arm
+        }
+        line.armed = false;
+        if !line.enabled {
+            return;
+        }
+        // The handler masks the vector (docs/kernel.md#packet-path, step 2); the NIC
+        // does not raise it again until the driver unmasks it.
+        line.enabled = false;
+        let c = line.cpu;
+        self.cpus[c].pending_irqs.push_back(IrqSrc::Line(l));
+        if !self.cpus[c].busy {
+            self.dispatch(c);
+        }
+    }
+
+    pub(super) fn napi_timer(&mut self, n: usize, gen: u64) {
+        let napi = &self.napis[n];
+        if napi.timer_gen != gen || napi.scheduled {
+            return;
+        }
+        let c = napi.cpu;
+        self.cpus[c].pending_irqs.push_back(IrqSrc::NapiTimer(n));
+        if !self.cpus[c].busy {
+            self.dispatch(c);
+        }
+    }
+
+    /// A descriptor was written on CPU `c`'s TX queue: arm its completion IRQ.
+    #[inline(always)]
+    pub(super) fn arm_tx_line(&mut self, c: usize) {
+        // Most sends find the completion IRQ masked (a poll is running) or already
+        // armed: test that here, without the calls.
+        let l = self.tx_lines[c];
+        let line = &self.lines[l];
+        if line.enabled && (!line.armed || line.frames > 0) {
+            let now = self.q.now();
+            self.arm_line(l, now);
+            self.rearm_tx_frames(l);
+        }
+    }
+}

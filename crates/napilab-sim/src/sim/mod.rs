@@ -1,0 +1,904 @@
+//! The simulator: wires traffic, NIC, NAPI, softirq, CPUs and accounting together and
+//! runs the event loop. One event per batch of CPU work (an IRQ handler, a NAPI poll,
+//! a `net_tx_action`), per NIC interrupt and per NAPI timer; packets move through rings
+//! inside a batch.
+//!
+//! Approximation (documented in docs/sim.md): work is not preempted inside a batch. A
+//! hard IRQ that arrives while a poll runs is taken when that poll ends. Softirq is not
+//! re-entrant on a CPU, so packets are served in the same order as in the kernel; only
+//! the position of the handler's own microsecond within the poll moves.
+//!
+//! One file per mechanism: `interrupts` (NIC vectors and timers), `napi_poll` (NAPI
+//! scheduling and the driver poll), `packet_path` (forwarding, RPS, delivery, egress),
+//! `softirq_action` (`__do_softirq`, `net_rx_action`, `net_tx_action`), `scheduler`
+//! (what a CPU runs next, batches, threads) and `apps` (applications, busy polling).
+//! This file holds the state, its construction and the event loop.
+
+mod apps;
+mod interrupts;
+mod napi_poll;
+mod packet_path;
+mod scheduler;
+mod softirq_action;
+mod tunnel;
+mod workqueue;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::VecDeque;
+
+use crate::accounting::{Accounting, Ctx};
+use crate::config::{NapiContext, QdiscKind, RingPoll, SimConfig, TickMode};
+use crate::cpu::{pick_thread, Cpu, IrqSrc, Thread, ThreadKind};
+use crate::event::{EventQueue, Nanos, Window};
+use crate::latency::LatencyHistogram;
+use crate::napi::{Completion, Napi};
+use crate::nic::{Batch, IrqLine, LineKind, RxRing, TxQueue};
+use crate::profile::Profile;
+use crate::rng::Rng;
+use crate::softirq::{NetRxRun, SoftirqRun, NET_RX, NET_TX};
+use crate::traffic::{Feed, Packet, Source};
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Ev {
+    BatchEnd(usize),
+    Irq(usize, u64),
+    NapiTimer(usize, u64),
+    /// An RPS IPI reaches this CPU.
+    Ipi(usize),
+    /// A remote wake-up (IPI) of an application thread reaches its CPU.
+    WakeApp(usize),
+    /// A thread on this CPU was woken from another CPU (the wake-up IPI): look at
+    /// the run queue if idle.
+    Dispatch(usize),
+    /// A tunnel packet was queued for decryption on this CPU: queue its worker's
+    /// decryption item (`queue_work_on`).
+    QueueDecrypt(usize),
+}
+
+/// An application and its socket.
+pub(crate) struct App {
+    pub thread: usize,
+    /// Packets queued on the socket and when they were queued.
+    socket: VecDeque<(Nanos, Packet)>,
+    limit: usize,
+    kernel_ns: Nanos,
+    user_ns: Nanos,
+    reply_bytes: Option<u32>,
+    /// A wake-up is already on its way.
+    wake_pending: bool,
+    busy: Option<BusyState>,
+    /// End of the current busy loop (None: not busy polling), and whether it has
+    /// polled at least once (a loop always polls once, even with 0 usecs).
+    busy_deadline: Option<Nanos>,
+    busy_polled: bool,
+    /// The last busy loop ended without data: epoll_wait now blocks.
+    busy_loop_done: bool,
+    /// The application holds the instance (NAPI_STATE_SCHED + IN_BUSY_POLL).
+    owns_napi: bool,
+}
+
+/// An application's busy-poll parameters.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BusyState {
+    napi: usize,
+    usecs: Nanos,
+    budget: u32,
+    prefer: bool,
+    /// The instance's irq-suspend-timeout (0: no IRQ suspension).
+    suspend: Nanos,
+}
+
+/// How long the loop runs past the measured window (see `Sim::stop`).
+const DRAIN_NS: Nanos = 5_000_000;
+
+/// Packets an application handles per step before the scheduler looks again.
+const APP_BATCH: usize = 16;
+
+/// What to do when a CPU's current batch ends.
+#[derive(Clone, Copy, Debug)]
+enum Finish {
+    Nothing,
+    Irq(IrqSrc),
+    SoftirqPoll {
+        napi: usize,
+        work: u32,
+        repoll: bool,
+    },
+    ThreadPoll {
+        thread: usize,
+        napi: usize,
+        work: u32,
+        repoll: bool,
+    },
+    /// A workqueue worker's poll of a NAPI instance.
+    WorkPoll {
+        napi: usize,
+        work: u32,
+        repoll: bool,
+    },
+    /// A tunnel worker decrypted packet `seq` of peer `peer`.
+    Decrypted {
+        peer: usize,
+        seq: u64,
+    },
+    /// `busy_poll_stop`: the application's last, normal poll of the instance.
+    /// `skip`: prefer-busy-poll re-armed the deferral timer instead of handing a
+    /// full instance to the softirq.
+    BusyPollStop {
+        napi: usize,
+        work: u32,
+        repoll: bool,
+        skip: bool,
+    },
+}
+
+/// Why a softirq may now run inline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ExitKind {
+    /// `irq_exit` -> `invoke_softirq`: subject to the 4.9-6.4 ksoftirqd rule.
+    Irq,
+    /// `local_bh_enable` -> `do_softirq`: runs pending softirqs whatever ksoftirqd does.
+    BhEnable,
+    /// `spin_unlock_bh` in a workqueue worker (`do_softirq` from process context):
+    /// subject to the same 4.9-6.4 rule as `Irq` (`do_softirq` returned early while
+    /// ksoftirqd was running until the rule's revert in 6.5).
+    WorkerBhEnable,
+}
+
+#[derive(Clone, Debug, Default)]
+pub(crate) struct CpuCount {
+    pub hardirqs: u64,
+    pub net_hardirqs: u64,
+    pub rx_softirqs: u64,
+    pub tx_softirqs: u64,
+    pub polls: u64,
+    pub poll_packets: u64,
+    pub full_polls: u64,
+    pub squeeze: u64,
+    pub tx_reclaimed: u64,
+    /// Packets through `__netif_receive_skb_core` on this CPU (softnet "processed").
+    pub processed: u64,
+    /// RPS: packets dropped because this CPU's backlog was full.
+    pub backlog_drops: u64,
+    /// RPS: IPIs received (softnet "received_rps").
+    pub received_rps: u64,
+    /// Packets dropped because an application's socket queue was full.
+    pub socket_drops: u64,
+    /// Polls run by threaded-NAPI kthreads and by busy polling (part of `polls`).
+    pub thread_polls: u64,
+    pub busy_polls: u64,
+    /// Polls by execution context (`napilab_core::trace::ExecContext::ALL` order:
+    /// softirq after a hard IRQ, at bh-enable, in ksoftirqd, NAPI thread or worker,
+    /// busy poll): polls, packets, polls that found nothing, polls that used the
+    /// whole budget.
+    pub ctx_polls: [u64; 5],
+    pub ctx_packets: [u64; 5],
+    pub ctx_empty: [u64; 5],
+    pub ctx_full: [u64; 5],
+}
+
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Counts {
+    pub cpus: Vec<CpuCount>,
+    pub lines: Vec<u64>,
+    pub thread_ns: Vec<u64>,
+    pub class_offered: Vec<u64>,
+    pub class_forwarded: Vec<u64>,
+    pub class_rx_dropped: Vec<u64>,
+    pub class_tx_dropped: Vec<u64>,
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub queue_rx_packets: Vec<u64>,
+    pub queue_rx_dropped: Vec<u64>,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub qdisc_enqueued: u64,
+    pub qdisc_drops: u64,
+    /// Tunnel packets dropped at decapsulation: the peer's queue was full, or the
+    /// decryption queues were.
+    pub tunnel_peer_drops: u64,
+    pub tunnel_decrypt_drops: u64,
+}
+
+impl CpuCount {
+    fn add(&mut self, o: &CpuCount) {
+        self.hardirqs += o.hardirqs;
+        self.net_hardirqs += o.net_hardirqs;
+        self.rx_softirqs += o.rx_softirqs;
+        self.tx_softirqs += o.tx_softirqs;
+        self.polls += o.polls;
+        self.poll_packets += o.poll_packets;
+        self.full_polls += o.full_polls;
+        self.squeeze += o.squeeze;
+        self.tx_reclaimed += o.tx_reclaimed;
+        self.processed += o.processed;
+        self.backlog_drops += o.backlog_drops;
+        self.received_rps += o.received_rps;
+        self.socket_drops += o.socket_drops;
+        self.thread_polls += o.thread_polls;
+        self.busy_polls += o.busy_polls;
+        for i in 0..5 {
+            self.ctx_polls[i] += o.ctx_polls[i];
+            self.ctx_packets[i] += o.ctx_packets[i];
+            self.ctx_empty[i] += o.ctx_empty[i];
+            self.ctx_full[i] += o.ctx_full[i];
+        }
+    }
+}
+
+fn add_into(a: &mut [u64], b: &[u64]) {
+    for (x, y) in a.iter_mut().zip(b) {
+        *x += y;
+    }
+}
+
+impl Counts {
+    /// Add another interval's counters (same shape) to these.
+    fn add(&mut self, o: &Counts) {
+        for (a, b) in self.cpus.iter_mut().zip(&o.cpus) {
+            a.add(b);
+        }
+        add_into(&mut self.lines, &o.lines);
+        add_into(&mut self.thread_ns, &o.thread_ns);
+        add_into(&mut self.class_offered, &o.class_offered);
+        add_into(&mut self.class_forwarded, &o.class_forwarded);
+        add_into(&mut self.class_rx_dropped, &o.class_rx_dropped);
+        add_into(&mut self.class_tx_dropped, &o.class_tx_dropped);
+        self.rx_packets += o.rx_packets;
+        self.rx_bytes += o.rx_bytes;
+        add_into(&mut self.queue_rx_packets, &o.queue_rx_packets);
+        add_into(&mut self.queue_rx_dropped, &o.queue_rx_dropped);
+        self.tx_packets += o.tx_packets;
+        self.tx_bytes += o.tx_bytes;
+        self.qdisc_enqueued += o.qdisc_enqueued;
+        self.qdisc_drops += o.qdisc_drops;
+        self.tunnel_peer_drops += o.tunnel_peer_drops;
+        self.tunnel_decrypt_drops += o.tunnel_decrypt_drops;
+    }
+}
+
+pub(crate) struct Costs {
+    hardirq: Nanos,
+    softirq: Nanos,
+    poll: Nanos,
+    tx_softirq: Nanos,
+    switch: Nanos,
+    idle_exit: Nanos,
+    after_interrupt: Nanos,
+    rx_poll: Nanos,
+    ip: Nanos,
+    rps: Nanos,
+    xmit: Nanos,
+    qdisc: Nanos,
+    reclaim: Nanos,
+}
+
+pub(crate) struct Sim<'a> {
+    pub cfg: &'a SimConfig,
+    pub profile: &'a Profile,
+    pub seed: u64,
+    pub q: EventQueue<Ev>,
+    pub start: Nanos,
+    pub end: Nanos,
+    /// The loop runs on past `end` until `stop` so that packets which arrived inside
+    /// the window can finish (as a lab sink waits for stragglers); nothing after `end`
+    /// is counted.
+    stop: Nanos,
+    pub interval_ns: Nanos,
+    pub n_intervals: usize,
+    /// The same window with a look-up cache, for per-packet counting.
+    win: Window,
+    /// TX queues whose qdisc each CPU's NET_TX softirq must run (`sd->output_queue`).
+    tx_sched: Vec<Vec<usize>>,
+    /// Serialization time of the last frame size sent (sizes repeat).
+    ser_memo: (u32, Nanos),
+    /// Per RX ring: every packet it carries is forwarded by the polling CPU (no RPS,
+    /// no local delivery, no closed-loop client), so `poll_ring_forward` applies.
+    ring_forwards: Vec<bool>,
+    /// Scratch for `poll_ring_forward`'s batches: arrival times and latencies.
+    pop_buf: Vec<Nanos>,
+    lat_buf: Vec<Nanos>,
+    /// Emptied NAPI lists kept for their buffers (`spare_list`).
+    spare_lists: Vec<VecDeque<usize>>,
+    tick_ns: Nanos,
+    hz: u32,
+    skip_rule: bool,
+    weight: u32,
+    budget_usecs: u64,
+    costs: Costs,
+    lat_irq: Nanos,
+    lat_wake: Nanos,
+    lat_rx_dma: Nanos,
+    lat_tx_dma: Nanos,
+    ser_ns_per_byte: f64,
+    pub rings: Vec<RxRing>,
+    pub napis: Vec<Napi>,
+    pub lines: Vec<IrqLine>,
+    /// Egress TX queue per CPU, and the IRQ line of its completions.
+    pub txqs: Vec<TxQueue>,
+    tx_lines: Vec<usize>,
+    /// NAPI instance reclaiming each TX queue.
+    pub tx_napi: Vec<usize>,
+    wire_free: Nanos,
+    pub cpus: Vec<Cpu>,
+    finish: Vec<Finish>,
+    exit: Vec<Option<ExitKind>>,
+    pub threads: Vec<Thread>,
+    pub acct: Accounting,
+    pub counts: Vec<Counts>,
+    pub total: Counts,
+    pub latency: Vec<LatencyHistogram>,
+    pub poll_hist: Vec<u64>,
+    /// RPS: target CPUs per RX queue, the steering hash stream per queue, each CPU's
+    /// backlog (packet and the time it was queued) and its backlog NAPI instance.
+    pub rps_cpus: Vec<Vec<usize>>,
+    rps_rng: Vec<Rng>,
+    backlogs: Vec<VecDeque<(Nanos, Packet)>>,
+    pub backlog_napi: Vec<Option<usize>>,
+    pub apps: Vec<App>,
+    /// Application receiving each class locally (None: forwarded).
+    class_app: Vec<Option<usize>>,
+    /// Rings each class arrives on (client `f` of a closed-loop class uses ring
+    /// `f % len`), and the closed-loop clients' parameters and random stream.
+    class_rings: Vec<Vec<usize>>,
+    closed: Vec<Option<(crate::config::ClosedLoop, Rng)>>,
+    /// Per CPU: its workqueue worker (empty when nothing uses workers).
+    workers: Vec<workqueue::Worker>,
+    /// A Dispatch event is on its way to this CPU (a remote wake-up).
+    dispatch_pending: Vec<bool>,
+    /// The tunnel's receive pipeline, when the configuration has one.
+    tunnel: Option<tunnel::Tunnel>,
+}
+
+fn ns(p: &Profile, cycles: f64) -> Nanos {
+    p.ns(cycles)
+}
+
+impl<'a> Sim<'a> {
+    pub fn new(cfg: &'a SimConfig, profile: &'a Profile, seed: u64) -> Self {
+        let ncpu = cfg.host.cpus as usize;
+        let ms = |x: f64| (x * 1e6).round() as Nanos;
+        let start = ms(cfg.measurement.warmup_ms);
+        let duration = ms(cfg.measurement.duration_ms).max(1);
+        let end = start + duration;
+        let interval_ns = cfg
+            .measurement
+            .interval_ms
+            .map(ms)
+            .unwrap_or(duration)
+            .clamp(1, duration);
+        let n_intervals = duration.div_ceil(interval_ns) as usize;
+        let tick_ns = cfg.tick_ns();
+        let hz = cfg.host.hz;
+        let s = &profile.stage_cycles;
+        let f = &profile.fixed_cycles;
+        let costs = Costs {
+            hardirq: ns(profile, f.hardirq),
+            softirq: ns(profile, f.softirq),
+            poll: ns(profile, f.poll),
+            tx_softirq: ns(profile, f.tx_softirq),
+            switch: ns(profile, f.context_switch),
+            idle_exit: ns(profile, f.idle_exit),
+            after_interrupt: ns(profile, f.after_interrupt),
+            rx_poll: ns(profile, s.poll + s.unmapped),
+            ip: ns(profile, s.ip_stack),
+            rps: ns(profile, s.rps),
+            xmit: ns(profile, s.xmit),
+            qdisc: ns(profile, s.qdisc),
+            reclaim: ns(profile, s.tx_reclaim),
+        };
+
+        // Traffic: one independent stream per (class, ring). A class without a queue is
+        // spread evenly over the queues (RSS).
+        let total_share: f64 = cfg
+            .traffic
+            .classes
+            .iter()
+            .filter(|c| c.closed_loop.is_none())
+            .map(|c| c.share)
+            .sum();
+        let mut class_rings: Vec<Vec<usize>> = vec![Vec::new(); cfg.traffic.classes.len()];
+        let mut rings = Vec::new();
+        let mut napis = Vec::new();
+        let mut lines = Vec::new();
+        let mut threads = Vec::new();
+        let mut cpus: Vec<Cpu> = (0..ncpu).map(|_| Cpu::default()).collect();
+        for (c, cpu) in cpus.iter_mut().enumerate() {
+            cpu.ksoftirqd = threads.len();
+            threads.push(Thread {
+                pid: 10 + c as u32,
+                name: format!("ksoftirqd/{c}"),
+                cpu: c,
+                kind: ThreadKind::Ksoftirqd,
+                fifo_priority: None,
+                pinned: true,
+                runnable: false,
+                vruntime: 0,
+            });
+        }
+        let mut stream = 0u64;
+        let nq = cfg.ingress.queues.len();
+        for (qi, qc) in cfg.ingress.queues.iter().enumerate() {
+            let napi_id = napis.len();
+            let mut ring_ids = Vec::new();
+            let ring_cfgs: Vec<(String, usize, u32)> = if qc.rings.is_empty() {
+                vec![(
+                    "rx".to_string(),
+                    cfg.ingress.rx_ring_size as usize,
+                    cfg.settings.weight,
+                )]
+            } else {
+                // Stock ixgbe divides its budget among the vector's rings; the study's
+                // alternating poll gives an unset ring the whole weight per visit.
+                let default_budget = match qc.ring_poll {
+                    RingPoll::Alternate => cfg.settings.weight,
+                    RingPoll::OnePass => (cfg.settings.weight / qc.rings.len() as u32).max(1),
+                };
+                qc.rings
+                    .iter()
+                    .map(|r| {
+                        (
+                            r.name.clone(),
+                            r.size.unwrap_or(cfg.ingress.rx_ring_size) as usize,
+                            r.budget.unwrap_or(default_budget),
+                        )
+                    })
+                    .collect()
+            };
+            for (ri, (name, size, budget)) in ring_cfgs.into_iter().enumerate() {
+                let mut feed = Feed::default();
+                for (ci, class) in cfg.traffic.classes.iter().enumerate() {
+                    let here = match (class.queue, &class.ring) {
+                        (Some(q), Some(r)) => q as usize == qi && *r == name,
+                        (Some(q), None) => q as usize == qi && ri == 0,
+                        (None, _) => ri == 0,
+                    };
+                    if !here {
+                        continue;
+                    }
+                    class_rings[ci].push(rings.len());
+                    if class.closed_loop.is_some() {
+                        continue; // its arrivals are injected by its clients
+                    }
+                    let spread = if class.queue.is_some() {
+                        1.0
+                    } else {
+                        nq as f64
+                    };
+                    let rate = cfg.traffic.rate_pps * class.share / total_share / spread;
+                    stream += 1;
+                    feed.push(Source::new(
+                        Rng::new(seed, stream),
+                        cfg.traffic.pattern,
+                        rate,
+                        ci as u16,
+                        class.size_bytes,
+                    ));
+                }
+                ring_ids.push(rings.len());
+                rings.push(RxRing::new(name, qi, size, budget, feed));
+            }
+            let line = lines.len();
+            lines.push(IrqLine {
+                number: 100 + line as u32,
+                name: format!("{}-TxRx-{qi}", cfg.ingress.name),
+                kind: LineKind::Rx { queue: qi },
+                cpu: qc.cpu as usize,
+                napi: napi_id,
+                enabled: true,
+                armed: false,
+                fire_at: 0,
+                gen: 0,
+                txq: None,
+                usecs: cfg.ingress.rx_usecs,
+                frames: cfg.ingress.rx_frames,
+            });
+            let thread = (qc.napi == NapiContext::Threaded).then(|| {
+                threads.push(Thread {
+                    pid: 1000 + napi_id as u32,
+                    name: format!("napi/{}-{}", cfg.ingress.name, 8192 + napi_id),
+                    cpu: qc.cpu as usize,
+                    kind: ThreadKind::Napi(napi_id),
+                    fifo_priority: qc.thread.fifo_priority,
+                    pinned: true,
+                    runnable: false,
+                    vruntime: 0,
+                });
+                threads.len() - 1
+            });
+            napis.push(Napi {
+                rings: ring_ids,
+                ring_poll: qc.ring_poll,
+                line: Some(line),
+                defer_hard_irqs: qc.defer_hard_irqs,
+                gro_flush_timeout: qc.gro_flush_timeout_ns,
+                thread,
+                workqueue: qc.napi == NapiContext::Workqueue,
+                ..Napi::idle(
+                    8192 + napi_id as u32,
+                    format!("{}-rx-{qi}", cfg.ingress.name),
+                    qc.cpu as usize,
+                )
+            });
+        }
+        // Egress: TX queue k is used by CPU k (XPS) and reclaimed by its own NAPI in
+        // NET_RX_SOFTIRQ on CPU k after a TX completion IRQ (docs/kernel.md#packet-path, step 6).
+        let mut txqs = Vec::new();
+        let mut tx_lines = Vec::new();
+        let mut tx_napi = Vec::new();
+        for c in 0..ncpu {
+            let combined = (cfg.egress.completion == crate::config::TxCompletion::RxNapi)
+                .then(|| cfg.ingress.queues.iter().position(|q| q.cpu as usize == c))
+                .flatten();
+            if let Some(qi) = combined {
+                txqs.push(TxQueue::new(cfg.egress.tx_ring_size as usize));
+                napis[qi].txq = Some(c);
+                let line = napis[qi].line.unwrap_or(qi);
+                lines[line].txq = Some(c);
+                tx_lines.push(line);
+                tx_napi.push(qi);
+                continue;
+            }
+            let napi_id = napis.len();
+            tx_napi.push(napi_id);
+            let line = lines.len();
+            txqs.push(TxQueue::new(cfg.egress.tx_ring_size as usize));
+            tx_lines.push(line);
+            // The CPU taking this queue's completion IRQ, and so reclaiming.
+            let irq_cpu = match cfg.egress.completion {
+                crate::config::TxCompletion::OnCpu(k) => k as usize,
+                _ => c,
+            };
+            lines.push(IrqLine {
+                number: 100 + line as u32,
+                name: format!("{}-TxRx-{c}", cfg.egress.name),
+                kind: LineKind::TxCompletion { txq: c },
+                cpu: irq_cpu,
+                napi: napi_id,
+                enabled: true,
+                armed: false,
+                fire_at: 0,
+                gen: 0,
+                txq: None,
+                usecs: cfg.egress.tx_usecs,
+                frames: cfg.egress.tx_frames,
+            });
+            napis.push(Napi {
+                txq: Some(c),
+                line: Some(line),
+                ..Napi::idle(
+                    8192 + napi_id as u32,
+                    format!("{}-tx-{c}", cfg.egress.name),
+                    irq_cpu,
+                )
+            });
+        }
+        // RPS: one backlog instance per CPU when any queue steers.
+        let rps_cpus: Vec<Vec<usize>> = cfg
+            .ingress
+            .queues
+            .iter()
+            .map(|q| q.rps_cpus.iter().map(|&c| c as usize).collect())
+            .collect();
+        let mut backlog_napi = vec![None; ncpu];
+        if rps_cpus.iter().any(|v| !v.is_empty()) {
+            for (c, slot) in backlog_napi.iter_mut().enumerate() {
+                *slot = Some(napis.len());
+                napis.push(Napi {
+                    backlog: Some(c),
+                    ..Napi::idle(8192 + napis.len() as u32, format!("backlog-{c}"), c)
+                });
+            }
+        }
+        let mut apps = Vec::new();
+        for (i, a) in cfg.apps.iter().enumerate() {
+            apps.push(App {
+                thread: threads.len(),
+                socket: VecDeque::new(),
+                limit: a.socket_limit as usize,
+                kernel_ns: ns(profile, a.kernel_cycles_per_packet),
+                user_ns: ns(profile, a.user_cycles_per_packet),
+                reply_bytes: a.reply_bytes,
+                wake_pending: false,
+                busy: a.busy_poll.map(|b| BusyState {
+                    napi: b.queue as usize,
+                    usecs: b.usecs as Nanos * 1000,
+                    budget: b.budget,
+                    prefer: b.prefer,
+                    suspend: cfg.ingress.queues[b.queue as usize].irq_suspend_timeout_ns,
+                }),
+                busy_deadline: None,
+                busy_polled: false,
+                busy_loop_done: false,
+                owns_napi: false,
+            });
+            threads.push(Thread {
+                pid: 2000 + i as u32,
+                name: a.name.clone(),
+                cpu: a.cpu as usize,
+                kind: ThreadKind::App(i),
+                fifo_priority: a.fifo_priority,
+                pinned: true,
+                runnable: false,
+                vruntime: 0,
+            });
+        }
+        // Tunnel peers: an instance each, not tied to a ring, polled in the tunnel's
+        // NAPI context; threaded peers get a kthread each.
+        let tunnel = cfg.tunnel.as_ref().map(|tc| {
+            let mut tun = tunnel::Tunnel::new(tc, profile, ncpu, seed);
+            for i in 0..tc.peers as usize {
+                let napi_id = napis.len();
+                let home = i % ncpu;
+                let thread = (tc.napi == NapiContext::Threaded).then(|| {
+                    threads.push(Thread {
+                        pid: 5000 + i as u32,
+                        name: format!("napi/wg0-{}", 8192 + napi_id),
+                        cpu: home,
+                        kind: ThreadKind::Napi(napi_id),
+                        fifo_priority: None,
+                        pinned: tc.pinned,
+                        runnable: false,
+                        vruntime: 0,
+                    });
+                    threads.len() - 1
+                });
+                napis.push(Napi {
+                    thread,
+                    workqueue: tc.napi == NapiContext::Workqueue,
+                    peer: Some(i),
+                    ..Napi::idle(8192 + napi_id as u32, format!("wg0-peer-{i}"), home)
+                });
+                tun.add_peer(napi_id);
+            }
+            tun
+        });
+        // Workqueue workers, one per CPU, when an instance or the tunnel needs them.
+        let need_workers = tunnel.is_some() || napis.iter().any(|n| n.workqueue);
+        let workers: Vec<workqueue::Worker> = if need_workers {
+            (0..ncpu)
+                .map(|c| {
+                    threads.push(Thread {
+                        pid: 3000 + c as u32,
+                        name: format!("kworker/{c}:1"),
+                        cpu: c,
+                        kind: ThreadKind::Worker(c),
+                        fifo_priority: None,
+                        pinned: true,
+                        runnable: false,
+                        vruntime: 0,
+                    });
+                    workqueue::Worker {
+                        thread: threads.len() - 1,
+                        items: VecDeque::new(),
+                    }
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        for (t, th) in threads.iter().enumerate() {
+            cpus[th.cpu].threads.push(t);
+        }
+        let class_app: Vec<Option<usize>> = cfg
+            .traffic
+            .classes
+            .iter()
+            .map(|c| {
+                c.app
+                    .as_ref()
+                    .and_then(|a| cfg.apps.iter().position(|x| &x.name == a))
+            })
+            .collect();
+        let closed: Vec<Option<(crate::config::ClosedLoop, Rng)>> = cfg
+            .traffic
+            .classes
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                c.closed_loop
+                    .map(|cl| (cl, Rng::new(seed, 2_000_000 + i as u64)))
+            })
+            .collect();
+        let rps_rng = (0..nq)
+            .map(|q| Rng::new(seed, 1_000_000 + q as u64))
+            .collect();
+        let nclass = cfg.traffic.classes.len();
+        let counts0 = Counts {
+            cpus: vec![CpuCount::default(); ncpu],
+            lines: vec![0; lines.len()],
+            thread_ns: vec![0; threads.len()],
+            class_offered: vec![0; nclass],
+            class_forwarded: vec![0; nclass],
+            class_rx_dropped: vec![0; nclass],
+            class_tx_dropped: vec![0; nclass],
+            queue_rx_packets: vec![0; nq],
+            queue_rx_dropped: vec![0; nq],
+            ..Counts::default()
+        };
+        let acct = Accounting::new(
+            ncpu,
+            tick_ns,
+            cfg.host.tick == TickMode::NohzIdle,
+            start,
+            interval_ns,
+            n_intervals,
+            end,
+        );
+        let weight = cfg.settings.weight;
+        let win = Window::new(start, end, interval_ns, n_intervals);
+        let mut ring_forwards = vec![true; rings.len()];
+        for (ci, rs) in class_rings.iter().enumerate() {
+            let cls = &cfg.traffic.classes[ci];
+            if class_app[ci].is_some() || cls.closed_loop.is_some() {
+                for &r in rs {
+                    ring_forwards[r] = false;
+                }
+            }
+        }
+        for (r, ring) in rings.iter().enumerate() {
+            if !rps_cpus[ring.queue].is_empty() || cfg.tunnel.is_some() {
+                ring_forwards[r] = false;
+            }
+        }
+        for r in rings.iter_mut() {
+            r.count_in(win, nclass);
+        }
+        Sim {
+            cfg,
+            profile,
+            seed,
+            q: EventQueue::new(),
+            start,
+            end,
+            stop: end + DRAIN_NS,
+            interval_ns,
+            n_intervals,
+            win,
+            tx_sched: vec![Vec::new(); ncpu],
+            ser_memo: (u32::MAX, 0),
+            ring_forwards,
+            pop_buf: Vec::new(),
+            lat_buf: Vec::new(),
+            spare_lists: Vec::new(),
+            tick_ns,
+            hz,
+            skip_rule: cfg.skip_inline_while_ksoftirqd(),
+            weight,
+            budget_usecs: cfg
+                .settings
+                .netdev_budget_usecs
+                .map(u64::from)
+                .unwrap_or(2_000_000 / hz as u64),
+            costs,
+            lat_irq: profile.latency_ns.irq_delivery,
+            lat_wake: profile.latency_ns.idle_wakeup,
+            lat_rx_dma: profile.latency_ns.rx_dma,
+            lat_tx_dma: profile.latency_ns.tx_dma,
+            ser_ns_per_byte: 8_000.0 / cfg.egress.link_mbps,
+            rings,
+            napis,
+            lines,
+            txqs,
+            tx_lines,
+            tx_napi,
+            wire_free: 0,
+            finish: vec![Finish::Nothing; ncpu],
+            exit: vec![None; ncpu],
+            cpus,
+            threads,
+            acct,
+            counts: vec![counts0.clone(); n_intervals],
+            total: counts0,
+            latency: vec![LatencyHistogram::new(); nclass],
+            poll_hist: vec![0; weight as usize + 1],
+            rps_cpus,
+            rps_rng,
+            backlogs: vec![VecDeque::new(); ncpu],
+            backlog_napi,
+            apps,
+            class_app,
+            class_rings,
+            closed,
+            workers,
+            dispatch_pending: vec![false; ncpu],
+            tunnel,
+        }
+    }
+
+    /// Apply `f` to the counters of the interval holding `t` (the totals are their
+    /// sum, taken at the end of the run).
+    #[inline(always)]
+    fn count(&mut self, t: Nanos, f: impl Fn(&mut Counts)) {
+        if let Some(i) = self.win.lookup(t) {
+            f(&mut self.counts[i]);
+        }
+    }
+
+    /// Handle one event.
+    fn handle(&mut self, ev: Ev) {
+        match ev {
+            Ev::BatchEnd(c) => self.batch_end(c),
+            Ev::Irq(l, gen) => self.irq_fires(l, gen),
+            Ev::NapiTimer(n, gen) => self.napi_timer(n, gen),
+            Ev::WakeApp(a) => {
+                self.apps[a].wake_pending = false;
+                let t = self.apps[a].thread;
+                self.wake_thread(t);
+                let c = self.threads[t].cpu;
+                if !self.cpus[c].busy {
+                    self.dispatch(c);
+                }
+            }
+            Ev::Dispatch(c) => {
+                self.dispatch_pending[c] = false;
+                if !self.cpus[c].busy {
+                    self.dispatch(c);
+                }
+            }
+            Ev::QueueDecrypt(c) => {
+                self.queue_work(c, workqueue::WorkItem::Decrypt, c);
+                if !self.cpus[c].busy {
+                    self.dispatch(c);
+                }
+            }
+            Ev::Ipi(c) => {
+                self.cpus[c].pending_irqs.push_back(IrqSrc::RpsIpi);
+                if !self.cpus[c].busy {
+                    self.dispatch(c);
+                }
+            }
+        }
+    }
+
+    pub fn run(&mut self) {
+        for c in 0..self.cpus.len() {
+            self.cpus[c].idle_since = Some(0);
+        }
+        // Closed-loop clients start staggered over one think time plus round trip.
+        for ci in 0..self.closed.len() {
+            let Some((cl, mut rng)) = self.closed[ci].take() else {
+                continue;
+            };
+            let spread = (cl.think_us + cl.rtt_us).max(10.0) * 1e3;
+            for f in 0..cl.clients {
+                let at = (rng.next_f64() * spread) as Nanos;
+                self.inject(ci, f, at);
+            }
+            self.closed[ci] = Some((cl, rng));
+        }
+        let now = 0;
+        for l in 0..self.lines.len() {
+            self.arm_line(l, now);
+        }
+        while let Some(t) = self.q.peek_time() {
+            if t > self.stop {
+                break;
+            }
+            let Some((_, ev)) = self.q.pop() else { break };
+            self.handle(ev);
+        }
+        // Arrivals nobody polled still count as offered (or dropped if the ring filled).
+        let nclass = self.latency.len();
+        for r in 0..self.rings.len() {
+            self.rings[r].admit_until(self.stop);
+            let ring = &self.rings[r];
+            for (i, k) in self.counts.iter_mut().enumerate() {
+                for c in 0..nclass {
+                    let (a, d) = (ring.admitted[i * nclass + c], ring.dropped[i * nclass + c]);
+                    k.class_offered[c] += a + d;
+                    k.class_rx_dropped[c] += d;
+                    k.queue_rx_dropped[ring.queue] += d;
+                }
+            }
+        }
+        let mut total = self.total.clone();
+        for k in &self.counts {
+            total.add(k);
+        }
+        self.total = total;
+        self.acct.finish();
+    }
+}

@@ -1,0 +1,423 @@
+//! Threads and the scheduler: what a CPU does next (hard IRQs, the softirq in progress,
+//! then threads), starting and ending batches of CPU work and charging them, waking
+//! threads, and one step of a kernel thread.
+
+use super::*;
+
+impl Sim<'_> {
+    pub(super) fn wake_thread(&mut self, t: usize) {
+        if self.threads[t].runnable {
+            return;
+        }
+        // CFS places a waking thread near the CPU's least-served runnable thread, so
+        // a long sleep does not buy it an unbounded claim on the CPU.
+        let cpu = self.threads[t].cpu;
+        let min = self.cpus[cpu]
+            .threads
+            .iter()
+            .map(|&x| &self.threads[x])
+            .filter(|x| x.runnable)
+            .map(|x| x.vruntime)
+            .min();
+        if let Some(m) = min {
+            let floor = m.saturating_sub(crate::cpu::TIME_SLICE_NS / 2);
+            self.threads[t].vruntime = self.threads[t].vruntime.max(floor);
+        }
+        // Every wake-up comes from work on the thread's own CPU (IRQ, timer, softirq
+        // of that CPU), whose dispatch follows, so no dispatch here.
+        self.threads[t].runnable = true;
+    }
+
+    /// Wake thread `t` from work on CPU `from`: when the thread lives on another CPU
+    /// that is not running a batch, that CPU gets the wake-up IPI and looks at its run
+    /// queue.
+    pub(super) fn wake_thread_from(&mut self, t: usize, from: usize) {
+        if self.threads[t].runnable {
+            return;
+        }
+        self.wake_thread(t);
+        let c = self.threads[t].cpu;
+        if c != from && !self.cpus[c].busy && !self.dispatch_pending[c] {
+            self.dispatch_pending[c] = true;
+            let at = self.q.now() + self.lat_irq;
+            self.q.schedule(at, Ev::Dispatch(c));
+        }
+    }
+
+    /// Wake a NAPI kthread scheduled from CPU `from`. An unpinned one is placed first,
+    /// as `select_idle_sibling` would: its previous CPU if idle, else the waker's CPU
+    /// if idle, else the next idle CPU after its previous one, else its previous CPU.
+    pub(super) fn wake_napi_thread(&mut self, t: usize, from: usize) {
+        if self.threads[t].runnable {
+            return;
+        }
+        if !self.threads[t].pinned {
+            let prev = self.threads[t].cpu;
+            let ncpu = self.cpus.len();
+            let target = [prev, from]
+                .into_iter()
+                .chain((1..ncpu).map(|i| (prev + i) % ncpu))
+                .find(|&c| self.cpu_idle(c))
+                .unwrap_or(prev);
+            self.migrate(t, target);
+        }
+        self.wake_thread_from(t, from);
+    }
+
+    /// Nothing runs on CPU `c` and no wake-up is on its way.
+    fn cpu_idle(&self, c: usize) -> bool {
+        let cpu = &self.cpus[c];
+        !cpu.busy
+            && cpu.current.is_none()
+            && cpu.softirq.is_none()
+            && cpu.pending_irqs.is_empty()
+            && !self.dispatch_pending[c]
+    }
+
+    /// Move a sleeping thread to CPU `to`, keeping its runtime lag relative to the
+    /// CPUs' `min_vruntime` (CFS's renormalisation on migration).
+    fn migrate(&mut self, t: usize, to: usize) {
+        let from = self.threads[t].cpu;
+        if from == to || (self.cpus[from].busy && self.cpus[from].current == Some(t)) {
+            return;
+        }
+        if self.cpus[from].current == Some(t) {
+            self.cpus[from].current = None;
+        }
+        self.cpus[from].threads.retain(|&x| x != t);
+        let list = &mut self.cpus[to].threads;
+        let at = list.partition_point(|&x| x < t);
+        list.insert(at, t);
+        let v = self.threads[t].vruntime;
+        self.threads[t].vruntime =
+            (v + self.cpus[to].min_vruntime).saturating_sub(self.cpus[from].min_vruntime);
+        self.threads[t].cpu = to;
+    }
+
+    /// Start a batch of `pre` + work computed by `work(start)` ... see callers. Returns
+    /// the start time (after an idle wake-up) and the idle-exit penalty to add.
+    pub(super) fn begin(&mut self, c: usize, irq: bool) -> (Nanos, Nanos) {
+        let now = self.q.now();
+        match self.cpus[c].idle_since.take() {
+            Some(_) => {
+                let wake = if irq { self.lat_wake } else { 0 };
+                (now + wake, self.costs.idle_exit)
+            }
+            None => (now, 0),
+        }
+    }
+
+    pub(super) fn commit(&mut self, c: usize, start: Nanos, end: Nanos, ctx: Ctx, finish: Finish) {
+        let end = end.max(start);
+        let in_idle_loop = self.cpus[c].current.is_none();
+        if !in_idle_loop
+            && matches!(
+                ctx,
+                Ctx::HardIrq | Ctx::OtherIrq | Ctx::Softirq | Ctx::SoftirqBh
+            )
+        {
+            self.cpus[c].interrupted = true;
+        }
+        self.acct.record(c, start, end, ctx, in_idle_loop);
+        if matches!(
+            ctx,
+            Ctx::Ksoftirqd
+                | Ctx::KThread
+                | Ctx::User
+                | Ctx::NapiThread
+                | Ctx::BusyPoll
+                | Ctx::AppKernel
+        ) {
+            if let Some(t) = self.cpus[c].current {
+                self.threads[t].vruntime += end - start;
+                let d = end - start;
+                self.count(start, |k| k.thread_ns[t] += d);
+            }
+        }
+        self.cpus[c].busy = true;
+        self.finish[c] = finish;
+        self.q.schedule(end, Ev::BatchEnd(c));
+    }
+
+    /// A batch of thread work whose first part [start, mid) is `first` and the rest
+    /// `second` (an application's system calls, then its own work).
+    pub(super) fn commit_split(
+        &mut self,
+        c: usize,
+        start: Nanos,
+        mid: Nanos,
+        end: Nanos,
+        first: Ctx,
+        second: Ctx,
+    ) {
+        let in_idle_loop = self.cpus[c].current.is_none();
+        self.acct.record(c, start, mid, first, in_idle_loop);
+        self.commit(c, mid, end, second, Finish::Nothing);
+        // commit() charged [mid, end) to the thread; charge the first part too.
+        if let Some(t) = self.cpus[c].current {
+            self.threads[t].vruntime += mid - start;
+            let d = mid - start;
+            self.count(start, |k| k.thread_ns[t] += d);
+        }
+    }
+
+    pub(super) fn batch_end(&mut self, c: usize) {
+        self.cpus[c].busy = false;
+        let now = self.q.now();
+        match std::mem::replace(&mut self.finish[c], Finish::Nothing) {
+            Finish::Nothing => {}
+            Finish::Irq(src) => {
+                match src {
+                    IrqSrc::Line(l) => {
+                        let n = self.lines[l].napi;
+                        self.count(now, |k| {
+                            k.cpus[c].hardirqs += 1;
+                            k.cpus[c].net_hardirqs += 1;
+                            k.lines[l] += 1;
+                        });
+                        self.napi_schedule(n);
+                    }
+                    IrqSrc::RpsIpi => {
+                        // The enqueuer already set SCHED; the IPI puts the backlog on
+                        // this CPU's poll list.
+                        self.count(now, |k| {
+                            k.cpus[c].hardirqs += 1;
+                            k.cpus[c].received_rps += 1;
+                        });
+                        if let Some(n) = self.backlog_napi[c] {
+                            self.napis[n].scheduled = true;
+                            let queued = self.cpus[c].poll_list.contains(&n)
+                                || self.cpus[c]
+                                    .softirq
+                                    .as_ref()
+                                    .and_then(|r| r.net_rx.as_ref())
+                                    .is_some_and(|nr| {
+                                        nr.list.contains(&n) || nr.repoll.contains(&n)
+                                    });
+                            if !queued {
+                                self.cpus[c].poll_list.push_back(n);
+                            }
+                            self.cpus[c].softirq_pending |= NET_RX;
+                        }
+                    }
+                    IrqSrc::NapiTimer(n) => {
+                        // napi_watchdog (hrtimer): schedule unless already scheduled.
+                        self.count(now, |k| k.cpus[c].hardirqs += 1);
+                        if !self.napis[n].scheduled {
+                            self.napi_schedule(n);
+                        }
+                    }
+                }
+                self.exit[c] = Some(ExitKind::Irq);
+            }
+            Finish::SoftirqPoll { napi, work, repoll } => {
+                self.record_poll(now, c, work, repoll);
+                if repoll {
+                    if let Some(nr) = self.net_rx_mut(c) {
+                        nr.repoll.push_back(napi);
+                    }
+                } else {
+                    self.napi_complete(napi, work, now);
+                }
+                let returned = if repoll { self.weight } else { work };
+                let tick_ns = self.tick_ns;
+                let squeezed = self
+                    .net_rx_mut(c)
+                    .is_some_and(|nr| nr.account_poll(returned, now, tick_ns));
+                if squeezed {
+                    self.count(now, |k| k.cpus[c].squeeze += 1);
+                }
+            }
+            Finish::WorkPoll { napi, work, repoll } => {
+                self.work_poll_done(c, napi, work, repoll);
+            }
+            Finish::Decrypted { peer, seq } => {
+                self.decrypted(c, peer, seq);
+            }
+            Finish::BusyPollStop {
+                napi,
+                work,
+                repoll,
+                skip,
+            } => {
+                self.record_poll(now, c, work, repoll);
+                self.count(now, |k| k.cpus[c].busy_polls += 1);
+                // MISSED is cleared: this poll is the reschedule it asked for.
+                self.napis[napi].missed = false;
+                if repoll && skip {
+                    // __busy_poll_stop with skip_schedule: release; the timer polls.
+                    let nn = &mut self.napis[napi];
+                    nn.scheduled = false;
+                    nn.timer_gen += 1;
+                    let (gen, t) = (nn.timer_gen, nn.gro_flush_timeout);
+                    self.q.schedule(now + t, Ev::NapiTimer(napi, gen));
+                } else if repoll {
+                    // __napi_schedule from the application: this CPU's poll list.
+                    match self.napis[napi].thread {
+                        Some(t) => self.wake_thread(t),
+                        None => {
+                            self.cpus[c].poll_list.push_back(napi);
+                            self.cpus[c].softirq_pending |= NET_RX;
+                        }
+                    }
+                } else {
+                    self.napi_complete(napi, work, now);
+                }
+                self.exit[c] = Some(ExitKind::BhEnable);
+            }
+            Finish::ThreadPoll {
+                thread,
+                napi,
+                work,
+                repoll,
+            } => {
+                self.record_poll(now, c, work, repoll);
+                self.count(now, |k| k.cpus[c].thread_polls += 1);
+                if !repoll {
+                    self.napi_complete(napi, work, now);
+                    self.threads[thread].runnable = self.napis[napi].scheduled;
+                }
+                self.send_rps_ipis(c);
+                // napi_threaded_poll wraps each poll in local_bh_disable/enable.
+                self.exit[c] = Some(ExitKind::BhEnable);
+            }
+        }
+        self.dispatch(c);
+    }
+
+    /// Decide what CPU `c` does next, by priority: hard IRQs, the softirq in progress
+    /// (or one to start on IRQ exit), then threads; else idle.
+    pub(super) fn dispatch(&mut self, c: usize) {
+        loop {
+            if self.cpus[c].busy {
+                return;
+            }
+            let now = self.q.now();
+            if let Some(src) = self.cpus[c].pending_irqs.pop_front() {
+                let (start, pen) = self.begin(c, true);
+                let end = start + pen + self.costs.hardirq;
+                let ctx = match src {
+                    IrqSrc::Line(_) => Ctx::HardIrq,
+                    IrqSrc::RpsIpi | IrqSrc::NapiTimer(_) => Ctx::OtherIrq,
+                };
+                self.commit(c, start, end, ctx, Finish::Irq(src));
+                return;
+            }
+            if let Some(kind) = self.exit[c].take() {
+                let cpu = &self.cpus[c];
+                if cpu.softirq.is_none() && cpu.softirq_pending != 0 {
+                    let ksoftirqd = cpu.ksoftirqd;
+                    let blocked = kind != ExitKind::BhEnable
+                        && self.skip_rule
+                        && self.threads[ksoftirqd].runnable;
+                    if !blocked {
+                        let pending = std::mem::take(&mut self.cpus[c].softirq_pending);
+                        let mut run = SoftirqRun::new(
+                            false,
+                            now,
+                            self.tick_ns,
+                            self.hz,
+                            pending,
+                            self.cfg.settings.max_softirq_restart,
+                        );
+                        run.bh_enable = kind != ExitKind::Irq;
+                        self.cpus[c].softirq = Some(run);
+                    }
+                }
+            }
+            if self.cpus[c].softirq.is_some() {
+                if self.softirq_step(c) {
+                    return;
+                }
+                continue;
+            }
+            let cur = self.cpus[c].current;
+            let slice = self.cpus[c].slice_start;
+            match pick_thread(&self.threads, &self.cpus[c].threads, cur, slice, now) {
+                Some(t) => {
+                    let v = self.threads[t].vruntime;
+                    self.cpus[c].min_vruntime = self.cpus[c].min_vruntime.max(v);
+                    if cur != Some(t) {
+                        self.cpus[c].current = Some(t);
+                        self.cpus[c].slice_start = now;
+                        self.cpus[c].interrupted = false;
+                        let (start, pen) = self.begin(c, false);
+                        let end = start + pen + self.costs.switch;
+                        self.commit(c, start, end, Ctx::KThread, Finish::Nothing);
+                        return;
+                    }
+                    if std::mem::take(&mut self.cpus[c].interrupted)
+                        && self.costs.after_interrupt > 0
+                    {
+                        let ctx = match self.threads[t].kind {
+                            ThreadKind::App(_) => Ctx::User,
+                            ThreadKind::Ksoftirqd => Ctx::Ksoftirqd,
+                            ThreadKind::Napi(_) => Ctx::NapiThread,
+                            ThreadKind::Worker(_) => Ctx::KThread,
+                        };
+                        let end = now + self.costs.after_interrupt;
+                        self.commit(c, now, end, ctx, Finish::Nothing);
+                        return;
+                    }
+                    if self.thread_step(c, t) {
+                        return;
+                    }
+                }
+                None => {
+                    self.cpus[c].current = None;
+                    self.cpus[c].interrupted = false;
+                    if self.cpus[c].idle_since.is_none() {
+                        self.cpus[c].idle_since = Some(now);
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// One step of thread `t`; false if it had nothing to do (it then sleeps).
+    pub(super) fn thread_step(&mut self, c: usize, t: usize) -> bool {
+        match self.threads[t].kind {
+            ThreadKind::Ksoftirqd => {
+                let pending = std::mem::take(&mut self.cpus[c].softirq_pending);
+                if pending == 0 {
+                    self.threads[t].runnable = false;
+                    return false;
+                }
+                let now = self.q.now();
+                self.cpus[c].softirq = Some(SoftirqRun::new(
+                    true,
+                    now,
+                    self.tick_ns,
+                    self.hz,
+                    pending,
+                    self.cfg.settings.max_softirq_restart,
+                ));
+                self.softirq_step(c)
+            }
+            ThreadKind::App(a) => self.app_step(c, t, a),
+            ThreadKind::Worker(_) => self.worker_step(c, t),
+            ThreadKind::Napi(n) => {
+                if !self.napis[n].scheduled {
+                    self.threads[t].runnable = false;
+                    return false;
+                }
+                let (start, pen) = self.begin(c, false);
+                let (end, work, repoll) = self.poll(c, n, start + pen, self.weight);
+                self.commit(
+                    c,
+                    start,
+                    end,
+                    Ctx::NapiThread,
+                    Finish::ThreadPoll {
+                        thread: t,
+                        napi: n,
+                        work,
+                        repoll,
+                    },
+                );
+                true
+            }
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! WireGuard's receive pipeline (docs/studies.md#wireguard-study; docs/sim.md "The
+//! WireGuard receive pipeline"): decapsulation in the RX softirq puts each packet in
+//! its peer's in-order queue and on the decryption queue of the next CPU round robin,
+//! whatever that CPU's load (`wg_cpumask_next_online`); that CPU's worker decrypts it
+//! and calls `napi_schedule` for the peer's NAPI instance on its own CPU; the peer's
+//! poll (`wg_packet_rx_poll`) takes the decrypted packets at the head of the peer's
+//! queue, in order, stopping at the first one not yet decrypted, and hands them to GRO
+//! and the socket. In the stock kernel the instance is polled in NET_RX softirq, which
+//! the worker's next `spin_unlock_bh` runs at once: the later stage preempts the earlier
+//! one (the execution-order inversion). An instance stays on the CPU that scheduled it
+//! until its poll completes, so a CPU whose softirq runs long keeps collecting them.
+//!
+//! Approximation: the kernel's workers take packets from the device's one ring (1,024
+//! packets); here each packet is handed to one CPU's queue (the round robin of the
+//! study's description), the queues sharing that one limit.
+
+use std::collections::VecDeque;
+
+use super::*;
+use crate::config::TunnelConfig;
+
+/// One packet in a peer's receive queue.
+struct Slot {
+    packet: Packet,
+    /// When its decryption ended (None: not yet).
+    ready: Option<Nanos>,
+    /// Dropped after it was queued (decryption queue full): the poll skips it.
+    dead: bool,
+}
+
+/// A peer: its NAPI instance and its in-order receive queue.
+pub(crate) struct Peer {
+    pub napi: usize,
+    queue: VecDeque<Slot>,
+    /// Sequence number of `queue.front()`.
+    head_seq: u64,
+}
+
+/// The tunnel device's receive state.
+pub(crate) struct Tunnel {
+    pub peers: Vec<Peer>,
+    /// Per CPU: packets to decrypt (queued at, peer, sequence number).
+    decrypt: Vec<VecDeque<(Nanos, usize, u64)>>,
+    /// The CPU's decryption item is queued or about to be (`queue_work` is a no-op
+    /// while the item is pending).
+    decrypt_pending: Vec<bool>,
+    /// Packets on all CPUs' decryption queues (the device's one ring in WireGuard).
+    decrypt_queued: usize,
+    next_cpu: usize,
+    rng: Rng,
+    peer_limit: usize,
+    decrypt_limit: usize,
+    decap_ns: Nanos,
+    decrypt_ns: Nanos,
+    gro_ns: Nanos,
+}
+
+impl Tunnel {
+    pub fn new(cfg: &TunnelConfig, profile: &Profile, ncpu: usize, seed: u64) -> Tunnel {
+        let cycles = profile
+            .tunnel_cycles
+            .clone()
+            .unwrap_or(crate::profile::TunnelCycles {
+                decap: 0.0,
+                decrypt: 0.0,
+                gro: 0.0,
+            });
+        Tunnel {
+            peers: Vec::new(),
+            decrypt: vec![VecDeque::new(); ncpu],
+            decrypt_pending: vec![false; ncpu],
+            decrypt_queued: 0,
+            next_cpu: 0,
+            rng: Rng::new(seed, 3_000_000),
+            peer_limit: cfg.peer_queue as usize,
+            decrypt_limit: cfg.decrypt_queue as usize,
+            decap_ns: profile.ns(cycles.decap),
+            decrypt_ns: profile.ns(cycles.decrypt),
+            gro_ns: profile.ns(cycles.gro),
+        }
+    }
+
+    pub fn add_peer(&mut self, napi: usize) {
+        self.peers.push(Peer {
+            napi,
+            queue: VecDeque::new(),
+            head_seq: 0,
+        });
+    }
+}
+
+impl Sim<'_> {
+    /// `wg_packet_receive` on CPU `c` at `t` (inside the RX poll, after the IP stack's
+    /// UDP receive): queue the packet on a peer and on the next CPU's decryption queue.
+    pub(super) fn tunnel_receive(&mut self, p: Packet, mut t: Nanos) -> Nanos {
+        let ncpu = self.cpus.len();
+        let now = self.q.now();
+        let ip = self.costs.ip;
+        let Some(tun) = self.tunnel.as_mut() else {
+            return t;
+        };
+        t += ip + tun.decap_ns;
+        let pe = (tun.rng.next_u64() % tun.peers.len() as u64) as usize;
+        let peer = &mut tun.peers[pe];
+        let mut kick = None;
+        let dropped = if peer.queue.len() >= tun.peer_limit {
+            Some(true)
+        } else {
+            let seq = peer.head_seq + peer.queue.len() as u64;
+            let dc = tun.next_cpu;
+            tun.next_cpu = (tun.next_cpu + 1) % ncpu;
+            let full = tun.decrypt_queued >= tun.decrypt_limit;
+            peer.queue.push_back(Slot {
+                packet: p,
+                ready: None,
+                dead: full,
+            });
+            if !full {
+                tun.decrypt[dc].push_back((t, pe, seq));
+                tun.decrypt_queued += 1;
+                if !std::mem::replace(&mut tun.decrypt_pending[dc], true) {
+                    kick = Some(dc);
+                }
+            }
+            full.then_some(false)
+        };
+        if let Some(at_peer) = dropped {
+            self.count_tunnel_drop(p, at_peer);
+        }
+        if let Some(dc) = kick {
+            // queue_work_on(dc) at `t`, which may lie ahead of the event clock (this
+            // poll is computed as one batch).
+            self.q.schedule(t.max(now), Ev::QueueDecrypt(dc));
+        }
+        t
+    }
+
+    fn count_tunnel_drop(&mut self, p: Packet, at_peer: bool) {
+        if let Some(i) = self.win.lookup(p.arrival) {
+            let k = &mut self.counts[i];
+            k.class_rx_dropped[p.class as usize] += 1;
+            if at_peer {
+                k.tunnel_peer_drops += 1;
+            } else {
+                k.tunnel_decrypt_drops += 1;
+            }
+        }
+    }
+
+    /// One decryption by CPU `c`'s worker; false if nothing is queued by now (the item
+    /// ends; a packet queued later by another CPU's batch queues it again then).
+    pub(super) fn decrypt_step(&mut self, c: usize) -> bool {
+        let now = self.q.now();
+        let Some(tun) = self.tunnel.as_mut() else {
+            return false;
+        };
+        let head = tun.decrypt[c].front().copied();
+        let Some((at, pe, seq)) = head else {
+            tun.decrypt_pending[c] = false;
+            return false;
+        };
+        if at > now {
+            self.q.schedule(at, Ev::QueueDecrypt(c));
+            return false;
+        }
+        tun.decrypt[c].pop_front();
+        tun.decrypt_queued -= 1;
+        let cost = tun.decrypt_ns;
+        let (start, pen) = self.begin(c, false);
+        let end = start + pen + cost;
+        self.commit(
+            c,
+            start,
+            end,
+            Ctx::KThread,
+            Finish::Decrypted { peer: pe, seq },
+        );
+        true
+    }
+
+    /// A decryption ended on CPU `c`: the packet is ready; `napi_schedule` the peer's
+    /// instance from this CPU; the worker's next `spin_unlock_bh` runs pending softirqs.
+    pub(super) fn decrypted(&mut self, c: usize, pe: usize, seq: u64) {
+        let now = self.q.now();
+        let Some(tun) = self.tunnel.as_mut() else {
+            return;
+        };
+        let peer = &mut tun.peers[pe];
+        if let Some(slot) = seq
+            .checked_sub(peer.head_seq)
+            .and_then(|i| peer.queue.get_mut(i as usize))
+        {
+            slot.ready = Some(now);
+        }
+        let n = peer.napi;
+        self.napi_schedule_on(n, c);
+        self.exit[c] = Some(ExitKind::WorkerBhEnable);
+    }
+
+    /// `wg_packet_rx_poll` of peer `pe` on CPU `c` from `t`: up to `weight` decrypted
+    /// packets from the head of the peer's queue, in order; returns (end, packets).
+    pub(super) fn peer_poll(&mut self, pe: usize, mut t: Nanos, weight: u32) -> (Nanos, u32) {
+        let mut k = 0;
+        let lat_rx_dma = self.lat_rx_dma;
+        let Some(tun) = self.tunnel.as_mut() else {
+            return (t, 0);
+        };
+        let gro = tun.gro_ns;
+        let peer = &mut tun.peers[pe];
+        while k < weight {
+            let Some(slot) = peer.queue.front() else {
+                break;
+            };
+            if !slot.dead {
+                match slot.ready {
+                    Some(r) if r <= t => {}
+                    _ => break,
+                }
+            }
+            let dead = slot.dead;
+            let p = slot.packet;
+            peer.queue.pop_front();
+            peer.head_seq += 1;
+            if dead {
+                continue;
+            }
+            t += gro;
+            k += 1;
+            if let Some(i) = self.win.lookup(p.arrival) {
+                let cls = p.class as usize;
+                self.counts[i].class_forwarded[cls] += 1;
+                self.latency[cls].record(t + lat_rx_dma - p.arrival);
+            }
+        }
+        (t, k)
+    }
+}
