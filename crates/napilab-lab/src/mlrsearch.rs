@@ -347,6 +347,20 @@ fn next_step(phase: &ResolvedGoal, trials: &[Trial], limits: &Limits) -> Step {
     }
 }
 
+/// Trials after which the share of disturbed ones decides whether disturbances are
+/// persistent.
+pub const PERSISTENT_AFTER_TRIALS: usize = 6;
+/// Share of disturbed trials from which the machine counts as persistently busy.
+pub const PERSISTENT_SHARE: f64 = 0.8;
+
+/// Whether the disturbances so far look persistent rather than transient: at least
+/// [`PERSISTENT_AFTER_TRIALS`] trials, [`PERSISTENT_SHARE`] of them disturbed.
+pub fn persistently_disturbed(disturbed: &[bool]) -> bool {
+    let n = disturbed.len();
+    n >= PERSISTENT_AFTER_TRIALS
+        && disturbed.iter().filter(|d| **d).count() as f64 >= PERSISTENT_SHARE * n as f64
+}
+
 /// Runs the search. `measure(load, duration_s)` measures one trial.
 pub fn search(
     goals: &[ResolvedGoal],
@@ -397,9 +411,13 @@ pub fn search(
                                 // A disturbed trial is left out and measured again
                                 // until the retries are used up; the last one counts,
                                 // or a machine that is always busy would stall the
-                                // search at one load.
+                                // search at one load. Retrying only helps against
+                                // disturbances that come and go: once most trials so
+                                // far were disturbed, the machine is busy all the time
+                                // and a retry only spends the time limit.
                                 let retry = d
                                     && limits.repeat_disturbed.is_some_and(|n| retries < n)
+                                    && !persistently_disturbed(&disturbed)
                                     && spent + duration <= limits.time_limit_s;
                                 trials.push(Trial {
                                     load,
@@ -813,9 +831,10 @@ mod tests {
         );
     }
 
-    /// On a machine that disturbs every trial, the retries run out and the trials
-    /// count: the search still converges instead of measuring one load until its time
-    /// limit (as a first version did, 720 trials at the highest load).
+    /// On a machine that disturbs every trial, the retries stop once the disturbances
+    /// are seen to be persistent, and the trials count: the search converges instead of
+    /// measuring one load until its time limit (as a first version did, 720 trials at
+    /// the highest load), and does not spend its time on retries that cannot help.
     #[test]
     fn a_machine_that_always_disturbs_does_not_stall_the_search() {
         let g = goal(0.005, 0.5, 1.0, 2.0, 0.5, 0.05);
@@ -834,13 +853,46 @@ mod tests {
             forwarded_pps: f64::NAN,
         });
         assert_eq!(o.goals[0].stopped, "converged", "{:?}", o.goals[0]);
-        // Every load measured three times: two left out, the third kept.
-        let kept = o.trials.iter().filter(|t| !t.excluded).count();
-        assert_eq!(o.trials.len(), 3 * kept);
+        // The first two loads are measured three times (two left out, the third kept);
+        // from the sixth trial on every trial was disturbed, so no more retries.
+        assert!(o.trials[..6].iter().filter(|t| t.excluded).count() == 4);
+        assert!(o.trials[6..].iter().all(|t| !t.excluded), "{:?}", o.trials);
         // The time limit counts wall time: 1 s of overhead per trial.
         let spent: f64 = o.trials.iter().map(|t| t.duration_s + 1.0).sum();
         assert!(spent <= l.time_limit_s);
         let again = o.without_disturbed(std::slice::from_ref(&g), &l);
         assert_eq!(again[0].conditional_throughput, None);
+    }
+
+    /// Disturbances that come and go are still retried: one trial in four disturbed.
+    #[test]
+    fn transient_disturbances_keep_their_retries() {
+        let g = goal(0.005, 0.5, 1.0, 2.0, 0.5, 0.05);
+        let l = Limits {
+            repeat_disturbed: Some(1),
+            ..limits()
+        };
+        let mut n = 0;
+        let o = search(std::slice::from_ref(&g), &l, |load, d| {
+            n += 1;
+            Measured::Trial {
+                loss_ratio: if load > 300_000.0 {
+                    (load - 300_000.0) / load
+                } else {
+                    0.0
+                },
+                disturbed: n % 4 == 0,
+                wall_s: d,
+                forwarded_pps: f64::NAN,
+            }
+        });
+        assert_eq!(o.goals[0].stopped, "converged", "{:?}", o.goals[0]);
+        // Every disturbed trial was retried: left out, and the one after it kept.
+        for (i, (t, d)) in o.trials.iter().zip(&o.disturbed).enumerate() {
+            assert_eq!(t.excluded, *d, "trial {i}: {:?}", o.trials);
+        }
+        assert!(!persistently_disturbed(&o.disturbed));
+        assert!(persistently_disturbed(&[true; 6]));
+        assert!(!persistently_disturbed(&[true; 5]));
     }
 }

@@ -557,15 +557,14 @@ fn measure_point(
             )
         }
     };
-    // The observer covers the measurement window (warm-up excluded).
+    // The observer covers the measurement window (warm-up excluded): started now, it
+    // loads its programs during the warm-up and takes its first sample when the window
+    // opens (`--start-at`).
     let t_measure = Instant::now() + warmup + Duration::from_millis(5);
-    while Instant::now() < t_measure && !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(10).min(t_measure - Instant::now()));
-    }
-    let measure_wall_ms = now_ms();
+    let measure_wall_ms = now_ms() + (warmup + Duration::from_millis(5)).as_millis() as u64;
     let observer = match &ctx.opts.observer {
         Some(exe) if !stop.load(Ordering::Relaxed) => {
-            let o = Observer::start(exe, &lab.dut_ns, duration, m.trace);
+            let o = Observer::start(exe, &lab.dut_ns, duration, m.trace, Some(measure_wall_ms));
             if o.is_none() {
                 notice(
                     &mut ctx.notices,
@@ -577,6 +576,9 @@ fn measure_point(
         }
         _ => None,
     };
+    while Instant::now() < t_measure && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(10).min(t_measure - Instant::now()));
+    }
     let (g, lr_gen) = match gens {
         Gens::Paced(handles) => {
             let mut parts = Vec::new();
@@ -641,13 +643,15 @@ fn measure_point(
     let observation = match observer {
         Some(o) => match o.finish(duration + Duration::from_secs(10), &stop) {
             Ok(obs) => {
-                if !ctx.observer_offset_noted {
+                let off = obs.origin.started_unix_ms.saturating_sub(measure_wall_ms);
+                // Its first sample waits for the window; later than that only when
+                // loading took longer than the warm-up.
+                if !ctx.observer_offset_noted && off as f64 > 100.0 * duration_s {
                     ctx.observer_offset_noted = true;
-                    let off = obs.origin.started_unix_ms.saturating_sub(measure_wall_ms);
                     notice(
                         &mut ctx.notices,
                         "DUT observation window",
-                        format!("each point's Observation comes from `napilab observe` run in the DUT namespace for the measurement's duration; it starts when that process has read the host (first point: {off} ms after the measurement window opened), so its window is shifted by about that much"),
+                        format!("each point's Observation comes from `napilab observe` run in the DUT namespace for the measurement's duration, started at the warm-up's beginning and told to take its first sample when the window opens; a point's window opened {off} ms late (loading the programs took longer than warmup_s): give a longer warm-up"),
                     );
                 }
                 Some(obs)

@@ -173,11 +173,15 @@ pub(crate) struct Observer {
 }
 
 impl Observer {
+    /// Starts `napilab observe` in `ns` for `duration`; with `start_at_unix_ms` its
+    /// first sample waits for that time (`--start-at`), so that it can load its
+    /// programs while the caller's warm-up runs.
     pub(crate) fn start(
         exe: &Path,
         ns: &str,
         duration: Duration,
         tier: TraceTier,
+        start_at_unix_ms: Option<u64>,
     ) -> Option<Observer> {
         let secs = duration.as_secs_f64();
         let interval = if secs >= 2.0 { 1.0 } else { secs };
@@ -194,6 +198,11 @@ impl Observer {
                 &format!("{}ms", (interval * 1000.0).round()),
             ])
             .args(tier.observe_flags())
+            .args(
+                start_at_unix_ms
+                    .map(|ms| vec!["--start-at".to_string(), ms.to_string()])
+                    .unwrap_or_default(),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -263,6 +272,10 @@ pub(crate) struct Ctx<'a> {
     pub(crate) observer_offset_noted: bool,
     /// CPUs of the host (the highest CPU number + 1).
     pub(crate) ncpus: u32,
+    /// How long `napilab observe` took from its start to being ready for its first
+    /// sample (loading BPF programs), the most seen, seconds: the server topology
+    /// starts it that much ahead, with `--start-at` the measurement window's opening.
+    pub(crate) observer_lead_s: f64,
 }
 
 pub(crate) fn notice(notices: &mut Vec<Notice>, what: impl Into<String>, why: impl Into<String>) {
@@ -323,6 +336,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
         bar,
         observer_offset_noted: false,
         ncpus,
+        observer_lead_s: 1.0,
     };
     if opts.observer.is_none() {
         notice(

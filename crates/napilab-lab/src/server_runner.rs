@@ -29,6 +29,9 @@ use crate::request::server::{KvServer, ServerConfig};
 use crate::runner::{notice, Ctx, Observer, SysctlGuard};
 use crate::server_topology::ServerLab;
 
+/// The most the observer is started ahead of the measurement window, seconds.
+const MAX_OBSERVER_LEAD_S: f64 = 10.0;
+
 /// Progress-bar length of one configuration: sweep points plus the searches' trials.
 pub fn points_per_configuration(w: &RequestWorkload, m: &Measurement) -> u64 {
     w.loads_qps.len() as u64 * u64::from(m.repeats)
@@ -344,24 +347,55 @@ fn measure_point(
         timeout: Duration::from_millis(w.timeout_ms),
         seed: ctx.scenario.traffic.seed ^ (qps as u64) ^ (u64::from(repeat) << 32),
     };
+    // `napilab observe` reads the host and loads its BPF programs before its first
+    // sample (seconds on a busy machine): it is started `lead` ahead of the client,
+    // the longest start-up seen so far, and told to take its first sample when the
+    // measurement window opens (`--start-at`), so that its window is the client's.
+    let warmup = Duration::from_secs_f64(m.warmup_s);
+    let lead = Duration::from_secs_f64(ctx.observer_lead_s.clamp(0.0, MAX_OBSERVER_LEAD_S));
+    let observed = bench.observer.is_some();
+    let started_ms = crate::runner::now_ms();
+    let window_opens_ms =
+        started_ms + if observed { lead.as_millis() as u64 } else { 0 } + warmup.as_millis() as u64;
     let (loaded, observation) = std::thread::scope(|scope| {
-        let client = scope.spawn(|| loadgen::run(&load, &stop));
-        // The observer covers the measurement window, not the warm-up.
-        sleep_unless_stopped(Duration::from_secs_f64(m.warmup_s), &stop);
         let observer = bench.observer.as_deref().and_then(|exe| {
             Observer::start(
                 exe,
                 &bench.lab.dut_ns,
                 Duration::from_secs_f64(m.duration_s),
                 m.trace,
+                Some(window_opens_ms),
             )
         });
+        if observed {
+            sleep_unless_stopped(lead, &stop);
+        }
+        let client = scope.spawn(|| loadgen::run(&load, &stop));
         let loaded = client
             .join()
             .unwrap_or_else(|_| Err("the load generator panicked".into()));
         let observation = observer.map(|o| o.finish(Duration::from_secs(20), &stop));
         (loaded, observation)
     });
+    if let Some(Ok(o)) = &observation {
+        // The observer waits for the window; a first sample after it means its
+        // start-up took longer than `lead` + warm-up: start it earlier next time.
+        let late_s = (o.origin.started_unix_ms as f64 - window_opens_ms as f64) / 1000.0;
+        if late_s > 0.0 {
+            ctx.observer_lead_s =
+                (lead.as_secs_f64() + late_s + 0.2).clamp(0.0, MAX_OBSERVER_LEAD_S);
+        }
+        if late_s > 0.1 * m.duration_s {
+            notice(
+                &mut ctx.notices,
+                "DUT observation window (server)",
+                format!(
+                    "a point's Observation window opened {:.0} ms after the measurement window (napilab observe loads its programs before its first sample); later points start it earlier",
+                    late_s * 1000.0
+                ),
+            );
+        }
+    }
     let stats = stop_server(server, &bench.lab.dut_ns);
     if stop.load(Ordering::Relaxed) {
         return Ok(None);

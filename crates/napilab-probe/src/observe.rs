@@ -15,7 +15,17 @@ use crate::record::{RecordingHeader, RECORDING_SCHEMA};
 use crate::sample::{Notices, RawSample, Sample};
 use crate::sysctl;
 
+/// Milliseconds since the Unix epoch (0 if the clock is before it).
+pub fn unix_ms_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(0))
+        .unwrap_or(0)
+}
+
 /// Reads what does not change between samples: kernel facts, settings and the map.
+/// `origin.started_unix_ms` is now; a caller that loads more before its first sample
+/// sets it again then.
 pub fn describe_host(root: &Path, use_netlink: bool) -> RecordingHeader {
     let mut notices = Notices::default();
     let release = kernel::read_trimmed(root, "proc/sys/kernel/osrelease");
@@ -55,10 +65,7 @@ pub fn describe_host(root: &Path, use_netlink: bool) -> RecordingHeader {
             kind: OriginKind::Live,
             hostname: kernel::read_trimmed(root, "proc/sys/kernel/hostname"),
             kernel: release,
-            started_unix_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| u64::try_from(d.as_millis()).unwrap_or(0))
-                .unwrap_or(0),
+            started_unix_ms: unix_ms_now(),
             napilab_version: env!("CARGO_PKG_VERSION").into(),
         },
         host: napilab_core::HostFacts {

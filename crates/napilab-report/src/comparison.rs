@@ -22,11 +22,16 @@ pub struct Estimate {
 }
 
 impl Estimate {
+    /// Mean and Student-t interval of quantities that cannot be negative (rates,
+    /// latencies): a lower end below 0, which two spread-out repeats give, is cut at 0.
     fn of(values: Vec<f64>, level: f64) -> Option<Estimate> {
         let (mean, _) = mean_sd(&values)?;
         Some(Estimate {
             mean,
-            interval: t_interval(&values, level),
+            interval: t_interval(&values, level).map(|mut ci| {
+                ci.low = ci.low.max(0.0);
+                ci
+            }),
             values,
         })
     }

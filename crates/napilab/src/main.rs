@@ -126,6 +126,11 @@ struct ObserveArgs {
     /// several times the CPU per packet).
     #[arg(long, requires = "trace_packets")]
     trace_packets_full: bool,
+    /// Take the first sample at this wall-clock time (milliseconds since the Unix
+    /// epoch), after loading everything: for lining the window up with another tool's
+    /// (the lab does). At most 10 minutes ahead; a time already past starts at once.
+    #[arg(long, value_name = "UNIX_MS", conflicts_with = "replay")]
+    start_at: Option<u64>,
 }
 
 /// Exit status of a run stopped by SIGINT or SIGTERM, as shells report a signal death.
@@ -181,6 +186,7 @@ fn main() -> ExitCode {
             flamegraph: args.flamegraph,
             trace_packets: args.trace_packets,
             trace_packets_full: args.trace_packets_full,
+            start_at_unix_ms: args.start_at,
         }),
         Command::Tune(args) => tune_cmd::run(args),
         Command::Lab(args) => lab_cmd::run(args),

@@ -31,7 +31,12 @@ pub struct Options {
     pub trace_packets: bool,
     /// With `trace_packets`: every packet instead of tracing windows.
     pub trace_packets_full: bool,
+    /// Wait until this wall-clock time (ms since the Unix epoch) before the first sample.
+    pub start_at_unix_ms: Option<u64>,
 }
+
+/// The furthest ahead `--start-at` may be.
+const MAX_START_DELAY: Duration = Duration::from_secs(600);
 
 /// How often the process list is rescanned for new ksoftirqd/napi threads.
 const THREAD_RESCAN: Duration = Duration::from_secs(10);
@@ -77,7 +82,35 @@ fn observe_live(options: &Options) -> Result<Observation> {
     }
     let use_netlink = options.root.is_none();
     let stop = stop_on_signals()?;
-    let header = describe_host(root, use_netlink);
+    let mut header = describe_host(root, use_netlink);
+    let mut sampler = Sampler::new(root, use_netlink);
+    let mut tracer = Tracer::start(
+        options.trace,
+        options.stages,
+        options.trace_packets,
+        options.trace_packets_full,
+        &header,
+    );
+    if let Some(at) = options.start_at_unix_ms {
+        let now = napilab_probe::observe::unix_ms_now();
+        let wait = Duration::from_millis(at.saturating_sub(now));
+        if wait > MAX_START_DELAY {
+            anyhow::bail!(
+                "--start-at {at} is {} s ahead: give a time at most {} s from now (milliseconds since the Unix epoch)",
+                wait.as_secs(),
+                MAX_START_DELAY.as_secs()
+            );
+        }
+        if wait_until(Instant::now() + wait, &stop) {
+            return Err(
+                crate::Interrupted("napilab observe: interrupted before its first sample").into(),
+            );
+        }
+    }
+    // The observation starts with its first sample, now: loading the BPF programs can
+    // take seconds, and a caller lining its own window up with ours (the lab) needs
+    // the time our window opened, not the time we started.
+    header.origin.started_unix_ms = napilab_probe::observe::unix_ms_now();
     let mut writer = match &options.record {
         Some(path) => Some(RecordingWriter::create(path, &header).with_context(|| {
             format!(
@@ -87,14 +120,6 @@ fn observe_live(options: &Options) -> Result<Observation> {
         })?),
         None => None,
     };
-    let mut sampler = Sampler::new(root, use_netlink);
-    let mut tracer = Tracer::start(
-        options.trace,
-        options.stages,
-        options.trace_packets,
-        options.trace_packets_full,
-        &header,
-    );
     let mut analysis = Analysis::new(header);
     tracer.report_start(&mut analysis);
     let steps = (options.duration.as_nanos() / options.interval.as_nanos()).max(1) as u64;

@@ -45,6 +45,44 @@ fn replay_of_a_foreign_file_is_refused_with_the_line() {
     );
 }
 
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// `--start-at`: the first sample waits for the given time, and the Observation's start
+/// is that first sample, not the process start.
+#[test]
+fn observe_starts_its_window_at_the_given_time() {
+    let at = unix_ms() + 1500;
+    let out = napilab(&[
+        "observe",
+        "--json",
+        "--no-map",
+        "--for",
+        "200ms",
+        "--interval",
+        "200ms",
+        "--start-at",
+        &at.to_string(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let obs: Value = serde_json::from_slice(&out.stdout).expect("Observation JSON");
+    let started = obs["origin"]["started_unix_ms"].as_u64().expect("started");
+    assert!(started >= at, "started {started}, asked {at}");
+    let far = (unix_ms() + 3_600_000).to_string();
+    let out = napilab(&["observe", "--start-at", &far, "--for", "1s"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--start-at") && err.contains("ahead"), "{err}");
+}
+
 #[test]
 fn too_short_interval_is_refused() {
     let out = napilab(&["observe", "--interval", "10ms", "--for", "1s"]);
