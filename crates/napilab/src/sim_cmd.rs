@@ -906,6 +906,12 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<()> {
     let text = std::fs::read_to_string(&args.lab).with_context(|| format!("cannot read {file}"))?;
     let record: RunRecord = serde_json::from_str(&text)
         .with_context(|| format!("{file}: not a run record (results/<run id>/run.json)"))?;
+    if record.configurations.iter().any(|c| c.requests.is_some()) {
+        bail!(
+            "{file}: run {} is a server-topology run: calibration from its request points is not implemented yet (docs/sim.md, \"The server topology on the twin\", says what it needs); `napilab sim run` on the scenario uses the assumed server costs",
+            record.run_id
+        );
+    }
     let base = load_profile(&args.base)?;
     eprintln!(
         "fitting on {} of run {} (the twin re-runs the configuration at each load and bisects its search: about a minute)",
