@@ -55,6 +55,20 @@ pub struct ConfigurationResult {
     pub requests: Option<RequestResults>,
 }
 
+impl ConfigurationResult {
+    /// A configuration with its settings and nothing measured yet.
+    pub fn new(name: &str, settings: Vec<(String, String)>) -> ConfigurationResult {
+        ConfigurationResult {
+            name: name.to_string(),
+            settings,
+            points: Vec::new(),
+            max_throughput: None,
+            findings: Vec::new(),
+            requests: None,
+        }
+    }
+}
+
 /// A server-topology configuration's results: the request-rate sweep, the search for the
 /// highest rate at the latency objective, or why the configuration could not run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -19,6 +19,8 @@
 //! - [`clean`]: removing what an interrupted or killed run left behind.
 //! - [`request`]: request workloads: the key-value server, memcached, the load
 //!   generator.
+//! - [`tunnel`]: the user-space tunnel endpoint (the vpn topology's engine without
+//!   kernel WireGuard) and its encrypting peers.
 
 pub mod clean;
 pub mod counters;
@@ -36,5 +38,6 @@ pub mod server_topology;
 pub mod throughput;
 pub mod topology;
 pub mod traffic;
+pub mod tunnel;
 
 pub use runner::{run, RunOptions};

@@ -85,6 +85,35 @@ pub fn sh_in(ns: &str, script: &str) -> io::Result<String> {
     cmd("ip", &["netns", "exec", ns, "sh", "-c", script])
 }
 
+/// The MAC address of `dev` in `ns`.
+pub fn mac_of(ns: &str, dev: &str) -> io::Result<String> {
+    Ok(sh_in(ns, &format!("cat /sys/class/net/{dev}/address"))?
+        .trim()
+        .to_string())
+}
+
+/// A permanent neighbour entry `ip` -> `mac` on `dev` in `ns`: no ARP traffic or
+/// ARP-queue drops during a measurement.
+pub fn static_neighbour(ns: &str, ip: std::net::Ipv4Addr, mac: &str, dev: &str) -> io::Result<()> {
+    cmd(
+        "ip",
+        &[
+            "-n",
+            ns,
+            "neigh",
+            "replace",
+            &ip.to_string(),
+            "lladdr",
+            mac,
+            "dev",
+            dev,
+            "nud",
+            "permanent",
+        ],
+    )
+    .map(drop)
+}
+
 /// Sets interrupt deferral on every NAPI instance of `dev` in `ns` (its device-wide
 /// sysfs `napi_defer_hard_irqs` and `gro_flush_timeout`); 0 and 0 restore the kernel's
 /// defaults.

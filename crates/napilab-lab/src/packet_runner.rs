@@ -81,14 +81,7 @@ pub(crate) fn run_configuration(
         settings.push(("sysctl".into(), n));
     }
     settings.extend(engine_notes);
-    let mut result = ConfigurationResult {
-        name: cfg.name.clone(),
-        settings,
-        points: Vec::new(),
-        max_throughput: None,
-        findings: Vec::new(),
-        requests: None,
-    };
+    let mut result = ConfigurationResult::new(&cfg.name, settings);
     let mut stopped = false;
     let mut known: Vec<(f64, bool)> = Vec::new();
     'sweep: for &load in &s.loads() {

@@ -97,22 +97,21 @@ pub(crate) fn run_configuration(
         slo_p99_us: w.slo_p99_us,
         ..Default::default()
     };
-    let mut result = ConfigurationResult {
-        name: cfg.name.clone(),
-        settings,
-        points: Vec::new(),
-        max_throughput: None,
-        findings: Vec::new(),
-        requests: None,
-    };
-    if let Some(why) = not_runnable_outside(set.server, set.mode) {
+    let mut result = ConfigurationResult::new(&cfg.name, settings);
+    // A mode this kernel or server cannot run is a result, not an error.
+    let not_runnable = |ctx: &mut Ctx<'_>, why: String| {
         notice(
             &mut ctx.notices,
             format!("configuration {}", cfg.name),
             format!("not runnable: {why}"),
         );
-        requests.not_runnable = Some(why);
-        result.requests = Some(requests);
+        RequestResults {
+            not_runnable: Some(why),
+            ..requests.clone()
+        }
+    };
+    if let Some(why) = not_runnable_outside(set.server, set.mode) {
+        result.requests = Some(not_runnable(ctx, why));
         return Ok((result, false));
     }
     let mode = EpollMode::named(set.mode.as_str()).map_err(anyhow::Error::msg)?;
@@ -132,13 +131,7 @@ pub(crate) fn run_configuration(
             .unwrap_or_else(|e| Err(format!("checking the mode in the DUT namespace: {e}")))
     };
     if let Err(why) = check {
-        notice(
-            &mut ctx.notices,
-            format!("configuration {}", cfg.name),
-            format!("not runnable: {why}"),
-        );
-        requests.not_runnable = Some(why);
-        result.requests = Some(requests);
+        result.requests = Some(not_runnable(ctx, why));
         lab.teardown(Some(&exe))
             .context("deleting the namespaces (run `napilab lab clean`)")?;
         sysctls.revert()?;

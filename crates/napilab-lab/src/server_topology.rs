@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 
 use napilab_core::scenario::{ServerMode, Topology};
 
-use crate::netns::{cmd, delete_namespace, ns_name, sh_in};
+use crate::netns::{cmd, delete_namespace, mac_of, ns_name, sh_in, static_neighbour};
 
 pub const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 201, 3, 1);
 pub const SERVER_ADDR: Ipv4Addr = Ipv4Addr::new(10, 201, 3, 2);
@@ -118,37 +118,12 @@ impl ServerLab {
             &self.dut_ns,
             &format!("ethtool -K {} gro on >/dev/null", self.dut_dev),
         )?;
-        // Static neighbours: no ARP during a measurement.
-        let mac = |ns: &str, dev: &str| -> io::Result<String> {
-            Ok(sh_in(ns, &format!("cat /sys/class/net/{dev}/address"))?
-                .trim()
-                .to_string())
-        };
         let (cmac, smac) = (
-            mac(&self.client_ns, &self.client_dev)?,
-            mac(&self.dut_ns, &self.dut_dev)?,
+            mac_of(&self.client_ns, &self.client_dev)?,
+            mac_of(&self.dut_ns, &self.dut_dev)?,
         );
-        for (ns, ip, mac, dev) in [
-            (&self.client_ns, SERVER_ADDR, &smac, &self.client_dev),
-            (&self.dut_ns, CLIENT_ADDR, &cmac, &self.dut_dev),
-        ] {
-            cmd(
-                "ip",
-                &[
-                    "-n",
-                    ns,
-                    "neigh",
-                    "replace",
-                    &ip.to_string(),
-                    "lladdr",
-                    mac,
-                    "dev",
-                    dev,
-                    "nud",
-                    "permanent",
-                ],
-            )?;
-        }
+        static_neighbour(&self.client_ns, SERVER_ADDR, &smac, &self.client_dev)?;
+        static_neighbour(&self.dut_ns, CLIENT_ADDR, &cmac, &self.dut_dev)?;
         Ok(())
     }
 

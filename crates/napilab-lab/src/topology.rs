@@ -10,7 +10,10 @@ use napilab_core::scenario::{
     ApDirection, DutSettings, NapiContext, QdiscKind, Topology, TopologyKind,
 };
 
-use crate::netns::{cmd, cpu_mask, delete_namespace, ns_name, pin, set_irq_deferral, sh_in};
+use crate::netns::{
+    cmd, cpu_mask, delete_namespace, mac_of, ns_name, pin, set_irq_deferral, sh_in,
+    static_neighbour,
+};
 
 /// SCHED_FIFO priority of the sink veth's NAPI kthread.
 pub const SINK_NAPI_FIFO: u32 = 10;
@@ -176,29 +179,7 @@ impl Lab {
         )?;
         sh_in(d, "sysctl -qw net.ipv4.ip_forward=1")?;
         // Static neighbours: no ARP traffic or ARP-queue drops during a measurement.
-        let mac = |ns: &str, dev: &str| -> io::Result<String> {
-            Ok(sh_in(ns, &format!("cat /sys/class/net/{dev}/address"))?
-                .trim()
-                .to_string())
-        };
-        let neigh = |ns: &str, ip: Ipv4Addr, mac: &str, dev: &str| {
-            cmd(
-                "ip",
-                &[
-                    "-n",
-                    ns,
-                    "neigh",
-                    "replace",
-                    &ip.to_string(),
-                    "lladdr",
-                    mac,
-                    "dev",
-                    dev,
-                    "nud",
-                    "permanent",
-                ],
-            )
-        };
+        let (mac, neigh) = (mac_of, static_neighbour);
         neigh(g, DUT_IN_ADDR, &mac(d, &self.dut_in)?, &self.gen_dev)?;
         neigh(d, GEN_ADDR, &mac(g, &self.gen_dev)?, &self.dut_in)?;
         neigh(d, SINK_ADDR, &mac(s, &self.sink_dev)?, &self.dut_out)?;

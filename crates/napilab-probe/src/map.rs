@@ -8,7 +8,7 @@ use napilab_core::{
 };
 
 use crate::netlink::{LinkStats, NapiEntry, Netlink, QdiscStats, QueueEntry, QueueType};
-use crate::procfs::{self, Interrupts};
+use crate::procfs::{self, Interrupts, KernelThread};
 use crate::sample::Notices;
 use crate::sysfs::{self, SysfsDevice};
 
@@ -21,12 +21,22 @@ pub struct MapInputs {
     pub napis: Vec<NapiEntry>,
     pub queues: Vec<QueueEntry>,
     pub interrupts: Option<Interrupts>,
+    /// The `napi/<dev>-<n>` kthreads, which also reveal instances netdev netlink does
+    /// not list (see [`kthread_instances`]).
+    pub napi_threads: Vec<KernelThread>,
 }
 
 /// Reads the map's inputs from the live host (netlink and files under `root`).
 pub fn gather(root: &Path, netlink: Option<&mut Netlink>, notices: &mut Notices) -> MapInputs {
     let mut inputs = MapInputs {
         interrupts: procfs::read_interrupts(root).ok(),
+        napi_threads: procfs::list_packet_threads(root)
+            .map(|t| {
+                t.into_iter()
+                    .filter(|t| t.comm.starts_with("napi/"))
+                    .collect()
+            })
+            .unwrap_or_default(),
         ..MapInputs::default()
     };
     let Some(netlink) = netlink else {
@@ -271,10 +281,24 @@ pub fn build_map(
             };
             let device_irqs: Vec<&IrqInfo> =
                 irqs.iter().filter(|i| i.device == link.name).collect();
-            let napis = inputs
+            let listed: Vec<&NapiEntry> = inputs
                 .napis
                 .iter()
                 .filter(|n| n.ifindex == link.ifindex)
+                .collect();
+            let from_kthreads = if s.threaded.is_some_and(|t| t != 0) {
+                kthread_instances(
+                    root,
+                    &link.name,
+                    link.ifindex,
+                    &listed,
+                    &inputs.napi_threads,
+                )
+            } else {
+                Vec::new()
+            };
+            let napis = listed
+                .iter()
                 .map(|n| {
                     let rx_queues = queues_of(n.id, QueueType::Rx);
                     Napi {
@@ -291,6 +315,7 @@ pub fn build_map(
                         observed_polling: Vec::new(),
                     }
                 })
+                .chain(from_kthreads)
                 .collect();
             let mut rx_queues = s.rx_queues.clone();
             for q in &mut rx_queues {
@@ -330,6 +355,39 @@ pub fn build_map(
     TopologyMap { devices, irqs }
 }
 
+/// NAPI instances of a threaded device that netdev netlink does not list, found from
+/// their kthreads `napi/<dev>-<n>`: instances added without a NAPI id (the kernel names
+/// their kthreads `napi/<dev>-0`, all alike; TUN with `IFF_NAPI`, TX-only NAPIs), and,
+/// on kernels without the netdev family, every threaded instance (`n` is its id). One
+/// instance per kthread, id `n` (0: no id), polled by that kthread.
+///
+/// Kernel threads are host-wide: a device of the same name in another network
+/// namespace has kthreads of the same name, which this cannot tell apart. A name the
+/// kernel cut at 15 bytes (long device names) is not matched.
+pub fn kthread_instances(
+    root: &Path,
+    device: &str,
+    ifindex: u32,
+    listed: &[&NapiEntry],
+    threads: &[KernelThread],
+) -> Vec<Napi> {
+    let prefix = format!("napi/{device}-");
+    threads
+        .iter()
+        .filter_map(|t| {
+            let id: u32 = t.comm.strip_prefix(&prefix)?.parse().ok()?;
+            let known = listed.iter().any(|n| n.id == id || n.pid == Some(t.pid));
+            (!known).then(|| Napi {
+                id,
+                ifindex,
+                threaded: Some(true),
+                poller: Poller::Thread(thread_info(root, t.pid)),
+                ..Napi::default()
+            })
+        })
+        .collect()
+}
+
 fn napi_of(inputs: &MapInputs, ifindex: u32, kind: QueueType, id: u32) -> Option<u32> {
     inputs
         .queues
@@ -358,6 +416,49 @@ mod tests {
         );
         assert_eq!(queue_from_irq_name("mlx5_comp0@pci").as_deref(), None);
         assert_eq!(queue_from_irq_name("virtio2-config"), None);
+    }
+
+    #[test]
+    fn id_less_instances_come_from_their_kthreads() {
+        let threads: Vec<KernelThread> = [
+            (10, "napi/tun0-0"),
+            (11, "napi/tun0-0"),
+            (12, "napi/tun01-0"),
+            (13, "napi/vb-8193"),
+            (14, "napi/tun0-8200"),
+        ]
+        .iter()
+        .map(|&(pid, comm)| KernelThread {
+            pid,
+            comm: comm.into(),
+        })
+        .collect();
+        let listed = NapiEntry {
+            id: 8200,
+            ifindex: 4,
+            ..NapiEntry::default()
+        };
+        let root = Path::new("/nonexistent");
+        let found = kthread_instances(root, "tun0", 4, &[&listed], &threads);
+        let pids: Vec<u32> = found
+            .iter()
+            .map(|n| match &n.poller {
+                Poller::Thread(t) => t.pid,
+                _ => 0,
+            })
+            .collect();
+        assert_eq!(
+            pids,
+            vec![10, 11],
+            "tun01's and the listed instance's threads are not tun0's id-less ones"
+        );
+        assert!(found
+            .iter()
+            .all(|n| n.id == 0 && n.ifindex == 4 && n.threaded == Some(true)));
+        // Without netlink (old kernels) every threaded instance comes from its kthread.
+        let old = kthread_instances(root, "vb", 7, &[], &threads);
+        assert_eq!(old.len(), 1);
+        assert_eq!(old[0].id, 8193);
     }
 
     #[test]

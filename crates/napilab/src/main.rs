@@ -13,6 +13,7 @@ mod render;
 mod report_cmd;
 mod sim_cmd;
 mod tune_cmd;
+mod tunnel_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -59,6 +60,12 @@ enum Command {
     /// Offer open-loop (Poisson) or closed-loop memcached-protocol load and report QPS,
     /// latency percentiles, errors, and whether the generator was the limit.
     KvLoad(kv_cmd::LoadArgs),
+    /// The vpn topology's user-space tunnel endpoint: UDP in, ChaCha20-Poly1305 on
+    /// round-robin workers, each peer's packets into its own IFF_NAPI TUN queue; prints
+    /// its statistics at exit. `--detect`: kernel WireGuard or this endpoint.
+    TunnelEndpoint(tunnel_cmd::EndpointArgs),
+    /// Encrypting peers sending sealed UDP tunnel packets to a tunnel endpoint at a rate.
+    TunnelPeers(tunnel_cmd::PeersArgs),
     /// Serve this host's packet-path metrics to Prometheus (node_exporter-compatible raw
     /// counters and the corrected napilab_* ones) until SIGTERM; docs/export.md.
     Export(export_cmd::ExportArgs),
@@ -195,6 +202,8 @@ fn main() -> ExitCode {
         Command::Compare(args) => compare_cmd::run(args),
         Command::KvServer(args) => kv_cmd::run_server(args),
         Command::KvLoad(args) => kv_cmd::run_load(args),
+        Command::TunnelEndpoint(args) => tunnel_cmd::run_endpoint(args),
+        Command::TunnelPeers(args) => tunnel_cmd::run_peers(args),
         Command::Export(args) => export_cmd::options(args).and_then(|o| export_cmd::run(&o)),
     };
     match result {

@@ -4,8 +4,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use napilab_core::trace::NapiPollTrace;
 use napilab_core::trace::TraceInterval;
-use napilab_core::{Notice, ObservedPolling, TopologyMap};
+use napilab_core::{Napi, Notice, ObservedPolling, Poller, TopologyMap};
 use napilab_probe::observe::describe_host;
 
 use crate::render;
@@ -63,17 +64,54 @@ fn watch_polls(cpus: &[u32], window: Duration) -> Result<TraceInterval, String> 
     ))
 }
 
+/// Where polls of a device's instances without a NAPI id go (TUN with `IFF_NAPI`,
+/// TX-only NAPIs): the trace tier tells them apart only by device, so they are shown
+/// together, in one entry (id 0, polled by NET_RX softirq) added to the device, beside
+/// any id-less instances the map found from their kthreads. None when the device (name
+/// and ifindex) is not in this namespace's map.
+fn id_less_instances<'a>(
+    topology: &'a mut TopologyMap,
+    row: &NapiPollTrace,
+) -> Option<&'a mut Napi> {
+    let device = topology
+        .devices
+        .iter_mut()
+        .find(|d| d.ifindex == row.ifindex && d.name == row.device)?;
+    let is_aggregate = |n: &Napi| n.id == 0 && matches!(n.poller, Poller::Softirq { .. });
+    if !device.napis.iter().any(is_aggregate) {
+        device.napis.push(Napi {
+            id: 0,
+            ifindex: device.ifindex,
+            poller: Poller::Softirq {
+                cpus: Vec::new(),
+                how: format!(
+                    "instances of {} without a NAPI id, seen by the trace tier by device name \
+                     and shown together (it cannot tell them apart); polled on whichever \
+                     CPU schedules them, or by their napi/{}-0 kthreads when threaded",
+                    device.name, device.name
+                ),
+            },
+            ..Napi::default()
+        });
+    }
+    device.napis.iter_mut().find(|n| is_aggregate(n))
+}
+
 /// Adds the traced polls to the NAPI instances of the map. Instances seen by the trace
 /// but absent from the map belong to other network namespaces (tracepoints are
 /// host-wide); a notice counts them.
 fn attach_polling(topology: &mut TopologyMap, trace: &TraceInterval, notices: &mut Vec<Notice>) {
     let mut elsewhere = std::collections::BTreeSet::new();
     for row in &trace.napi {
-        let napi = topology
-            .devices
-            .iter_mut()
-            .flat_map(|d| d.napis.iter_mut())
-            .find(|n| n.id == row.napi_id);
+        let napi = if row.napi_id == 0 && row.ifindex != 0 {
+            id_less_instances(topology, row)
+        } else {
+            topology
+                .devices
+                .iter_mut()
+                .flat_map(|d| d.napis.iter_mut())
+                .find(|n| n.id == row.napi_id)
+        };
         let Some(napi) = napi else {
             elsewhere.insert((row.device.clone(), row.napi_id));
             continue;
