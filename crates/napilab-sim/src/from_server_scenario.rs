@@ -46,7 +46,7 @@ use crate::{ConfigError, Profile, SimConfig, SimResult};
 /// `deferral`'s per-NAPI settings: napilab-lab applies them from an inline tune profile
 /// (crates/napilab-lab/src/server_topology.rs, `DEFERRAL_PROFILE`; docs/lab.md "Modes
 /// on veth"), not from a shipped one, so the twin cannot load them by name. Keep the
-/// two equal (the note of issue 14 asks for a shipped `deferral` profile).
+/// two equal; a shipped `deferral` tune profile that both read would remove this pair.
 pub const DEFERRAL_DEFER_HARD_IRQS: u32 = 2;
 pub const DEFERRAL_GRO_FLUSH_TIMEOUT_NS: u64 = 20_000;
 
