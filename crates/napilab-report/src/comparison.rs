@@ -290,6 +290,7 @@ pub fn compare(a: &RunRecord, b: &RunRecord, pairs: &[(String, String)]) -> Comp
         }
         let conf = |r: &RunRecord, n: &str| r.configurations.iter().find(|c| c.name == n).cloned();
         if let (Some(fa), Some(fb)) = (conf(a, ca), conf(b, cb)) {
+            rows.extend(request_rows(&fa, &fb, &label(a, ca), &label(b, cb), level));
             let (la, lb) = (latencies(&fa, level), latencies(&fb, level));
             for x in la.iter().filter(|x| x.percentile == "p99") {
                 let Some(y) = lb.iter().find(|y| {
@@ -321,6 +322,66 @@ pub fn compare(a: &RunRecord, b: &RunRecord, pairs: &[(String, String)]) -> Comp
         rows,
         unmatched,
     }
+}
+
+/// The server topology's figures of two configurations side by side (a lab run and
+/// the twin's, or two lab runs): the maximum requests/s at the objective over the
+/// searches, and the p99 at each swept request rate over the repeats.
+fn request_rows(
+    a: &ConfigurationResult,
+    b: &ConfigurationResult,
+    la: &str,
+    lb: &str,
+    level: f64,
+) -> Vec<PairDifference> {
+    let (Some(qa), Some(qb)) = (&a.requests, &b.requests) else {
+        return Vec::new();
+    };
+    let mut rows = Vec::new();
+    let mut row = |metric: String, va: Vec<f64>, vb: Vec<f64>| {
+        if let (Some(ea), Some(eb)) = (Estimate::of(va, level), Estimate::of(vb, level)) {
+            rows.push(PairDifference {
+                metric,
+                a: la.to_string(),
+                b: lb.to_string(),
+                difference: welch(&ea.values, &eb.values, level),
+                a_estimate: ea,
+                b_estimate: eb,
+            });
+        }
+    };
+    if let (Some(ma), Some(mb)) = (&qa.max_qps, &qb.max_qps) {
+        row(
+            format!("max requests/s at p99 <= {} us", qa.slo_p99_us),
+            ma.searches.clone(),
+            mb.searches.clone(),
+        );
+    }
+    let sweep = |q: &napilab_core::RequestResults, qps: f64| -> Vec<f64> {
+        q.points
+            .iter()
+            .filter(|p| {
+                p.role == PointRole::Sweep && p.requested_qps == qps && p.latency.samples > 0
+            })
+            .map(|p| p.latency.p99_us)
+            .collect()
+    };
+    let mut rates: Vec<f64> = qa
+        .points
+        .iter()
+        .filter(|p| p.role == PointRole::Sweep)
+        .map(|p| p.requested_qps)
+        .collect();
+    rates.sort_by(f64::total_cmp);
+    rates.dedup();
+    for qps in rates {
+        row(
+            format!("request latency p99 us at {qps:.0} requests/s"),
+            sweep(qa, qps),
+            sweep(qb, qps),
+        );
+    }
+    rows
 }
 
 #[cfg(test)]
@@ -402,5 +463,54 @@ mod tests {
         let ci = p99.estimate.interval.as_ref().expect("interval");
         assert!(ci.method.starts_with("order statistics"), "{ci:?}");
         assert!(ci.low <= ci.high);
+    }
+
+    /// A lab configuration of the server topology beside the twin's: the maximum at the
+    /// objective over the searches and the p99 per swept rate become rows.
+    #[test]
+    fn request_maxima_and_p99_are_set_side_by_side() {
+        use napilab_core::{MaxQpsAtSlo, RequestPointResult, RequestResults};
+        let conf = |searches: Vec<f64>, p99: f64| ConfigurationResult {
+            name: "irq-suspend".into(),
+            settings: Vec::new(),
+            points: Vec::new(),
+            max_throughput: None,
+            findings: Vec::new(),
+            requests: Some(RequestResults {
+                mode: "irq-suspend".into(),
+                slo_p99_us: 500.0,
+                points: (0..2)
+                    .map(|r| RequestPointResult {
+                        repeat: r,
+                        requested_qps: 2000.0,
+                        latency: napilab_core::LatencySummary {
+                            samples: 1000,
+                            p99_us: p99 + f64::from(r),
+                            ..Default::default()
+                        },
+                        ..Default::default()
+                    })
+                    .collect(),
+                max_qps: Some(MaxQpsAtSlo {
+                    qps: searches.iter().sum::<f64>() / searches.len() as f64,
+                    searches,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        };
+        let lab = conf(vec![20_000.0, 22_000.0, 21_000.0], 300.0);
+        let twin = conf(vec![76_000.0, 77_000.0, 75_000.0], 30.0);
+        let rows = request_rows(&lab, &twin, "lab", "twin", 0.95);
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        assert!(rows[0].metric.starts_with("max requests/s at p99 <= 500"));
+        assert_eq!(rows[0].a_estimate.values, [20_000.0, 22_000.0, 21_000.0]);
+        assert!((rows[0].difference.delta - 55_000.0).abs() < 1e-6);
+        assert!(rows[1].metric.contains("at 2000 requests/s"));
+        assert!((rows[1].difference.delta + 270.0).abs() < 1e-6);
+        // Packet configurations have no request rows.
+        let mut packets = lab.clone();
+        packets.requests = None;
+        assert!(request_rows(&packets, &twin, "a", "b", 0.95).is_empty());
     }
 }

@@ -109,6 +109,9 @@ pub struct TwinPlan {
     pub configurations: Vec<TwinConfiguration>,
     /// Scenario-wide settings the twin represents only approximately or not at all.
     pub notices: Vec<Notice>,
+    /// The request workload of a server scenario (its loads are then requests/s and
+    /// `search` is None: the server's search is [`crate::from_server_scenario`]'s).
+    pub requests: Option<crate::from_server_scenario::ServerPlan>,
 }
 
 fn notice(what: impl Into<String>, why: impl Into<String>) -> Notice {
@@ -131,11 +134,7 @@ pub fn plan(scenario: &Scenario, file: &str) -> Result<TwinPlan, ConfigError> {
         ));
     }
     if s.topology.kind == TopologyKind::Server {
-        return Err(ConfigError::new(
-            file,
-            "topology.kind",
-            "the twin does not run the server topology's request workload yet: run it in the lab (napilab lab run), or model the server with a twin configuration's [[apps]] (docs/sim.md)",
-        ));
+        return crate::from_server_scenario::plan(s, file);
     }
     let m = &s.measurement;
     let mut notices = Vec::new();
@@ -228,6 +227,7 @@ pub fn plan(scenario: &Scenario, file: &str) -> Result<TwinPlan, ConfigError> {
         }),
         configurations: out,
         notices,
+        requests: None,
     })
 }
 
@@ -724,8 +724,7 @@ pub fn input_kind(text: &str) -> Result<InputKind, String> {
         .get("traffic")
         .and_then(|t| t.as_table())
         .is_some_and(|t| t.contains_key("classes"));
-    // A server scenario's load is [requests] (the plan then says the twin does not
-    // model it yet).
+    // A server scenario's load is [requests], a vpn scenario's [tunnel].
     if has_classes || table.contains_key("requests") || table.contains_key("tunnel") {
         return Ok(InputKind::Scenario);
     }

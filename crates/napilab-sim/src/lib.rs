@@ -11,6 +11,7 @@ pub mod config;
 pub mod cpu;
 pub mod event;
 pub mod from_scenario;
+pub mod from_server_scenario;
 pub mod ingress_qos;
 pub mod latency;
 pub mod napi;

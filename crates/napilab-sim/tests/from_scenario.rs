@@ -52,14 +52,22 @@ fn every_lab_scenario_maps_onto_valid_twin_configs() {
             "{name}"
         );
         let s = parse(&text, &name);
-        if matches!(
-            s.topology.kind,
-            napilab_core::scenario::TopologyKind::Server
-                | napilab_core::scenario::TopologyKind::Vpn
-        ) {
-            // Not modelled yet: refused, naming the field (docs/lab.md, "Missing").
-            let e = from_scenario::plan(&s, &name).expect_err("server scenarios are refused");
+        if s.topology.kind == napilab_core::scenario::TopologyKind::Vpn {
+            // Not mapped yet: refused, naming the field (docs/lab.md, "Missing").
+            let e = from_scenario::plan(&s, &name).expect_err("vpn scenarios are refused");
             assert_eq!(e.field, "topology.kind", "{name}: {e}");
+            continue;
+        }
+        if s.topology.kind == napilab_core::scenario::TopologyKind::Server {
+            // The request workload's own plan (tests/server_scenario.rs checks it).
+            let plan = from_scenario::plan(&s, &name).unwrap_or_else(|e| panic!("{e}"));
+            let requests = plan.requests.as_ref().expect("a server plan has requests");
+            assert_eq!(
+                requests.configurations.len(),
+                s.configurations().len(),
+                "{name}"
+            );
+            assert!(plan.search.is_none(), "{name}");
             continue;
         }
         let plan = from_scenario::plan(&s, &name).unwrap_or_else(|e| panic!("{e}"));

@@ -14,6 +14,7 @@ use napilab_core::{
 };
 use napilab_sim::calibrate::{self, LabProfile};
 use napilab_sim::from_scenario::{self, TwinPlan};
+use napilab_sim::from_server_scenario;
 use napilab_sim::{max_throughput, try_run, Profile, SimConfig, SimResult};
 
 #[derive(clap::Args)]
@@ -641,11 +642,12 @@ fn run_scenario(args: &RunArgs, text: &str) -> Result<()> {
             resolution: m.search_resolution,
         });
     }
-    if plan.loads.is_empty() && plan.search.is_none() {
+    let requests_search = plan.requests.as_ref().is_some_and(|r| r.workload.search);
+    if plan.loads.is_empty() && plan.search.is_none() && !requests_search {
         bail!("{file}: nothing to run: the scenario has no loads and no search (give --loads or --max-search)");
     }
     let mut notices: Vec<napilab_core::Notice> = plan.notices.clone();
-    if lab.testbed.is_none() {
+    if lab.testbed.is_none() && plan.requests.is_none() {
         notices.push(napilab_core::Notice {
             what: format!("profile {profile_name}"),
             why: "has no [testbed]: the generator's and the sink's CPU use on the DUT's CPUs is not modelled (use the veth-lab profile for lab scenarios)".into(),
@@ -653,7 +655,15 @@ fn run_scenario(args: &RunArgs, text: &str) -> Result<()> {
     }
     let started = unix_ms();
     let mut configurations = Vec::new();
-    for conf in &plan.configurations {
+    // A server scenario's configurations run their request load instead.
+    let packet_configurations = if plan.requests.is_some() {
+        configurations =
+            run_server_configurations(&plan, &lab.profile, &profile_name, &file, &mut notices)?;
+        &[][..]
+    } else {
+        &plan.configurations[..]
+    };
+    for conf in packet_configurations {
         let profile = conf.profile_for(&lab.profile, lab.testbed.as_ref());
         for n in &conf.notices {
             notices.push(napilab_core::Notice {
@@ -730,13 +740,66 @@ fn run_scenario(args: &RunArgs, text: &str) -> Result<()> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&record)?);
     } else {
-        print!("{}", scenario_summary(&record, &profile_name));
+        if plan.requests.is_some() {
+            print!("{}", from_server_scenario::summary(&record, &profile_name));
+        } else {
+            print!("{}", scenario_summary(&record, &profile_name));
+        }
         print!("{}", provenance_block(&lab.profile));
     }
     if !args.no_report {
         write_report(&record, &args.db)?;
     }
     Ok(())
+}
+
+/// The configurations of a server scenario on the twin: each one's request sweep and
+/// searches ([`from_server_scenario::run_configuration`]), with the server's costs on
+/// the profile and their sources among the settings.
+fn run_server_configurations(
+    plan: &TwinPlan,
+    base: &Profile,
+    profile_name: &str,
+    file: &str,
+    notices: &mut Vec<napilab_core::Notice>,
+) -> Result<Vec<ConfigurationResult>> {
+    let Some(sp) = &plan.requests else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for (i, conf) in plan.configurations.iter().enumerate() {
+        eprintln!(
+            "twin: configuration {} ({}/{})",
+            conf.name,
+            i + 1,
+            plan.configurations.len()
+        );
+        for n in &conf.notices {
+            notices.push(napilab_core::Notice {
+                what: format!("configuration {}: {}", conf.name, n.what),
+                why: n.why.clone(),
+            });
+        }
+        let profile = sp.costs.profile(&conf.profile_for(base, None));
+        let requests = from_server_scenario::run_configuration(plan, i, &mut |batch| {
+            run_batch(batch, &profile)
+                .map_err(|e| napilab_sim::ConfigError::new(file, "(run)", e.to_string()))
+        })
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut settings = conf.settings.clone();
+        settings.push(("profile".into(), profile_name.to_string()));
+        settings.extend(provenance_pairs(&profile));
+        settings.extend(sp.costs.provenance_pairs());
+        out.push(ConfigurationResult {
+            name: conf.name.clone(),
+            settings,
+            points: Vec::new(),
+            max_throughput: None,
+            findings: Vec::new(),
+            requests: Some(requests),
+        });
+    }
+    Ok(out)
 }
 
 fn write_report(record: &RunRecord, db: &Path) -> Result<()> {
@@ -844,6 +907,12 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<()> {
     let text = std::fs::read_to_string(&args.lab).with_context(|| format!("cannot read {file}"))?;
     let record: RunRecord = serde_json::from_str(&text)
         .with_context(|| format!("{file}: not a run record (results/<run id>/run.json)"))?;
+    if record.configurations.iter().any(|c| c.requests.is_some()) {
+        bail!(
+            "{file}: run {} is a server-topology run: calibration from its request points is not implemented yet (docs/sim.md, \"The server topology on the twin\", says what it needs); `napilab sim run` on the scenario uses the assumed server costs",
+            record.run_id
+        );
+    }
     let base = load_profile(&args.base)?;
     eprintln!(
         "fitting on {} of run {} (the twin re-runs the configuration at each load and bisects its search: about a minute)",

@@ -1,0 +1,993 @@
+//! The lab's `server` topology on the twin (docs/sim.md, "The server topology on the
+//! twin"): maps a server scenario's configurations (interrupt `mode`, `server`,
+//! `server_cpus`, `[requests]`) onto twin configurations with an epoll application
+//! per RX queue, runs the request-rate sweep and the lab's bisection for the highest
+//! rate whose p99 meets the objective, and returns the lab's result types
+//! ([`RequestResults`]), so the report and `napilab compare` set twin and lab side by
+//! side.
+//!
+//! How the lab's veth pair becomes the twin (docs/lab.md, "Modes on veth"):
+//! - A request is one packet into the DUT's veth RX queue; the reply is one packet out
+//!   of its egress. TCP ACKs, segmentation and the client's own work are not modelled.
+//! - In the softirq modes the request's NAPI poll runs in the NET_RX softirq of the
+//!   **client's** CPU (the sender's `veth_xmit` raises it): the queue's CPU is
+//!   `generator_cpus[q]`. `threaded` puts the NAPI kthread on `server_cpus[q]`;
+//!   `busy-wait` and `irq-suspend` poll from the server's epoll loop on its CPU.
+//! - Each mode's per-NAPI settings and the server's busy-poll parameters come from the
+//!   napilab-tune profile of the same name, as the lab applies them; `deferral` has no
+//!   shipped profile (the lab applies an inline one, see [`DEFERRAL_DEFER_HARD_IRQS`]).
+//! - A non-blocking epoll loop (`busy-wait`'s `blocking_epoll = false`) never blocks:
+//!   the twin's application busy-polls for the whole run.
+//! - The server's per-request costs and the TCP receive cost per request packet are
+//!   ASSUMED ([`ServerCosts::assumed`]) until `napilab sim calibrate` fits them from a
+//!   lab run; each says so in the configuration's `source:` settings.
+
+use std::collections::BTreeMap;
+
+use napilab_core::scenario::{RequestWorkload, Scenario, ServerEngine, ServerMode};
+use napilab_core::uncertainty::t_interval;
+use napilab_core::{
+    LatencySummary as CoreLatency, MaxQpsAtSlo, Notice, PointRole, RequestPointResult,
+    RequestResults, ServerSummary,
+};
+
+use crate::config::{
+    AppConfig, BusyPoll, ClassConfig, EgressConfig, HostConfig, IngressConfig, MeasurementConfig,
+    NapiContext, NetSettings, Pattern, RxQueueConfig, ThreadPolicy, TickMode, TrafficConfig,
+};
+use crate::from_scenario::{
+    EnginesOnPoller, TwinConfiguration, TwinPlan, LAB_HZ, LAB_KERNEL, MAX_BACKLOG, VETH_LINK_MBPS,
+    VETH_RING, VETH_WEIGHT,
+};
+use crate::latency::LatencySummary;
+use crate::profile::{ParamSource, SourceKind};
+use crate::{ConfigError, Profile, SimConfig, SimResult};
+
+/// `deferral`'s per-NAPI settings: napilab-lab applies them from an inline tune profile
+/// (crates/napilab-lab/src/server_topology.rs, `DEFERRAL_PROFILE`; docs/lab.md "Modes
+/// on veth"), not from a shipped one, so the twin cannot load them by name. Keep the
+/// two equal; a shipped `deferral` tune profile that both read would remove this pair.
+pub const DEFERRAL_DEFER_HARD_IRQS: u32 = 2;
+pub const DEFERRAL_GRO_FLUSH_TIMEOUT_NS: u64 = 20_000;
+
+/// The server's socket queue, in requests: TCP does not drop a request its socket
+/// cannot take (flow control stalls the client instead), so the twin's socket must not
+/// overflow before the objective fails.
+const SOCKET_REQUESTS: u32 = 65_536;
+/// Ethernet, IPv4 and TCP (with timestamps) headers of one request or reply segment.
+const TCP_FRAME_HEADERS: u32 = 14 + 20 + 32;
+/// `get key:0000000000\r\n`, and the reply's `VALUE <key> 0 <n>\r\n` ... `END\r\n`
+/// framing and `set`'s command line and `STORED\r\n` (crates/napilab-lab request
+/// protocol, docs/lab.md "Request workloads").
+const GET_LINE: u32 = 20;
+const VALUE_FRAMING: u32 = 34;
+const SET_LINE: u32 = 32;
+const STORED_LINE: u32 = 8;
+
+/// One mode as the twin runs it: the per-NAPI settings of the DUT's RX queues and the
+/// server's epoll side.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModeSettings {
+    pub napi: NapiContext,
+    pub defer_hard_irqs: u32,
+    pub gro_flush_timeout_ns: u64,
+    pub irq_suspend_timeout_ns: u64,
+    /// The server's busy polling (None: blocking epoll without busy poll).
+    pub busy_poll: Option<BusyPoll>,
+    /// Blocking `epoll_wait`, or a loop of `epoll_wait` with timeout 0.
+    pub blocking: bool,
+    /// Where the numbers come from.
+    pub source: String,
+}
+
+/// The per-NAPI integer `setting` of a tune profile (absent: 0, the kernel default).
+fn napi_value(p: &napilab_tune::profile::Profile, setting: &str) -> u64 {
+    p.items
+        .iter()
+        .find(|i| i.setting == setting)
+        .and_then(|i| i.value.as_integer())
+        .map_or(0, |v| u64::try_from(v).unwrap_or(0))
+}
+
+/// `mode`'s settings from napilab-tune's profile of the same name (`deferral`: the
+/// lab's inline profile's numbers).
+pub fn mode_settings(mode: ServerMode) -> Result<ModeSettings, String> {
+    if mode == ServerMode::Deferral {
+        return Ok(ModeSettings {
+            napi: NapiContext::Softirq,
+            defer_hard_irqs: DEFERRAL_DEFER_HARD_IRQS,
+            gro_flush_timeout_ns: DEFERRAL_GRO_FLUSH_TIMEOUT_NS,
+            irq_suspend_timeout_ns: 0,
+            busy_poll: None,
+            blocking: true,
+            source: "the lab's inline deferral profile (docs/lab.md, \"Modes on veth\")".into(),
+        });
+    }
+    let name = mode.as_str();
+    let (p, origin) = napilab_tune::profile::load(name)
+        .map_err(|e| format!("mode {name}: its napilab-tune profile: {e}"))?;
+    let threaded = napi_value(&p, "napi.threaded") != 0;
+    let busy_poll = p.app.as_ref().map(|a| BusyPoll {
+        // A non-blocking loop never blocks: busy-poll for as long as the run lasts.
+        usecs: if a.blocking_epoll {
+            a.busy_poll_usecs
+        } else {
+            u32::MAX
+        },
+        budget: u32::from(a.busy_poll_budget),
+        queue: 0,
+        prefer: a.prefer_busy_poll,
+    });
+    Ok(ModeSettings {
+        napi: if threaded {
+            NapiContext::Threaded
+        } else {
+            NapiContext::Softirq
+        },
+        defer_hard_irqs: u32::try_from(napi_value(&p, "napi.defer-hard-irqs")).unwrap_or(u32::MAX),
+        gro_flush_timeout_ns: napi_value(&p, "napi.gro-flush-timeout"),
+        irq_suspend_timeout_ns: napi_value(&p, "napi.irq-suspend-timeout"),
+        blocking: p.app.as_ref().is_none_or(|a| a.blocking_epoll),
+        busy_poll,
+        source: format!("napilab-tune profile {name} ({origin})"),
+    })
+}
+
+/// What a request costs the server, cycles at the profile's clock (veth-lab: 1 GHz,
+/// so cycles are ns), and where each number comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerCosts {
+    /// The server's own work per request (parse, key lookup, reply): user time.
+    pub app_user_cycles: f64,
+    /// Kernel work per request in the server's thread: `epoll_wait`, `recv`, the TCP
+    /// send of the reply and `veth_xmit`, and the client namespace's receive of the
+    /// reply, which on veth runs in the server CPU's softirq at bh-enable.
+    pub app_kernel_cycles: f64,
+    /// TCP receive of the request segment (`tcp_v4_rcv`, socket queue, the server's
+    /// wake-up) beyond the profile's per-packet UDP forwarding stages; charged on the
+    /// CPU that polls the request (the profile's `stage_cycles.unmapped`).
+    pub receive_cycles: f64,
+    /// Per call of the veth poll, whoever calls it (the profile's `fixed_cycles.poll`,
+    /// which the veth-lab profile leaves at 0): the poll's entry and its look at the
+    /// ring. It is also the length of one pass of a busy-polling loop that finds
+    /// nothing, so it must not be 0 (a busy-wait server would loop in zero time).
+    pub poll_cycles: f64,
+    /// By key (`server.app_user_cycles`, ...).
+    pub provenance: BTreeMap<String, ParamSource>,
+}
+
+impl ServerCosts {
+    /// The costs before any fit. ASSUMED from the lab's `make bench-kv` figures
+    /// (docs/lab.md, "Benchmark": the server's worker CPU per request 12-16 us on a
+    /// loaded machine, user and kernel together), split about 1:2 between the
+    /// application and the kernel, and a TCP receive of about 1.5 us.
+    pub fn assumed() -> ServerCosts {
+        let mut provenance = BTreeMap::new();
+        let why = |d: &str| ParamSource {
+            kind: SourceKind::Assumed,
+            reference: String::new(),
+            detail: d.to_string(),
+        };
+        provenance.insert(
+            "server.app_user_cycles".into(),
+            why("no lab fit yet: a third of the ~10 us per request that docs/lab.md's kv benchmark shows for the server's worker (user and system together, a loaded machine); run napilab sim calibrate on a server run"),
+        );
+        provenance.insert(
+            "server.app_kernel_cycles".into(),
+            why("no lab fit yet: two thirds of that ~10 us (recv, TCP send, veth_xmit, and the client namespace's receive of the reply in the server CPU's softirq)"),
+        );
+        provenance.insert(
+            "server.receive_cycles".into(),
+            why("no lab fit yet: TCP receive of a request segment beyond the veth-lab profile's UDP forwarding stages, about 1.5 us on this VM"),
+        );
+        provenance.insert(
+            "server.poll_cycles".into(),
+            why("no lab fit yet: an empty veth poll plus the epoll_wait system call around a busy-poll pass, about 0.5 us on this VM"),
+        );
+        ServerCosts {
+            app_user_cycles: 3_000.0,
+            app_kernel_cycles: 7_000.0,
+            receive_cycles: 1_500.0,
+            poll_cycles: 500.0,
+            provenance,
+        }
+    }
+
+    /// Every cost with its value.
+    pub fn parameters(&self) -> Vec<(&'static str, f64)> {
+        vec![
+            ("server.app_user_cycles", self.app_user_cycles),
+            ("server.app_kernel_cycles", self.app_kernel_cycles),
+            ("server.receive_cycles", self.receive_cycles),
+            ("server.poll_cycles", self.poll_cycles),
+        ]
+    }
+
+    /// `source: <key>` = `<value> (<kind>: <reference>; <detail>)` settings, as the
+    /// profile's parameters are recorded.
+    pub fn provenance_pairs(&self) -> Vec<(String, String)> {
+        self.parameters()
+            .into_iter()
+            .map(|(k, v)| {
+                let text = match self.provenance.get(k) {
+                    Some(p) if p.reference.is_empty() => {
+                        format!("{v} ({}: {})", p.kind.as_str(), p.detail)
+                    }
+                    Some(p) => format!("{v} ({}: {}; {})", p.kind.as_str(), p.reference, p.detail),
+                    None => format!("{v} (source not given)"),
+                };
+                (format!("source: {k}"), text)
+            })
+            .collect()
+    }
+}
+
+/// One server configuration beside its [`TwinConfiguration`] (same index).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerConfiguration {
+    pub name: String,
+    pub mode: ServerMode,
+    pub engine: ServerEngine,
+    pub server_cpus: Vec<u32>,
+    /// Why the lab cannot run it (memcached without epoll parameters); then no points.
+    pub not_runnable: Option<String>,
+}
+
+/// What a server scenario adds to a [`TwinPlan`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerPlan {
+    pub workload: RequestWorkload,
+    pub search_repeats: u32,
+    pub confidence: f64,
+    pub costs: ServerCosts,
+    pub configurations: Vec<ServerConfiguration>,
+}
+
+fn notice(what: impl Into<String>, why: impl Into<String>) -> Notice {
+    Notice {
+        what: what.into(),
+        why: why.into(),
+    }
+}
+
+/// Why the lab reports `engine` in `mode` as not runnable, before any kernel check (the
+/// same reason napilab-lab's server runner gives).
+pub fn not_runnable(engine: ServerEngine, mode: ServerMode) -> Option<String> {
+    (engine == ServerEngine::Memcached && mode.needs_epoll_params()).then(|| {
+        format!(
+            "memcached cannot run {}: it sets no per-epoll busy-poll parameters (EPIOCSPARAMS); napilab's server does",
+            mode.as_str()
+        )
+    })
+}
+
+/// Maps a parsed server scenario. `file` names it in errors.
+pub fn plan(s: &Scenario, file: &str) -> Result<TwinPlan, ConfigError> {
+    let w = s.requests.clone().ok_or_else(|| {
+        ConfigError::new(
+            file,
+            "requests",
+            "the server topology needs [requests] (docs/lab.md, \"The server topology\")",
+        )
+    })?;
+    let m = &s.measurement;
+    let configs = s.configurations();
+    let referenced = configs
+        .iter()
+        .flat_map(|c| {
+            c.settings
+                .generator_cpus
+                .iter()
+                .chain(&c.settings.server_cpus)
+                .copied()
+                .collect::<Vec<_>>()
+        })
+        .max()
+        .unwrap_or(0);
+    let cpus = (referenced + 1).max(2);
+    let top = w
+        .loads_qps
+        .iter()
+        .copied()
+        .chain(w.search.then_some(w.search_max_qps))
+        .fold(0.0, f64::max);
+    // Every reply stays "in flight" on the veth egress (no TX completion).
+    let tx_ring = u32::try_from((top * (m.warmup_s + m.duration_s + 0.1)).ceil() as u64 + 4096)
+        .map_err(|_| {
+            ConfigError::new(
+                file,
+                "measurement.duration_s",
+                "too many requests per point for the twin's veth egress: shorten the window or lower the rates",
+            )
+        })?;
+    let costs = ServerCosts::assumed();
+    let mut notices = vec![
+        notice(
+            "requests (TCP)",
+            "the twin carries one packet per request and one per reply: no TCP ACKs, segmentation, retransmission or flow control; a request it drops or has not answered 5 ms after the window counts as a timeout",
+        ),
+        notice(
+            "load generator",
+            "the twin's client is ideal (Poisson arrivals at the offered rate, no CPU): the lab's client costs about as much CPU per request as the server (docs/lab.md kv benchmark), shares its CPU with the requests' NAPI poll in the softirq modes and can limit a point; the twin never flags a point as client-limited",
+        ),
+        notice(
+            "latency",
+            "the twin's latency runs from the request's arrival at the DUT's veth to its reply leaving it; the lab's from the intended send time to the reply read by the client, which adds the client's send, the reply's wake-up of the client and its read",
+        ),
+        notice(
+            "server costs",
+            "the server's per-request costs and the TCP receive cost are assumed (see each configuration's source: server.* settings) until napilab sim calibrate fits them from a server run",
+        ),
+    ];
+    if m.trace != napilab_core::scenario::TraceTier::Off {
+        notices.push(notice(
+            "measurement.trace",
+            "the twin's CPU by context and polls by context are its own (model), not the trace tier's",
+        ));
+    }
+    let mut twins = Vec::new();
+    let mut servers = Vec::new();
+    for c in &configs {
+        let r = &c.settings;
+        let server_cpus = if r.server_cpus.is_empty() {
+            vec![cpus - 1]
+        } else {
+            r.server_cpus.clone()
+        };
+        let mode = mode_settings(r.mode)
+            .map_err(|e| ConfigError::new(file, format!("configuration {:?}: mode", c.name), e))?;
+        twins.push(map_configuration(
+            s,
+            &w,
+            &c.name,
+            r,
+            &mode,
+            &server_cpus,
+            cpus,
+            tx_ring,
+            file,
+        )?);
+        servers.push(ServerConfiguration {
+            name: c.name.clone(),
+            mode: r.mode,
+            engine: r.server,
+            server_cpus,
+            not_runnable: not_runnable(r.server, r.mode),
+        });
+    }
+    Ok(TwinPlan {
+        name: s.name.clone(),
+        loads: w.loads_qps.clone(),
+        seeds: (0..m.repeats.max(1))
+            .map(|r| s.traffic.seed.wrapping_add(u64::from(r)))
+            .collect(),
+        loss_threshold: 0.0,
+        search: None,
+        configurations: twins,
+        notices,
+        requests: Some(ServerPlan {
+            workload: w,
+            search_repeats: m.search_repeats.max(1),
+            confidence: m.confidence_level,
+            costs,
+            configurations: servers,
+        }),
+    })
+}
+
+/// Average request and reply sizes of the get/set mix, bytes on the wire.
+fn frame_sizes(w: &RequestWorkload) -> (u32, u32) {
+    let g = w.get_fraction;
+    let v = w.value_size as f64;
+    let request = g * f64::from(GET_LINE) + (1.0 - g) * (f64::from(SET_LINE) + v + 2.0);
+    let reply = g * (f64::from(VALUE_FRAMING) + v) + (1.0 - g) * f64::from(STORED_LINE);
+    let frame = |payload: f64| (payload.round() as u32).saturating_add(TCP_FRAME_HEADERS);
+    (frame(request), frame(reply).clamp(60, 65_535))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn map_configuration(
+    s: &Scenario,
+    w: &RequestWorkload,
+    name: &str,
+    r: &napilab_core::scenario::DutSettings,
+    mode: &ModeSettings,
+    server_cpus: &[u32],
+    cpus: u32,
+    tx_ring: u32,
+    file: &str,
+) -> Result<TwinConfiguration, ConfigError> {
+    let mut notices = Vec::new();
+    let nq = s.topology.ingress_queues.max(1) as usize;
+    let pick = |list: &[u32], q: usize| list.get(q % list.len().max(1)).copied().unwrap_or(0);
+    let client_cpu = |q: usize| pick(&r.generator_cpus, q);
+    let server_cpu = |q: usize| pick(server_cpus, q);
+    let mut poller_cpus = Vec::with_capacity(nq);
+    let mut queues = Vec::with_capacity(nq);
+    for q in 0..nq {
+        let cpu = match mode.napi {
+            // No server mode maps onto a workqueue; were one to, it would run where
+            // the server's CPUs are, as the kthreads do.
+            NapiContext::Threaded | NapiContext::Workqueue => server_cpu(q),
+            NapiContext::Softirq => client_cpu(q),
+        };
+        poller_cpus.push(cpu);
+        queues.push(RxQueueConfig {
+            cpu,
+            napi: mode.napi,
+            thread: ThreadPolicy::default(),
+            defer_hard_irqs: mode.defer_hard_irqs,
+            gro_flush_timeout_ns: mode.gro_flush_timeout_ns,
+            irq_suspend_timeout_ns: mode.irq_suspend_timeout_ns,
+            rps_cpus: Vec::new(),
+            rings: Vec::new(),
+            ring_poll: Default::default(),
+        });
+    }
+    if !r.gro {
+        notices.push(notice(
+            "gro = false",
+            "the lab's server veth always has GRO on (its NAPI instance exists only with GRO); the twin maps the queue as with GRO",
+        ));
+    }
+    if !r.rps_cpus.is_empty() || r.napi != napilab_core::scenario::NapiContext::Softirq {
+        notices.push(notice(
+            "dut.napi / dut.rps_cpus",
+            "the server topology sets its NAPI context through the mode; the twin, like the lab, ignores these fields",
+        ));
+    }
+    let (request_bytes, reply_bytes) = frame_sizes(w);
+    let apps: Vec<AppConfig> = (0..nq)
+        .map(|q| AppConfig {
+            name: format!("worker-{q}"),
+            cpu: server_cpu(q),
+            fifo_priority: None,
+            kernel_cycles_per_packet: 0.0,
+            user_cycles_per_packet: 0.0,
+            reply_bytes: Some(reply_bytes),
+            socket_limit: SOCKET_REQUESTS,
+            busy_poll: mode.busy_poll.map(|b| BusyPoll {
+                queue: q as u32,
+                ..b
+            }),
+        })
+        .collect();
+    let classes = (0..nq)
+        .map(|q| ClassConfig {
+            name: format!("requests-q{q}"),
+            share: 1.0,
+            size_bytes: request_bytes,
+            queue: Some(q as u32),
+            ring: None,
+            app: Some(format!("worker-{q}")),
+            closed_loop: None,
+        })
+        .collect();
+    let config = SimConfig {
+        name: format!("{} {}", s.name, name),
+        host: HostConfig {
+            cpus,
+            hz: LAB_HZ,
+            kernel: LAB_KERNEL.into(),
+            tick: TickMode::NohzIdle,
+        },
+        settings: NetSettings {
+            netdev_budget: r.netdev_budget.unwrap_or(300),
+            netdev_budget_usecs: r.netdev_budget_usecs,
+            weight: VETH_WEIGHT,
+            max_backlog: MAX_BACKLOG,
+            max_softirq_restart: crate::softirq::MAX_SOFTIRQ_RESTART,
+        },
+        ingress: IngressConfig {
+            name: "dut-veth".into(),
+            rx_ring_size: VETH_RING,
+            rx_usecs: 0,
+            rx_frames: 0,
+            queues,
+        },
+        egress: EgressConfig {
+            name: "dut-veth-out".into(),
+            qdisc_limit: MAX_BACKLOG,
+            tx_ring_size: tx_ring,
+            link_mbps: VETH_LINK_MBPS,
+            // The completion timer fires after the run: veth has no TX completions.
+            tx_usecs: u32::MAX,
+            tx_frames: 0,
+            tx_work_limit: 256,
+            ..EgressConfig::default()
+        },
+        traffic: TrafficConfig {
+            rate_pps: w.loads_qps.first().copied().unwrap_or(w.search_max_qps),
+            pattern: Pattern::Poisson,
+            classes,
+        },
+        measurement: MeasurementConfig {
+            duration_ms: s.measurement.duration_s * 1000.0,
+            warmup_ms: s.measurement.warmup_s * 1000.0,
+            interval_ms: None,
+        },
+        apps,
+        tunnel: None,
+    };
+    config.validate(&format!(
+        "{file} configuration {name:?} (mapped for the twin)"
+    ))?;
+    let mut settings = vec![("topology".to_string(), "server".to_string())];
+    settings.extend(r.server_pairs());
+    settings.retain(|(k, _)| k != "server_cpus");
+    settings.push((
+        "server_cpus".into(),
+        napilab_core::scenario::cpu_list(server_cpus),
+    ));
+    settings.push((
+        "twin mode".into(),
+        format!(
+            "{}: defer-hard-irqs {}, gro-flush-timeout {} ns, irq-suspend-timeout {} ns, {}; {}",
+            r.mode.as_str(),
+            mode.defer_hard_irqs,
+            mode.gro_flush_timeout_ns,
+            mode.irq_suspend_timeout_ns,
+            match (mode.busy_poll, mode.blocking) {
+                (None, _) => "blocking epoll, no busy poll".to_string(),
+                (Some(b), true) => format!(
+                    "blocking epoll, busy_poll_usecs {}, budget {}, prefer-busy-poll {}",
+                    b.usecs, b.budget, b.prefer
+                ),
+                (Some(b), false) => format!(
+                    "non-blocking epoll loop (busy-polls for the whole run), budget {}, prefer-busy-poll {}",
+                    b.budget, b.prefer
+                ),
+            },
+            mode.source
+        ),
+    ));
+    settings.push((
+        "twin poller".into(),
+        format!(
+            "{} on cpu {}",
+            match (mode.napi, mode.busy_poll.is_some()) {
+                (NapiContext::Threaded, _) => "NAPI kthread",
+                (NapiContext::Workqueue, _) => "workqueue worker",
+                (NapiContext::Softirq, false) => "NET_RX softirq of the client's CPU",
+                (NapiContext::Softirq, true) =>
+                    "the server's busy poll; NET_RX softirq of the client's CPU while its IRQ is not masked",
+            },
+            napilab_core::scenario::cpu_list(&poller_cpus)
+        ),
+    ));
+    Ok(TwinConfiguration {
+        name: name.to_string(),
+        settings,
+        config,
+        poller_cpus,
+        napi: mode.napi,
+        engines_on_poller: EnginesOnPoller::default(),
+        notices,
+    })
+}
+
+impl ServerCosts {
+    /// The twin configuration `config` with these costs on its applications.
+    pub fn apply(&self, config: &SimConfig) -> SimConfig {
+        let mut c = config.clone();
+        for a in &mut c.apps {
+            a.user_cycles_per_packet = self.app_user_cycles;
+            a.kernel_cycles_per_packet = self.app_kernel_cycles;
+        }
+        c
+    }
+
+    /// `base` with the TCP receive cost on the request's poll (`stage_cycles.unmapped`)
+    /// and the per-call poll cost (`fixed_cycles.poll`), their provenance saying so.
+    pub fn profile(&self, base: &Profile) -> Profile {
+        let mut p = base.clone();
+        p.stage_cycles.unmapped += self.receive_cycles;
+        p.fixed_cycles.poll = self.poll_cycles;
+        let mut source = |param: &str, key: &str, how: String| {
+            let src = self.provenance.get(key);
+            p.provenance.insert(
+                param.into(),
+                ParamSource {
+                    kind: src.map_or(SourceKind::Assumed, |s| s.kind),
+                    reference: src.map(|s| s.reference.clone()).unwrap_or_default(),
+                    detail: format!(
+                        "{} (server topology: {how})",
+                        src.map_or("", |s| s.detail.as_str())
+                    ),
+                },
+            );
+        };
+        source(
+            "stage_cycles.unmapped",
+            "server.receive_cycles",
+            format!(
+                "the base profile's {} plus server.receive_cycles {}, the TCP receive of a request",
+                base.stage_cycles.unmapped, self.receive_cycles
+            ),
+        );
+        source(
+            "fixed_cycles.poll",
+            "server.poll_cycles",
+            format!(
+                "server.poll_cycles {} replaces the base profile's {}",
+                self.poll_cycles, base.fixed_cycles.poll
+            ),
+        );
+        p
+    }
+}
+
+/// Merges the latency of several classes (the per-queue request streams).
+fn merged_latency(r: &SimResult) -> CoreLatency {
+    let classes: Vec<&LatencySummary> = r.model.classes.iter().map(|c| &c.latency).collect();
+    if let [one] = classes.as_slice() {
+        return core_latency(one);
+    }
+    let mut hist: BTreeMap<u64, (f64, u64)> = BTreeMap::new();
+    let (mut n, mut sum, mut max) = (0u64, 0.0, 0.0f64);
+    for l in &classes {
+        n += l.packets;
+        sum += l.mean_us * l.packets as f64;
+        max = max.max(l.max_us);
+        for &(hi, k) in &l.histogram {
+            // Bucket bounds are the same floats in every class: key them by their bits.
+            hist.entry(hi.to_bits()).or_insert((hi, 0)).1 += k;
+        }
+    }
+    let mut buckets: Vec<(f64, u64)> = hist.into_values().collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let quantile = |q: f64| {
+        let want = (q * n as f64).ceil() as u64;
+        let mut seen = 0;
+        for &(hi, k) in &buckets {
+            seen += k;
+            if seen >= want.max(1) {
+                return hi.min(max);
+            }
+        }
+        max
+    };
+    CoreLatency {
+        samples: n,
+        mean_us: if n > 0 { sum / n as f64 } else { 0.0 },
+        p50_us: quantile(0.5),
+        p90_us: quantile(0.9),
+        p99_us: quantile(0.99),
+        p999_us: quantile(0.999),
+        max_us: max,
+        histogram: buckets,
+    }
+}
+
+fn core_latency(l: &LatencySummary) -> CoreLatency {
+    CoreLatency {
+        samples: l.packets,
+        mean_us: l.mean_us,
+        p50_us: l.p50_us,
+        p90_us: l.p90_us,
+        p99_us: l.p99_us,
+        p999_us: l.p999_us,
+        max_us: l.max_us,
+        histogram: l.histogram.clone(),
+    }
+}
+
+/// One twin run as a lab request point: the client's view (offered, answered,
+/// latency), the server's requests and CPU, the server CPUs' time by context and the
+/// DUT queue's polls by context, all the model's own.
+pub fn request_point(
+    r: &SimResult,
+    role: PointRole,
+    repeat: u32,
+    qps: f64,
+    server_cpus: &[u32],
+    slo_p99_us: f64,
+) -> RequestPointResult {
+    let m = &r.model;
+    let duration = m.duration_s.max(f64::MIN_POSITIVE);
+    let offered: u64 = m.classes.iter().map(|c| c.offered).sum();
+    let answered: u64 = m.classes.iter().map(|c| c.forwarded).sum();
+    let latency = merged_latency(r);
+    let timeouts = offered.saturating_sub(answered);
+    let achieved = answered as f64 / duration;
+    let mut sum = CpuSums::default();
+    for c in m
+        .totals
+        .cpus
+        .iter()
+        .filter(|c| server_cpus.contains(&c.cpu))
+    {
+        sum.add(c);
+    }
+    let mut polls = [0.0f64; 3];
+    for c in &m.totals.cpus {
+        polls[0] += c.polls_per_s - c.napi_thread_polls_per_s - c.busy_polls_per_s;
+        polls[1] += c.napi_thread_polls_per_s;
+        polls[2] += c.busy_polls_per_s;
+    }
+    let napi_polls_per_s: Vec<(String, f64)> = ["softirq (model)", "napi kthread", "busy poll"]
+        .iter()
+        .zip(polls)
+        .filter(|(_, v)| *v > 0.0)
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    RequestPointResult {
+        role,
+        repeat,
+        duration_s: m.duration_s,
+        requested_qps: qps,
+        offered_qps: offered as f64 / duration,
+        achieved_qps: achieved,
+        meets_slo: timeouts == 0 && latency.samples > 0 && latency.p99_us <= slo_p99_us,
+        latency,
+        errors: 0,
+        timeouts,
+        client_limited: false,
+        client_reasons: Vec::new(),
+        client_cpu_busy: 0.0,
+        server: ServerSummary {
+            requests: answered,
+            cpu_busy: sum.worker,
+            ..ServerSummary::default()
+        },
+        cpu_per_request_us: (achieved > 0.0).then(|| sum.busy / achieved * 1e6),
+        cpu: sum.split(),
+        napi_polls_per_s,
+        empty_polls_per_s: None,
+        observation: Some(r.observation.clone()),
+    }
+}
+
+/// The server CPUs' time by what ran there, summed over those CPUs.
+#[derive(Default)]
+struct CpuSums {
+    user: f64,
+    app_system: f64,
+    busy_poll: f64,
+    napi_thread: f64,
+    other_kthread: f64,
+    softirq_irq_exit: f64,
+    softirq_bh_enable: f64,
+    ksoftirqd: f64,
+    hardirq: f64,
+    busy: f64,
+    /// The server's workers: user, system calls, busy polling, context switches.
+    worker: f64,
+}
+
+impl CpuSums {
+    fn add(&mut self, c: &crate::CpuReport) {
+        self.user += c.user;
+        self.app_system += c.app_system;
+        self.busy_poll += c.busy_poll;
+        self.napi_thread += c.napi_thread;
+        let other = (c.kthread - c.napi_thread - c.busy_poll - c.app_system).max(0.0);
+        self.other_kthread += other;
+        self.softirq_bh_enable += c.softirq_bh_enable;
+        self.softirq_irq_exit += (c.softirq_inline - c.softirq_bh_enable).max(0.0);
+        self.ksoftirqd += c.ksoftirqd;
+        self.hardirq += c.hardirq;
+        self.busy += c.busy;
+        self.worker += c.user + c.app_system + c.busy_poll + other;
+    }
+
+    fn split(&self) -> Vec<(String, f64)> {
+        [
+            ("user (model)", self.user),
+            ("system calls (model)", self.app_system),
+            ("busy poll (model)", self.busy_poll),
+            ("napi kthread (model)", self.napi_thread),
+            ("context switches (model)", self.other_kthread),
+            ("softirq after hardirq (model)", self.softirq_irq_exit),
+            ("softirq at bh-enable (model)", self.softirq_bh_enable),
+            ("ksoftirqd (model)", self.ksoftirqd),
+            ("hardirq (model)", self.hardirq),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+}
+
+/// A batch of twin runs: (config, seed) in, results in the same order.
+pub type RunMany<'a> = dyn FnMut(&[(SimConfig, u64)]) -> Result<Vec<SimResult>, ConfigError> + 'a;
+
+/// Runs configuration `index` of `plan` (a server plan): the sweep (every load and
+/// repeat, one batch), then `search_repeats` bisections on the offered rate from 0 to
+/// `search_max_qps`, `search_iterations` steps each, as napilab-lab's server runner
+/// searches (the searches advance in lockstep, one batch per step, each with its own
+/// seed). `run_many` runs with the plan's costs on the profile
+/// ([`ServerCosts::profile`]); the costs on the applications are put here.
+pub fn run_configuration(
+    plan: &TwinPlan,
+    index: usize,
+    run_many: &mut RunMany<'_>,
+) -> Result<RequestResults, ConfigError> {
+    let sp = plan.requests.as_ref().ok_or_else(|| {
+        ConfigError::new(&plan.name, "topology.kind", "not a server scenario's plan")
+    })?;
+    let (conf, server) = match (plan.configurations.get(index), sp.configurations.get(index)) {
+        (Some(c), Some(s)) => (c, s),
+        _ => {
+            return Err(ConfigError::new(
+                &plan.name,
+                "configurations",
+                format!("no configuration {index}"),
+            ))
+        }
+    };
+    let w = &sp.workload;
+    let mut out = RequestResults {
+        engine: server.engine.as_str().into(),
+        mode: server.mode.as_str().into(),
+        slo_p99_us: w.slo_p99_us,
+        not_runnable: server.not_runnable.clone(),
+        ..RequestResults::default()
+    };
+    if out.not_runnable.is_some() {
+        return Ok(out);
+    }
+    let base = sp.costs.apply(&conf.config);
+    let at = |qps: f64| {
+        let mut c = base.clone();
+        c.traffic.rate_pps = qps;
+        c
+    };
+    let point = |r: &SimResult, role, repeat, qps| {
+        request_point(r, role, repeat, qps, &server.server_cpus, w.slo_p99_us)
+    };
+    let mut batch = Vec::new();
+    let mut meta = Vec::new();
+    for &qps in &plan.loads {
+        for (repeat, seed) in plan.seeds.iter().enumerate() {
+            batch.push((at(qps), *seed));
+            meta.push((qps, repeat as u32));
+        }
+    }
+    if !batch.is_empty() {
+        let results = run_many(&batch)?;
+        for (r, (qps, repeat)) in results.iter().zip(meta) {
+            out.points.push(point(r, PointRole::Sweep, repeat, qps));
+        }
+    }
+    if !w.search {
+        return Ok(out);
+    }
+    let first_seed = plan.seeds.first().copied().unwrap_or(1);
+    let n = sp.search_repeats as usize;
+    let mut bounds = vec![(0.0f64, w.search_max_qps); n];
+    let mut lo_cpu: Vec<Option<f64>> = vec![None; n];
+    for _ in 0..w.search_iterations {
+        let mids: Vec<f64> = bounds
+            .iter()
+            .map(|(lo, hi)| ((lo + hi) / 2.0).round())
+            .collect();
+        let batch: Vec<(SimConfig, u64)> = mids
+            .iter()
+            .enumerate()
+            .map(|(i, &q)| (at(q), first_seed.wrapping_add(1000 + i as u64)))
+            .collect();
+        let results = run_many(&batch)?;
+        for (i, r) in results.iter().enumerate() {
+            let p = point(r, PointRole::Search, i as u32, mids[i]);
+            if p.meets_slo {
+                bounds[i].0 = mids[i];
+                lo_cpu[i] = p.cpu_per_request_us;
+            } else {
+                bounds[i].1 = mids[i];
+            }
+            out.points.push(p);
+        }
+    }
+    let answers: Vec<f64> = bounds.iter().map(|(lo, _)| *lo).collect();
+    let mut notes = Vec::new();
+    for (i, (_, hi)) in bounds.iter().enumerate() {
+        if *hi >= w.search_max_qps {
+            notes.push(format!(
+                "search {}: met the objective up to search_max_qps ({:.0}): raise it",
+                i + 1,
+                w.search_max_qps
+            ));
+        }
+    }
+    let best = (0..n).max_by(|a, b| answers[*a].total_cmp(&answers[*b]));
+    out.max_qps = Some(MaxQpsAtSlo {
+        qps: answers.iter().sum::<f64>() / n.max(1) as f64,
+        interval: t_interval(&answers, sp.confidence).map(|ci| (ci.low.max(0.0), ci.high)),
+        searches: answers,
+        confidence: sp.confidence,
+        cpu_per_request_us: best.and_then(|i| lo_cpu[i]),
+        note: if notes.is_empty() {
+            format!(
+                "twin: bisection on the offered rate, {} steps from 0 to {:.0} requests/s, {} searches (seeds {}..)",
+                w.search_iterations,
+                w.search_max_qps,
+                n,
+                first_seed.wrapping_add(1000)
+            )
+        } else {
+            notes.join("; ")
+        },
+    });
+    Ok(out)
+}
+
+/// The text summary of a twin run of a server scenario: each configuration's points
+/// (requested and achieved rate, p50/p99/p99.9, the objective, CPU per request, polls
+/// by context) and its maximum at the objective.
+pub fn summary(record: &napilab_core::RunRecord, profile: &str) -> String {
+    let mut out = format!(
+        "twin run {} (model) of server scenario {} on profile {profile}; every figure is source `model`\n",
+        record.run_id, record.scenario_name
+    );
+    out.push_str(&format!(
+        "{:<26} {:<6} {:>10} {:>10} {:>8} {:>8} {:>8} {:<6} {:>9}  {}\n",
+        "configuration",
+        "role",
+        "req/s",
+        "achieved",
+        "p50 us",
+        "p99 us",
+        "p99.9 us",
+        "slo",
+        "cpu/req us",
+        "polls/s by context"
+    ));
+    for c in &record.configurations {
+        let Some(q) = &c.requests else { continue };
+        if let Some(why) = &q.not_runnable {
+            out.push_str(&format!("{:<26} not runnable: {why}\n", c.name));
+            continue;
+        }
+        for p in &q.points {
+            out.push_str(&format!(
+                "{:<26} {:<6} {:>10.0} {:>10.0} {:>8.0} {:>8.0} {:>8.0} {:<6} {:>9}  {}\n",
+                c.name,
+                match p.role {
+                    PointRole::Sweep => "sweep",
+                    PointRole::Search => "search",
+                },
+                p.requested_qps,
+                p.achieved_qps,
+                p.latency.p50_us,
+                p.latency.p99_us,
+                p.latency.p999_us,
+                if p.meets_slo { "met" } else { "missed" },
+                p.cpu_per_request_us
+                    .map_or_else(|| "-".to_string(), |v| format!("{v:.1}")),
+                p.napi_polls_per_s
+                    .iter()
+                    .map(|(k, v)| format!("{k} {v:.0}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    }
+    out.push_str("maximum requests/s at the objective (the lab's bisection on the twin)\n");
+    for c in &record.configurations {
+        let Some(q) = &c.requests else { continue };
+        let Some(m) = &q.max_qps else { continue };
+        out.push_str(&format!(
+            "  {:<26} {:>8.0} (p99 <= {} us){}; searches {}; CPU per request {}; {}\n",
+            c.name,
+            m.qps,
+            q.slo_p99_us,
+            m.interval.map_or_else(String::new, |(lo, hi)| format!(
+                ", [{lo:.0}, {hi:.0}] at {:.0}%",
+                m.confidence * 100.0
+            )),
+            m.searches
+                .iter()
+                .map(|v| format!("{v:.0}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            m.cpu_per_request_us
+                .map_or_else(|| "-".to_string(), |v| format!("{v:.1} us")),
+            m.note
+        ));
+    }
+    for n in &record.notices {
+        out.push_str(&format!("note: {}: {}\n", n.what, n.why));
+    }
+    out
+}

@@ -1,0 +1,290 @@
+//! The lab's server topology on the twin (docs/sim.md, "The server topology on the
+//! twin"): scenarios/server-modes.toml maps onto one valid twin configuration per
+//! mode with the settings of the mode's napilab-tune profile, memcached's busy-poll
+//! modes are reported not runnable as the lab reports them, and a short twin run gives
+//! request points and a maximum at the objective with the behaviour the study reports.
+
+use std::path::PathBuf;
+
+use napilab_core::scenario::{self, Scenario, ServerMode};
+use napilab_core::RequestResults;
+use napilab_sim::calibrate::LabProfile;
+use napilab_sim::config::NapiContext;
+use napilab_sim::from_scenario::{self, TwinPlan};
+use napilab_sim::from_server_scenario::{self, DEFERRAL_DEFER_HARD_IRQS};
+use napilab_sim::{ConfigError, SimConfig, SimResult};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn parse(text: &str, name: &str) -> Scenario {
+    scenario::parse(text, name, Some(2)).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn plan_of(s: &Scenario, name: &str) -> TwinPlan {
+    from_scenario::plan(s, name).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The per-NAPI integer setting of a shipped tune profile.
+fn tune_value(profile: &str, setting: &str) -> u64 {
+    let (p, _) = napilab_tune::profile::load(profile).expect("shipped tune profile");
+    p.items
+        .iter()
+        .find(|i| i.setting == setting)
+        .and_then(|i| i.value.as_integer())
+        .map_or(0, |v| v as u64)
+}
+
+#[test]
+fn server_modes_maps_each_mode_as_its_tune_profile_says() {
+    let name = "scenarios/server-modes.toml";
+    let text = std::fs::read_to_string(root().join(name)).expect("scenario file");
+    let s = parse(&text, name);
+    let plan = plan_of(&s, name);
+    let sp = plan.requests.as_ref().expect("server plan");
+    assert_eq!(plan.configurations.len(), 6);
+    assert_eq!(sp.configurations.len(), 6);
+    assert_eq!(plan.loads, [2000.0, 10000.0, 30000.0]);
+    let client_cpu = 0;
+    let server_cpu = 1;
+    for (conf, server) in plan.configurations.iter().zip(&sp.configurations) {
+        conf.config
+            .validate(name)
+            .unwrap_or_else(|e| panic!("{}: {e}", conf.name));
+        let q = &conf.config.ingress.queues[0];
+        let app = &conf.config.apps[0];
+        assert_eq!(
+            app.cpu, server_cpu,
+            "{}: the worker on server_cpus",
+            conf.name
+        );
+        assert!(
+            app.reply_bytes.is_some(),
+            "{}: every request is answered",
+            conf.name
+        );
+        let class = &conf.config.traffic.classes[0];
+        assert_eq!(class.app.as_deref(), Some(app.name.as_str()));
+        // The lab's modes as the tune profiles say (deferral: the lab's inline one).
+        let profile = server.mode.as_str();
+        match server.mode {
+            ServerMode::NoCoalescing | ServerMode::IrqSuspend | ServerMode::BusyWait => {
+                assert_eq!(
+                    u64::from(q.defer_hard_irqs),
+                    tune_value(profile, "napi.defer-hard-irqs"),
+                    "{}",
+                    conf.name
+                );
+                assert_eq!(
+                    q.gro_flush_timeout_ns,
+                    tune_value(profile, "napi.gro-flush-timeout"),
+                    "{}",
+                    conf.name
+                );
+                assert_eq!(
+                    q.irq_suspend_timeout_ns,
+                    tune_value(profile, "napi.irq-suspend-timeout"),
+                    "{}",
+                    conf.name
+                );
+            }
+            ServerMode::Deferral => {
+                assert_eq!(q.defer_hard_irqs, DEFERRAL_DEFER_HARD_IRQS);
+                assert_eq!(q.gro_flush_timeout_ns, 20_000);
+                assert_eq!(q.irq_suspend_timeout_ns, 0);
+            }
+            ServerMode::Threaded => {}
+        }
+        match server.mode {
+            ServerMode::Threaded => {
+                assert_eq!(q.napi, NapiContext::Threaded);
+                assert_eq!(q.cpu, server_cpu, "threaded: the kthread on server_cpus");
+                assert!(app.busy_poll.is_none());
+            }
+            mode => {
+                assert_eq!(q.napi, NapiContext::Softirq, "{}", conf.name);
+                assert_eq!(
+                    q.cpu, client_cpu,
+                    "{}: veth polls in the sender's (client's) softirq",
+                    conf.name
+                );
+                let tune_app = mode
+                    .needs_epoll_params()
+                    .then(|| {
+                        napilab_tune::profile::load(profile)
+                            .expect("tune profile")
+                            .0
+                            .app
+                    })
+                    .flatten();
+                match (mode.needs_epoll_params(), app.busy_poll, tune_app) {
+                    (false, None, None) => {}
+                    (true, Some(b), Some(a)) => {
+                        assert_eq!(b.budget, u32::from(a.busy_poll_budget), "{}", conf.name);
+                        assert_eq!(b.prefer, a.prefer_busy_poll, "{}", conf.name);
+                        if a.blocking_epoll {
+                            assert_eq!(b.usecs, a.busy_poll_usecs, "{}", conf.name);
+                        } else {
+                            assert_eq!(b.usecs, u32::MAX, "a non-blocking loop never blocks");
+                        }
+                    }
+                    other => panic!("{}: busy poll {other:?}", conf.name),
+                }
+            }
+        }
+        assert!(server.not_runnable.is_none(), "{}", conf.name);
+    }
+    let memcached = &sp.configurations[5];
+    assert_eq!(memcached.engine.as_str(), "memcached");
+}
+
+#[test]
+fn memcached_busy_poll_modes_are_not_runnable_and_bad_input_is_named() {
+    let text = r#"
+name = "t"
+[topology]
+kind = "server"
+[dut]
+generator_cpus = [0]
+server_cpus = [1]
+[requests]
+loads_qps = [1000]
+search = false
+[[configurations]]
+name = "mc/busy-wait"
+set = { mode = "busy-wait", server = "memcached" }
+[[configurations]]
+name = "mc/irq-suspend"
+set = { mode = "irq-suspend", server = "memcached" }
+"#;
+    let s = parse(text, "t.toml");
+    let plan = plan_of(&s, "t.toml");
+    let sp = plan.requests.as_ref().expect("server plan");
+    for (i, c) in sp.configurations.iter().enumerate() {
+        let why = c.not_runnable.as_deref().expect("not runnable");
+        assert!(why.contains("EPIOCSPARAMS"), "{why}");
+        let r = from_server_scenario::run_configuration(&plan, i, &mut |_| {
+            panic!("a configuration that is not runnable must not run")
+        })
+        .expect("reported, not an error");
+        assert_eq!(r.not_runnable.as_deref(), Some(why));
+        assert!(r.points.is_empty() && r.max_qps.is_none());
+    }
+    // A server scenario without [requests] is refused naming the field.
+    let mut bad = s.clone();
+    bad.requests = None;
+    let e = from_scenario::plan(&bad, "t.toml").expect_err("no requests");
+    assert_eq!(e.field, "requests", "{e}");
+}
+
+fn run_serial(
+    batch: &[(SimConfig, u64)],
+    profile: &napilab_sim::Profile,
+) -> Result<Vec<SimResult>, ConfigError> {
+    batch
+        .iter()
+        .map(|(c, seed)| napilab_sim::try_run(c, profile, *seed))
+        .collect()
+}
+
+fn run_mode(plan: &TwinPlan, i: usize) -> RequestResults {
+    let lab = LabProfile::load("veth-lab").expect("veth-lab");
+    let sp = plan.requests.as_ref().expect("server plan");
+    let profile = sp
+        .costs
+        .profile(&plan.configurations[i].profile_for(&lab.profile, None));
+    from_server_scenario::run_configuration(plan, i, &mut |b| run_serial(b, &profile))
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn a_short_twin_run_gives_request_points_and_a_maximum() {
+    let text = r#"
+name = "short"
+[topology]
+kind = "server"
+[dut]
+generator_cpus = [0]
+server_cpus = [1]
+[requests]
+loads_qps = [2000, 40000]
+slo_p99_us = 500
+search = true
+search_max_qps = 120000
+search_iterations = 4
+[measurement]
+duration_s = 0.2
+warmup_s = 0.05
+search_repeats = 2
+[[configurations]]
+name = "busy-wait"
+set = { mode = "busy-wait" }
+[[configurations]]
+name = "irq-suspend"
+set = { mode = "irq-suspend" }
+"#;
+    let s = parse(text, "short.toml");
+    let plan = plan_of(&s, "short.toml");
+    let busy = run_mode(&plan, 0);
+    let suspend = run_mode(&plan, 1);
+    for r in [&busy, &suspend] {
+        // 2 sweep points, 2 searches x 4 steps.
+        assert_eq!(r.points.len(), 2 + 2 * 4, "{}", r.mode);
+        let low = &r.points[0];
+        assert!(
+            (low.achieved_qps / 2000.0 - 1.0).abs() < 0.2,
+            "{}: {} requests/s answered at 2000 offered",
+            r.mode,
+            low.achieved_qps
+        );
+        assert!(low.latency.samples > 100 && low.latency.p99_us > 0.0);
+        assert!(
+            low.meets_slo,
+            "{}: 2000 requests/s misses the objective",
+            r.mode
+        );
+        assert_eq!(low.timeouts, 0);
+        let m = r.max_qps.as_ref().expect("searched");
+        assert_eq!(m.searches.len(), 2);
+        assert!(
+            m.qps >= 2000.0 && m.qps < 120_000.0,
+            "{}: max {} requests/s",
+            r.mode,
+            m.qps
+        );
+        assert!(m.cpu_per_request_us.is_some());
+        // The searches' points: one that met the objective at each answer.
+        for answer in &m.searches {
+            assert!(
+                *answer == 0.0
+                    || r.points
+                        .iter()
+                        .any(|p| p.requested_qps == *answer && p.meets_slo),
+                "{}: answer {answer} without a passing point",
+                r.mode
+            );
+        }
+    }
+    // The study's contrast at low load: busy-wait burns its core, IRQ suspension falls
+    // back to interrupt-driven CPU use (docs/studies.md IRQS-1).
+    let cpu = |r: &RequestResults| r.points[0].cpu_per_request_us.expect("cpu per request");
+    assert!(
+        cpu(&busy) > 5.0 * cpu(&suspend),
+        "busy-wait {} us vs irq-suspend {} us per request at 2000 requests/s",
+        cpu(&busy),
+        cpu(&suspend)
+    );
+    let polls = |r: &RequestResults, ctx: &str| {
+        r.points[0]
+            .napi_polls_per_s
+            .iter()
+            .find(|(k, _)| k == ctx)
+            .map_or(0.0, |(_, v)| *v)
+    };
+    assert!(
+        polls(&busy, "busy poll") > 0.0,
+        "{:?}",
+        busy.points[0].napi_polls_per_s
+    );
+}
