@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 /// The study's five interrupt modes as they map onto veth (docs/lab.md, "The server
 /// topology"). Each is applied through the napilab-tune profile of the same name
-/// (`deferral` through an inline profile), plus the server's epoll parameters.
+/// plus the server's epoll parameters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ServerMode {

@@ -140,15 +140,8 @@ impl ServerLab {
     ) -> Result<AppliedMode, String> {
         std::fs::create_dir_all(journal_dir)
             .map_err(|e| format!("creating {}: {e}", journal_dir.display()))?;
-        let profile = match mode {
-            ServerMode::Deferral => {
-                let path = journal_dir.join("deferral.toml");
-                std::fs::write(&path, DEFERRAL_PROFILE)
-                    .map_err(|e| format!("writing {}: {e}", path.display()))?;
-                path.display().to_string()
-            }
-            other => other.as_str().to_string(),
-        };
+        // Every mode is a shipped napilab-tune profile of the same name.
+        let profile = mode.as_str().to_string();
         let mut args: Vec<String> = vec![
             "tune".into(),
             "apply".into(),
@@ -250,44 +243,5 @@ impl Drop for ServerLab {
                 let _ = delete_namespace(ns);
             }
         }
-    }
-}
-
-/// The `deferral` mode: software IRQ deferral as the stand-in for NIC coalescing on a
-/// device without it (veth). Two empty polls before the "interrupt" is re-armed and a
-/// 20 us timer: about the study's Adaptive Coalescing's rx-usecs 8 to 20 us window
-/// (docs/studies.md IRQS-1), with no per-NAPI suspension.
-const DEFERRAL_PROFILE: &str = r#"name = "deferral"
-summary = "Software IRQ deferral: defer-hard-irqs 2, gro-flush-timeout 20 us (the stand-in for NIC coalescing on veth)"
-study = "docs/studies.md IRQS-1 (Adaptive Coalescing's role, on a device without NIC coalescing)"
-
-[params.dev]
-help = "device(s) whose NAPI instances defer their interrupts"
-required = true
-
-[[set]]
-setting = "napi.defer-hard-irqs"
-value = 2
-why = "two polls that find nothing before the interrupt is re-armed"
-
-[[set]]
-setting = "napi.gro-flush-timeout"
-value = 20000
-why = "20 us timer that re-polls while the interrupt stays deferred"
-
-[[set]]
-setting = "napi.irq-suspend-timeout"
-value = 0
-why = "no IRQ suspension"
-"#;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_deferral_profile_parses() {
-        let p = napilab_tune::profile::parse(DEFERRAL_PROFILE, "deferral").expect("parses");
-        assert_eq!(p.name, "deferral");
     }
 }

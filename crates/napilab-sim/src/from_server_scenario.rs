@@ -14,8 +14,7 @@
 //!   `generator_cpus[q]`. `threaded` puts the NAPI kthread on `server_cpus[q]`;
 //!   `busy-wait` and `irq-suspend` poll from the server's epoll loop on its CPU.
 //! - Each mode's per-NAPI settings and the server's busy-poll parameters come from the
-//!   napilab-tune profile of the same name, as the lab applies them; `deferral` has no
-//!   shipped profile (the lab applies an inline one, see [`DEFERRAL_DEFER_HARD_IRQS`]).
+//!   napilab-tune profile of the same name, as the lab applies them.
 //! - A non-blocking epoll loop (`busy-wait`'s `blocking_epoll = false`) never blocks:
 //!   the twin's application busy-polls for the whole run.
 //! - The server's per-request costs and the TCP receive cost per request packet are
@@ -42,13 +41,6 @@ use crate::from_scenario::{
 use crate::latency::LatencySummary;
 use crate::profile::{ParamSource, SourceKind};
 use crate::{ConfigError, Profile, SimConfig, SimResult};
-
-/// `deferral`'s per-NAPI settings: napilab-lab applies them from an inline tune profile
-/// (crates/napilab-lab/src/server_topology.rs, `DEFERRAL_PROFILE`; docs/lab.md "Modes
-/// on veth"), not from a shipped one, so the twin cannot load them by name. Keep the
-/// two equal; a shipped `deferral` tune profile that both read would remove this pair.
-pub const DEFERRAL_DEFER_HARD_IRQS: u32 = 2;
-pub const DEFERRAL_GRO_FLUSH_TIMEOUT_NS: u64 = 20_000;
 
 /// The server's socket queue, in requests: TCP does not drop a request its socket
 /// cannot take (flow control stalls the client instead), so the twin's socket must not
@@ -89,20 +81,9 @@ fn napi_value(p: &napilab_tune::profile::Profile, setting: &str) -> u64 {
         .map_or(0, |v| u64::try_from(v).unwrap_or(0))
 }
 
-/// `mode`'s settings from napilab-tune's profile of the same name (`deferral`: the
-/// lab's inline profile's numbers).
+/// `mode`'s settings from napilab-tune's profile of the same name, the one the lab
+/// applies.
 pub fn mode_settings(mode: ServerMode) -> Result<ModeSettings, String> {
-    if mode == ServerMode::Deferral {
-        return Ok(ModeSettings {
-            napi: NapiContext::Softirq,
-            defer_hard_irqs: DEFERRAL_DEFER_HARD_IRQS,
-            gro_flush_timeout_ns: DEFERRAL_GRO_FLUSH_TIMEOUT_NS,
-            irq_suspend_timeout_ns: 0,
-            busy_poll: None,
-            blocking: true,
-            source: "the lab's inline deferral profile (docs/lab.md, \"Modes on veth\")".into(),
-        });
-    }
     let name = mode.as_str();
     let (p, origin) = napilab_tune::profile::load(name)
         .map_err(|e| format!("mode {name}: its napilab-tune profile: {e}"))?;

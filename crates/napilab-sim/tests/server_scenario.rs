@@ -11,7 +11,7 @@ use napilab_core::RequestResults;
 use napilab_sim::calibrate::LabProfile;
 use napilab_sim::config::NapiContext;
 use napilab_sim::from_scenario::{self, TwinPlan};
-use napilab_sim::from_server_scenario::{self, DEFERRAL_DEFER_HARD_IRQS};
+use napilab_sim::from_server_scenario;
 use napilab_sim::{ConfigError, SimConfig, SimResult};
 
 fn root() -> PathBuf {
@@ -90,7 +90,7 @@ fn server_modes_maps_each_mode_as_its_tune_profile_says() {
                 );
             }
             ServerMode::Deferral => {
-                assert_eq!(q.defer_hard_irqs, DEFERRAL_DEFER_HARD_IRQS);
+                assert_eq!(q.defer_hard_irqs, 2, "the shipped deferral tune profile");
                 assert_eq!(q.gro_flush_timeout_ns, 20_000);
                 assert_eq!(q.irq_suspend_timeout_ns, 0);
             }

@@ -98,6 +98,7 @@ pub const SHIPPED: &[(&str, &str)] = &[
         "adaptive-coalescing",
         include_str!("../profiles/adaptive-coalescing.toml"),
     ),
+    ("deferral", include_str!("../profiles/deferral.toml")),
     ("busy-wait", include_str!("../profiles/busy-wait.toml")),
     ("irq-suspend", include_str!("../profiles/irq-suspend.toml")),
     ("single-core", include_str!("../profiles/single-core.toml")),
