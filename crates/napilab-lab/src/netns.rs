@@ -114,6 +114,60 @@ pub fn static_neighbour(ns: &str, ip: std::net::Ipv4Addr, mac: &str, dev: &str) 
     .map(drop)
 }
 
+/// One end of [`linked_namespaces`]: namespace, device, /30 address.
+pub struct LinkEnd<'a> {
+    pub ns: &'a str,
+    pub dev: &'a str,
+    pub addr: std::net::Ipv4Addr,
+}
+
+/// Creates the namespaces of `a` and `b` (loopback up, IPv6 off) and a veth pair with
+/// `queues` queues each way between them, addressed /30, up, with static neighbours.
+pub fn linked_namespaces(a: &LinkEnd<'_>, b: &LinkEnd<'_>, queues: u32) -> io::Result<()> {
+    for ns in [a.ns, b.ns] {
+        cmd("ip", &["netns", "add", ns])?;
+        sh_in(
+            ns,
+            "ip link set lo up; \
+             sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
+        )?;
+    }
+    let q = queues.max(1).to_string();
+    cmd(
+        "ip",
+        &[
+            "link",
+            "add",
+            a.dev,
+            "netns",
+            a.ns,
+            "numtxqueues",
+            &q,
+            "numrxqueues",
+            &q,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            b.dev,
+            "netns",
+            b.ns,
+            "numtxqueues",
+            &q,
+            "numrxqueues",
+            &q,
+        ],
+    )?;
+    for end in [a, b] {
+        let cidr = format!("{}/30", end.addr);
+        cmd("ip", &["-n", end.ns, "addr", "add", &cidr, "dev", end.dev])?;
+        cmd("ip", &["-n", end.ns, "link", "set", end.dev, "up"])?;
+    }
+    let (amac, bmac) = (mac_of(a.ns, a.dev)?, mac_of(b.ns, b.dev)?);
+    static_neighbour(a.ns, b.addr, &bmac, a.dev)?;
+    static_neighbour(b.ns, a.addr, &amac, b.dev)
+}
+
 /// Sets interrupt deferral on every NAPI instance of `dev` in `ns` (its device-wide
 /// sysfs `napi_defer_hard_irqs` and `gro_flush_timeout`); 0 and 0 restore the kernel's
 /// defaults.

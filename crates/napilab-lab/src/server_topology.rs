@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 
 use napilab_core::scenario::{ServerMode, Topology};
 
-use crate::netns::{cmd, delete_namespace, mac_of, ns_name, sh_in, static_neighbour};
+use crate::netns::{delete_namespace, linked_namespaces, ns_name, sh_in, LinkEnd};
 
 pub const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 201, 3, 1);
 pub const SERVER_ADDR: Ipv4Addr = Ipv4Addr::new(10, 201, 3, 2);
@@ -66,50 +66,19 @@ impl ServerLab {
     }
 
     fn create(&mut self) -> io::Result<()> {
-        for ns in [&self.client_ns, &self.dut_ns] {
-            cmd("ip", &["netns", "add", ns])?;
-            sh_in(
-                ns,
-                "ip link set lo up; \
-                 sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
-            )?;
-        }
-        let q = self.queues.to_string();
-        cmd(
-            "ip",
-            &[
-                "link",
-                "add",
-                &self.client_dev,
-                "netns",
-                &self.client_ns,
-                "numtxqueues",
-                &q,
-                "numrxqueues",
-                &q,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                &self.dut_dev,
-                "netns",
-                &self.dut_ns,
-                "numtxqueues",
-                &q,
-                "numrxqueues",
-                &q,
-            ],
+        linked_namespaces(
+            &LinkEnd {
+                ns: &self.client_ns,
+                dev: &self.client_dev,
+                addr: CLIENT_ADDR,
+            },
+            &LinkEnd {
+                ns: &self.dut_ns,
+                dev: &self.dut_dev,
+                addr: SERVER_ADDR,
+            },
+            self.queues,
         )?;
-        for (ns, dev, a) in [
-            (&self.client_ns, &self.client_dev, CLIENT_ADDR),
-            (&self.dut_ns, &self.dut_dev, SERVER_ADDR),
-        ] {
-            cmd(
-                "ip",
-                &["-n", ns, "addr", "add", &format!("{a}/30"), "dev", dev],
-            )?;
-            cmd("ip", &["-n", ns, "link", "set", dev, "up"])?;
-        }
         sh_in(
             &self.client_ns,
             &format!("ethtool -K {} tso off gso off >/dev/null", self.client_dev),
@@ -118,12 +87,6 @@ impl ServerLab {
             &self.dut_ns,
             &format!("ethtool -K {} gro on >/dev/null", self.dut_dev),
         )?;
-        let (cmac, smac) = (
-            mac_of(&self.client_ns, &self.client_dev)?,
-            mac_of(&self.dut_ns, &self.dut_dev)?,
-        );
-        static_neighbour(&self.client_ns, SERVER_ADDR, &smac, &self.client_dev)?;
-        static_neighbour(&self.dut_ns, CLIENT_ADDR, &cmac, &self.dut_dev)?;
         Ok(())
     }
 

@@ -23,7 +23,7 @@ use anyhow::{Context, Result};
 use napilab_core::scenario::{Configuration, NapiContext, Topology, TunnelWorkload};
 use napilab_core::{ClassResult, ConfigurationResult, EngineStats, PointResult, PointRole};
 
-use crate::netns::{cmd, delete_namespace, mac_of, ns_name, pin, sh_in, static_neighbour};
+use crate::netns::{delete_namespace, linked_namespaces, ns_name, pin, sh_in, LinkEnd};
 use crate::runner::{notice, now_ms, Ctx, Observer, SysctlGuard};
 use crate::tunnel::{detect, endpoint, peers};
 
@@ -49,55 +49,21 @@ impl VpnLab {
             torn_down: false,
         };
         let (pdev, ddev) = (format!("n{short}-peer"), format!("n{short}-wan"));
-        for ns in [&lab.peers_ns, &lab.dut_ns] {
-            cmd("ip", &["netns", "add", ns])?;
-            sh_in(
-                ns,
-                "ip link set lo up; \
-                 sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
-            )?;
-        }
-        let q = topo.ingress_queues.max(1).to_string();
-        cmd(
-            "ip",
-            &[
-                "link",
-                "add",
-                &pdev,
-                "netns",
-                &lab.peers_ns,
-                "numtxqueues",
-                &q,
-                "numrxqueues",
-                &q,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                &ddev,
-                "netns",
-                &lab.dut_ns,
-                "numtxqueues",
-                &q,
-                "numrxqueues",
-                &q,
-            ],
+        linked_namespaces(
+            &LinkEnd {
+                ns: &lab.peers_ns,
+                dev: &pdev,
+                addr: PEERS_ADDR,
+            },
+            &LinkEnd {
+                ns: &lab.dut_ns,
+                dev: &ddev,
+                addr: DUT_ADDR,
+            },
+            topo.ingress_queues,
         )?;
-        for (ns, dev, a) in [
-            (&lab.peers_ns, &pdev, PEERS_ADDR),
-            (&lab.dut_ns, &ddev, DUT_ADDR),
-        ] {
-            cmd(
-                "ip",
-                &["-n", ns, "addr", "add", &format!("{a}/30"), "dev", dev],
-            )?;
-            cmd("ip", &["-n", ns, "link", "set", dev, "up"])?;
-        }
         // GRO on the outer device: the datagrams arrive through its NAPI instance.
         sh_in(&lab.dut_ns, &format!("ethtool -K {ddev} gro on >/dev/null"))?;
-        let (pmac, dmac) = (mac_of(&lab.peers_ns, &pdev)?, mac_of(&lab.dut_ns, &ddev)?);
-        static_neighbour(&lab.peers_ns, DUT_ADDR, &dmac, &pdev)?;
-        static_neighbour(&lab.dut_ns, PEERS_ADDR, &pmac, &ddev)?;
         Ok(lab)
     }
 

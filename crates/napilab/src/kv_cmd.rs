@@ -268,30 +268,8 @@ pub fn run_load(a: LoadArgs) -> Result<()> {
         .map_err(|e| anyhow!("kv-load: {e}"))?;
     }
     let total = a.warmup + a.duration;
-    let bar = (!a.json).then(|| {
-        let b = indicatif::ProgressBar::new(total.as_millis() as u64);
-        b.set_style(
-            indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {elapsed}/{duration}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        b.set_message("kv-load");
-        b
-    });
-    let result = std::thread::scope(|s| {
-        let h = s.spawn(|| loadgen::run(&cfg, &stop));
-        let t0 = Instant::now();
-        while !h.is_finished() {
-            if let Some(b) = &bar {
-                b.set_position(t0.elapsed().as_millis() as u64);
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        h.join()
-            .unwrap_or_else(|_| Err("the load generator panicked".into()))
-    });
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
+    let result =
+        crate::timed_run::with_progress("kv-load", total, a.json, || loadgen::run(&cfg, &stop));
     let r = result.map_err(|e| anyhow!("kv-load: {e}"))?;
     print_load(&r, a.json)?;
     if stop.load(Ordering::Relaxed) {

@@ -12,6 +12,7 @@ mod observe_cmd;
 mod render;
 mod report_cmd;
 mod sim_cmd;
+mod timed_run;
 mod tune_cmd;
 mod tunnel_cmd;
 

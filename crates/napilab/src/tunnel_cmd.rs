@@ -288,30 +288,9 @@ pub fn run_peers(a: PeersArgs) -> Result<()> {
         key_seed: key_seed(&a.key_seed)?,
         corrupt_every: a.corrupt_every,
     };
-    let bar = (!a.json).then(|| {
-        let b = indicatif::ProgressBar::new(a.duration.as_millis() as u64);
-        b.set_style(
-            indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {elapsed}/{duration}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        b.set_message("tunnel-peers");
-        b
+    let result = crate::timed_run::with_progress("tunnel-peers", a.duration, a.json, || {
+        peers::run(&cfg, &stop)
     });
-    let result = std::thread::scope(|s| {
-        let h = s.spawn(|| peers::run(&cfg, &stop));
-        let t0 = Instant::now();
-        while !h.is_finished() {
-            if let Some(b) = &bar {
-                b.set_position(t0.elapsed().as_millis() as u64);
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        h.join()
-            .unwrap_or_else(|_| Err("the peers panicked".into()))
-    });
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
     let r = result.map_err(|e| anyhow!("tunnel-peers: {e}"))?;
     print_peers(&r, a.json)?;
     if stop.load(Ordering::Relaxed) {

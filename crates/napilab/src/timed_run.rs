@@ -1,0 +1,39 @@
+//! A blocking run of known length on a scoped thread, with an elapsed-time progress bar
+//! unless the output is JSON (the load generators of `kv-load` and `tunnel-peers`).
+
+use std::time::{Duration, Instant};
+
+/// Runs `work` on a scoped thread and draws a bar labelled `label` over `total` while it
+/// runs (none when `quiet`); a panic of `work` becomes an error naming `label`.
+pub fn with_progress<T: Send>(
+    label: &str,
+    total: Duration,
+    quiet: bool,
+    work: impl FnOnce() -> Result<T, String> + Send,
+) -> Result<T, String> {
+    let bar = (!quiet).then(|| {
+        let b = indicatif::ProgressBar::new(total.as_millis() as u64);
+        b.set_style(
+            indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {elapsed}/{duration}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b.set_message(label.to_string());
+        b
+    });
+    let result = std::thread::scope(|s| {
+        let h = s.spawn(work);
+        let t0 = Instant::now();
+        while !h.is_finished() {
+            if let Some(b) = &bar {
+                b.set_position(t0.elapsed().as_millis() as u64);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        h.join()
+            .unwrap_or_else(|_| Err(format!("{label} panicked")))
+    });
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    result
+}
