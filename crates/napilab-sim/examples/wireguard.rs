@@ -2,9 +2,11 @@
 //! receive throughput, per-core load, packets per poll and latency per NAPI context
 //! and client count.
 //!
-//! cargo run --release -p napilab-sim --example wireguard -- [clients,...] [contexts,...] [duration_ms]
-//! e.g. `-- 100,500,1000 softirq,threaded,threaded-pinned,workqueue 200`
+//! cargo run --release -p napilab-sim --example wireguard -- [clients,...] [contexts,...] [duration_ms] [per-cpu|shared]
+//! e.g. `-- 100,500,1000 softirq,threaded,threaded-pinned,workqueue 200`; the last
+//! argument picks the decryption ring (`tunnel.decrypt_ring`, default per-cpu).
 
+use napilab_sim::config::DecryptRing;
 use napilab_sim::wireguard::{config, figures, Context};
 use napilab_sim::Profile;
 
@@ -23,6 +25,14 @@ fn main() {
         })
         .unwrap_or_else(|| Context::ALL.to_vec());
     let duration: f64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(200.0);
+    let ring = match args.get(3).map(String::as_str) {
+        None | Some("per-cpu") => DecryptRing::PerCpu,
+        Some("shared") => DecryptRing::Shared,
+        Some(other) => {
+            eprintln!("decryption ring {other:?}: use per-cpu or shared");
+            std::process::exit(2);
+        }
+    };
     let profile = match Profile::builtin("wg-xeon-gold-5220") {
         Ok(p) => p,
         Err(e) => {
@@ -35,7 +45,10 @@ fn main() {
     );
     for &ctx in &contexts {
         for &n in &clients {
-            let cfg = config(n, ctx, duration, 50.0);
+            let mut cfg = config(n, ctx, duration, 50.0);
+            if let Some(t) = cfg.tunnel.as_mut() {
+                t.decrypt_ring = ring;
+            }
             let t0 = std::time::Instant::now();
             let r = napilab_sim::run(&cfg, &profile, 1);
             let wall = t0.elapsed().as_secs_f64();

@@ -76,6 +76,24 @@ pub struct TunnelConfig {
     /// skipped by the poll).
     #[serde(default = "default_tunnel_queue")]
     pub decrypt_queue: u32,
+    /// Which worker decrypts a packet: `per-cpu` (the CPU the round robin kicked; the
+    /// approximation the baseline profile is calibrated with) or `shared` (whichever
+    /// worker reaches it first in the device's one ring, as the kernel's
+    /// `ptr_ring_consume_bh` does). docs/sim.md "The WireGuard receive pipeline" says
+    /// what each reproduces.
+    #[serde(default)]
+    pub decrypt_ring: DecryptRing,
+}
+
+/// How the tunnel's decryption work reaches the per-CPU workers.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum DecryptRing {
+    /// Each packet is decrypted by the worker of the CPU the round robin chose.
+    #[default]
+    PerCpu,
+    /// One ring drained by every worker that runs (the kernel's `wg->decrypt_queue`).
+    Shared,
 }
 
 fn default_tunnel_queue() -> u32 {

@@ -10,14 +10,19 @@
 //! one (the execution-order inversion). An instance stays on the CPU that scheduled it
 //! until its poll completes, so a CPU whose softirq runs long keeps collecting them.
 //!
-//! Approximation: the kernel's workers take packets from the device's one ring (1,024
-//! packets); here each packet is handed to one CPU's queue (the round robin of the
-//! study's description), the queues sharing that one limit.
+//! The kernel's decryption queue is the device's one ring (`wg->decrypt_queue`, a
+//! `ptr_ring` of 1,024 packets): the round robin chooses only which CPU's worker is
+//! *kicked* (`queue_work_on`); every worker that runs drains the shared ring
+//! (`ptr_ring_consume_bh` in `wg_packet_decrypt_worker`). That is `decrypt_ring =
+//! "shared"`. The default, `per-cpu`, hands each packet to the kicked CPU's own queue
+//! (the queues sharing the ring's limit): an approximation the kernel does not have,
+//! kept because it is the one that reproduces the study's baseline collapse with the
+//! calibrated costs; with the shared ring the twin does not collapse (docs/sim.md).
 
 use std::collections::VecDeque;
 
 use super::*;
-use crate::config::TunnelConfig;
+use crate::config::{DecryptRing, TunnelConfig};
 
 /// One packet in a peer's receive queue.
 struct Slot {
@@ -39,13 +44,15 @@ pub(crate) struct Peer {
 /// The tunnel device's receive state.
 pub(crate) struct Tunnel {
     pub peers: Vec<Peer>,
-    /// Per CPU: packets to decrypt (queued at, peer, sequence number).
+    /// Packets to decrypt (queued at, peer, sequence number), in the order the RX
+    /// softirq queued them: one queue per CPU (`per-cpu`) or one for all (`shared`).
     decrypt: Vec<VecDeque<(Nanos, usize, u64)>>,
+    shared_ring: bool,
+    /// Packets on all decryption queues (the device's ring limit).
+    decrypt_queued: usize,
     /// The CPU's decryption item is queued or about to be (`queue_work` is a no-op
     /// while the item is pending).
     decrypt_pending: Vec<bool>,
-    /// Packets on all CPUs' decryption queues (the device's one ring in WireGuard).
-    decrypt_queued: usize,
     next_cpu: usize,
     rng: Rng,
     peer_limit: usize,
@@ -65,11 +72,13 @@ impl Tunnel {
                 decrypt: 0.0,
                 gro: 0.0,
             });
+        let shared_ring = cfg.decrypt_ring == DecryptRing::Shared;
         Tunnel {
             peers: Vec::new(),
-            decrypt: vec![VecDeque::new(); ncpu],
-            decrypt_pending: vec![false; ncpu],
+            decrypt: vec![VecDeque::new(); if shared_ring { 1 } else { ncpu }],
+            shared_ring,
             decrypt_queued: 0,
+            decrypt_pending: vec![false; ncpu],
             next_cpu: 0,
             rng: Rng::new(seed, 3_000_000),
             peer_limit: cfg.peer_queue as usize,
@@ -77,6 +86,15 @@ impl Tunnel {
             decap_ns: profile.ns(cycles.decap),
             decrypt_ns: profile.ns(cycles.decrypt),
             gro_ns: profile.ns(cycles.gro),
+        }
+    }
+
+    /// The decryption queue CPU `c`'s worker takes from.
+    fn ring_of(&self, c: usize) -> usize {
+        if self.shared_ring {
+            0
+        } else {
+            c
         }
     }
 
@@ -116,7 +134,8 @@ impl Sim<'_> {
                 dead: full,
             });
             if !full {
-                tun.decrypt[dc].push_back((t, pe, seq));
+                let ring = tun.ring_of(dc);
+                tun.decrypt[ring].push_back((t, pe, seq));
                 tun.decrypt_queued += 1;
                 if !std::mem::replace(&mut tun.decrypt_pending[dc], true) {
                     kick = Some(dc);
@@ -147,14 +166,16 @@ impl Sim<'_> {
         }
     }
 
-    /// One decryption by CPU `c`'s worker; false if nothing is queued by now (the item
-    /// ends; a packet queued later by another CPU's batch queues it again then).
+    /// One decryption by CPU `c`'s worker from its queue (or the shared ring); false if
+    /// nothing is queued by now (the item ends; a packet queued later by a poll computed ahead of
+    /// the clock queues it again then).
     pub(super) fn decrypt_step(&mut self, c: usize) -> bool {
         let now = self.q.now();
         let Some(tun) = self.tunnel.as_mut() else {
             return false;
         };
-        let head = tun.decrypt[c].front().copied();
+        let ring = tun.ring_of(c);
+        let head = tun.decrypt[ring].front().copied();
         let Some((at, pe, seq)) = head else {
             tun.decrypt_pending[c] = false;
             return false;
@@ -163,7 +184,7 @@ impl Sim<'_> {
             self.q.schedule(at, Ev::QueueDecrypt(c));
             return false;
         }
-        tun.decrypt[c].pop_front();
+        tun.decrypt[ring].pop_front();
         tun.decrypt_queued -= 1;
         let cost = tun.decrypt_ns;
         let (start, pen) = self.begin(c, false);

@@ -16,8 +16,8 @@ use super::*;
 pub(crate) enum WorkItem {
     /// Poll this NAPI instance once (with the weight), then complete or requeue it.
     NapiPoll(usize),
-    /// Decrypt the packets on this CPU's decryption queue, one per step, until it is
-    /// empty.
+    /// Decrypt packets from this CPU's decryption queue (or the tunnel's shared ring),
+    /// one per step, until it is empty.
     Decrypt,
 }
 
