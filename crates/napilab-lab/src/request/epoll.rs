@@ -19,7 +19,8 @@ pub struct EpollMode {
     /// `EPIOCSPARAMS` per epoll instance; None leaves the kernel's defaults (no busy
     /// polling unless the global `net.core.busy_poll` says so).
     pub params: Option<EpollParams>,
-    /// Blocking `epoll_wait`, or a loop of `epoll_wait` with timeout 0.
+    /// Blocking `epoll_wait`, or a loop of `epoll_pwait2` with a 1 ns timeout (the
+    /// kernel busy-polls inside each call; a zero timeout would skip that).
     pub blocking: bool,
     /// The mode needs per-NAPI `irq-suspend-timeout` (Linux 6.13+).
     pub needs_irq_suspend: bool,

@@ -178,8 +178,9 @@ pub struct EpollStats {
     pub empty_returns: u64,
     /// Events returned.
     pub events: u64,
-    /// Passes of the application's own busy loop (epoll_wait with timeout 0, the
-    /// `busy-wait` mode); 0 with blocking epoll, where the kernel's busy-poll loop runs
+    /// Passes of the application's own busy loop (`epoll_pwait2` with a 1 ns timeout,
+    /// the `busy-wait` mode, each pass busy-polling in the kernel up to
+    /// busy_poll_usecs); 0 with blocking epoll, where the kernel's busy-poll loop runs
     /// inside the call and cannot be counted from user space.
     pub busy_loop_iterations: u64,
 }

@@ -387,11 +387,12 @@ fn worker(
     let mut napi_ids: Vec<u32> = Vec::new();
     let mut events = [libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS];
     let mut chunk = vec![0u8; READ_CHUNK];
-    let timeout = if mode.blocking {
-        BLOCKING_TIMEOUT_MS
-    } else {
-        0
-    };
+    if !mode.blocking {
+        // The busy-wait loop's 1 ns epoll timeout (below) would otherwise sleep for the
+        // default 50 us timer slack after each empty busy-poll round.
+        // SAFETY: PR_SET_TIMERSLACK takes an integer and changes only this thread.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+    }
     let mut ep_stats = EpollStats::default();
     'serve: while !shared.stop.load(Ordering::Relaxed) {
         let stall = shared.stall_until_ns.load(Ordering::Relaxed);
@@ -399,7 +400,16 @@ fn worker(
         if stall > now {
             std::thread::sleep(Duration::from_nanos(stall - now));
         }
-        let n = match ep.wait(&mut events, timeout) {
+        // Busy-wait never blocks, but its epoll_wait must not use timeout 0: since
+        // Linux 5.11 a zero timeout returns before the kernel's busy-poll loop
+        // (docs/kernel.md), so the NAPI instance would be left to the deferral timer.
+        // A 1 ns timeout busy-polls up to busy_poll_usecs, then returns at once.
+        let waited = if mode.blocking {
+            ep.wait(&mut events, BLOCKING_TIMEOUT_MS)
+        } else {
+            ep.wait_ns(&mut events, 1)
+        };
+        let n = match waited {
             Ok(n) => n,
             Err(e) => {
                 out.error = Some(format!("worker {index}: epoll_wait: {e}"));
