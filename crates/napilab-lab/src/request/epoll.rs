@@ -263,6 +263,41 @@ impl Epoll {
     }
 }
 
+/// Sends as much of `buf` as a non-blocking socket takes now and drops it from `buf`;
+/// Err on a broken connection (the peer closed: EPIPE, not SIGPIPE). What the socket
+/// would not take stays in `buf` for the next writable event. Shared by the load
+/// generator and the server, which drive many sockets from one epoll.
+pub fn send_pending(fd: RawFd, buf: &mut Vec<u8>) -> io::Result<()> {
+    let mut sent = 0;
+    let result = loop {
+        if sent >= buf.len() {
+            break Ok(());
+        }
+        // SAFETY: the slice is readable for its length; MSG_NOSIGNAL turns a closed
+        // peer into EPIPE instead of SIGPIPE.
+        let n = unsafe {
+            libc::send(
+                fd,
+                buf[sent..].as_ptr().cast(),
+                buf.len() - sent,
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if n >= 0 {
+            sent += n as usize;
+            continue;
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::WouldBlock => break Ok(()),
+            io::ErrorKind::Interrupted => continue,
+            _ => break Err(e),
+        }
+    };
+    buf.drain(..sent);
+    result
+}
+
 /// An eventfd that, once written, stays readable: one wakes every epoll it is in.
 pub struct StopFd(OwnedFd);
 

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::epoll::Epoll;
+use super::epoll::{send_pending, Epoll};
 use super::keyspace::Keyspace;
 use super::protocol::{self, Response};
 use super::results::{GeneratorHealth, LatencyRecorder, LoadResult, LoopKind};
@@ -495,33 +495,9 @@ fn flush(c: &mut Conn, res: &mut ThreadResult) {
     if c.broken || c.out.is_empty() {
         return;
     }
-    let fd = c.stream.as_raw_fd();
-    let mut sent = 0;
-    while sent < c.out.len() {
-        // SAFETY: the slice is readable for its length.
-        let n = unsafe {
-            libc::send(
-                fd,
-                c.out[sent..].as_ptr().cast(),
-                c.out.len() - sent,
-                libc::MSG_NOSIGNAL,
-            )
-        };
-        if n >= 0 {
-            sent += n as usize;
-            continue;
-        }
-        let e = io::Error::last_os_error();
-        match e.kind() {
-            io::ErrorKind::WouldBlock => break,
-            io::ErrorKind::Interrupted => continue,
-            _ => {
-                break_conn(c, res);
-                return;
-            }
-        }
+    if send_pending(c.stream.as_raw_fd(), &mut c.out).is_err() {
+        break_conn(c, res);
     }
-    c.out.drain(..sent);
 }
 
 /// A broken connection loses its outstanding requests: each counts as an error.

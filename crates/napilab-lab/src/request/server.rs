@@ -628,30 +628,5 @@ fn execute(req: &Request<'_>, w: &mut Vec<u8>, shared: &Shared, c: &mut Counters
 
 /// Sends what it can of the write buffer. False: the connection broke.
 fn flush(conn: &mut Conn) -> bool {
-    let fd = conn.fd.as_raw_fd();
-    let mut sent = 0;
-    while sent < conn.wbuf.len() {
-        // SAFETY: the slice is readable for its length; MSG_NOSIGNAL turns a closed
-        // peer into EPIPE instead of SIGPIPE.
-        let n = unsafe {
-            libc::send(
-                fd,
-                conn.wbuf[sent..].as_ptr().cast(),
-                conn.wbuf.len() - sent,
-                libc::MSG_NOSIGNAL,
-            )
-        };
-        if n >= 0 {
-            sent += n as usize;
-            continue;
-        }
-        let e = io::Error::last_os_error();
-        match e.kind() {
-            io::ErrorKind::WouldBlock => break,
-            io::ErrorKind::Interrupted => continue,
-            _ => return false,
-        }
-    }
-    conn.wbuf.drain(..sent);
-    true
+    epoll::send_pending(conn.fd.as_raw_fd(), &mut conn.wbuf).is_ok()
 }
