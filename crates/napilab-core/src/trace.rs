@@ -80,6 +80,15 @@ pub struct TraceInterval {
     /// protocol and the last stage that saw them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drops: Vec<DropReasonCount>,
+    /// NAPI polls the tier saw but could not count: their CPU's table of (instance,
+    /// context) pairs was full (hosts with very many NAPI instances). The `napi` rows
+    /// then undercount by at least this much.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lost_polls: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Latency of one stage pair of the per-packet tier over an interval: how long packets

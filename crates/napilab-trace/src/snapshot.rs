@@ -110,7 +110,10 @@ pub fn trace_interval(prev: &Snapshot, cur: &Snapshot, seconds: f64) -> TraceInt
     } else {
         f64::MIN_POSITIVE
     };
-    let mut out = TraceInterval::default();
+    let mut out = TraceInterval {
+        lost_polls: cur.napi_lost_polls.saturating_sub(prev.napi_lost_polls),
+        ..TraceInterval::default()
+    };
     for (key, c) in &cur.napi {
         let p = prev.napi.get(key);
         let polls = c.polls.saturating_sub(p.map_or(0, |p| p.polls));
@@ -275,8 +278,10 @@ mod tests {
         };
         prev.napi.insert(key.clone(), napi(10, 10));
         prev.napi.insert(idle.clone(), napi(5, 5));
+        prev.napi_lost_polls = 7;
         let mut cur = prev.clone();
         cur.napi.insert(key, napi(30, 40));
+        cur.napi_lost_polls = 12;
         cur.softirq.insert(
             (1, NET_RX_SOFTIRQ, ExecContext::Hardirq),
             SoftirqCounts {
@@ -287,6 +292,7 @@ mod tests {
             },
         );
         let t = trace_interval(&prev, &cur, 0.5);
+        assert_eq!(t.lost_polls, 5, "polls the full slot table lost in the interval");
         assert_eq!(t.napi.len(), 1);
         assert_eq!(t.napi[0].polls, 20);
         assert_eq!(t.napi[0].packets, 30);

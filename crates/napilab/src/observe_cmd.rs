@@ -180,6 +180,21 @@ fn observe_live(options: &Options) -> Result<Observation> {
         );
     }
     let mut observation = analysis.finish(OriginKind::Live);
+    let lost_polls: u64 = observation
+        .intervals
+        .iter()
+        .filter_map(|i| i.trace.as_ref())
+        .map(|t| t.lost_polls)
+        .sum();
+    if lost_polls > 0 {
+        observation.notices.push(napilab_core::Notice {
+            what: "NAPI polls by instance (trace tier)".into(),
+            why: format!(
+                "{lost_polls} polls were not counted: a CPU's table of {} (NAPI instance, context) pairs was full, so the per-instance poll counts are low (the per-CPU softirq and CPU times are not affected)",
+                napilab_trace::snapshot::NAPI_SLOTS
+            ),
+        });
+    }
     if let Some(cost) = cost {
         let cost =
             napilab_trace::cost::WithPackets::with_packets(cost, received_packets(&observation));
