@@ -29,7 +29,7 @@ APT_OPTIONAL := linux-perf
 RESULTS ?= results
 FUZZ_SECONDS ?= 10
 
-.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-export bench-sampling bench-ingress bench-sim bench-trace bench-trace-packets bench-lab bench-linerate bench-kv clean
+.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-export bench-sampling bench-ingress bench-sim bench-trace bench-trace-packets bench-lab bench-linerate bench-kv bench-server-modes clean
 
 all: build
 
@@ -146,6 +146,12 @@ bench-linerate: deps
 # capacity per interrupt mode, side by side in one run. Root.
 bench-kv: deps
 	$(CARGO) run --release -p napilab-lab --example kv-bench -- 3 3
+
+# The server topology's modes (issue 14): max requests/s at the p99 SLO and CPU per
+# request per mode, five searches each, napilab's server and memcached; the report has
+# the twin's prediction beside each (scenarios/bench-server-modes.toml; docs/lab.md). Root.
+bench-server-modes: build
+	./target/release/napilab lab run scenarios/bench-server-modes.toml --out $(RESULTS)
 
 clean:
 	$(CARGO) clean

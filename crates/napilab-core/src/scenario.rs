@@ -1708,6 +1708,10 @@ port = 9000
                 "server-modes.toml",
                 include_str!("../../../scenarios/server-modes.toml"),
             ),
+            (
+                "bench-server-modes.toml",
+                include_str!("../../../scenarios/bench-server-modes.toml"),
+            ),
         ] {
             if let Err(e) = parse(text, name, Some(2)) {
                 panic!("{e}");
