@@ -1,4 +1,4 @@
-//! The packet topologies' configurations (router, ap): build the three namespaces,
+//! The packet topologies' configurations (router, ap, many-napi): build the three namespaces,
 //! start the traffic engine (paced UDP or line-rate XDP frames), sweep the offered loads
 //! with repeats, search the maximum throughput (MLRsearch or the RFC 2544 bisection),
 //! tear down. The runner (crate::runner) calls [`run_configuration`] for them and
@@ -54,8 +54,16 @@ pub(crate) fn run_configuration(
     let m = &s.measurement;
     let pos0 = ctx.bar.position();
     let (mut sysctls, sysctl_notes) = SysctlGuard::apply(run_id, cfg, &ctx.opts.journal_dir)?;
-    let mut lab = Lab::build(run_id, &s.topology, &cfg.settings)
-        .context("building the namespaces and veth links")?;
+    let mut lab = Lab::build(run_id, &s.topology, &cfg.settings).with_context(|| {
+        if s.topology.kind == scenario::TopologyKind::ManyNapi {
+            format!(
+                "building the namespaces and a veth with napi_instances = {} queues (configuration {}: lower it if the kernel refuses)",
+                cfg.settings.napi_instances, cfg.name
+            )
+        } else {
+            "building the namespaces and veth links".to_string()
+        }
+    })?;
     for w in &lab.warnings {
         notice(
             &mut ctx.notices,
@@ -448,6 +456,7 @@ fn measure_point(
     // its packets to that queue; XDP frames land on the RX queue of the sending CPU
     // modulo the queue count), with the classes of that queue.
     let queues = s.topology.ingress_queues.max(1);
+    let many_napi = s.topology.kind == scenario::TopologyKind::ManyNapi;
     let gcpus = &cfg.settings.generator_cpus;
     let mut specs = Vec::new();
     for q in 0..queues {
@@ -484,6 +493,11 @@ fn measure_point(
             duration,
             point,
             cpus: vec![gcpus[q as usize % gcpus.len()]],
+            flows: if many_napi {
+                crate::many_napi::flows_for(cfg.settings.napi_instances)
+            } else {
+                1
+            },
             seed: s
                 .traffic
                 .seed
@@ -571,6 +585,12 @@ fn measure_point(
     while Instant::now() < t_measure && !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(10).min(t_measure - Instant::now()));
     }
+    // The NAPI kthreads' counters at the window's opening and (below) its close.
+    let kthreads_before = if many_napi {
+        crate::many_napi::sample_kthreads(&lab.dut_in)
+    } else {
+        Vec::new()
+    };
     let (g, lr_gen) = match gens {
         Gens::Paced(handles) => {
             let mut parts = Vec::new();
@@ -601,6 +621,11 @@ fn measure_point(
             }
             (None, Some(LrGenResult::merge(&parts)))
         }
+    };
+    let kthreads_after = if many_napi {
+        crate::many_napi::sample_kthreads(&lab.dut_in)
+    } else {
+        Vec::new()
     };
     let interrupted =
         g.as_ref().is_some_and(|g| g.interrupted) || lr_gen.as_ref().is_some_and(|g| g.interrupted);
@@ -764,6 +789,24 @@ fn measure_point(
         }
         _ => anyhow::bail!("internal: generator and sink results of different back ends"),
     };
+    let many_napi = many_napi.then(|| {
+        let delivered = classes.iter().map(|c| c.received).sum();
+        crate::many_napi::point(
+            cfg.settings.napi_instances,
+            &lab.dut_in,
+            &kthreads_before,
+            &kthreads_after,
+            observation.as_ref(),
+            delivered,
+        )
+    });
+    if many_napi.as_ref().is_some_and(|p| p.lost_polls > 0) {
+        notice(
+            &mut ctx.notices,
+            "many-napi polls undercounted",
+            "the trace tier's per-CPU table of (NAPI instance, context) pairs was full at some points (lost polls > 0 in their row): their polls per second, packets per poll and instances polled count only what fit",
+        );
+    }
     Ok(Some(PointResult {
         role,
         requested_pps: load,
@@ -774,6 +817,7 @@ fn measure_point(
         generator,
         sink: sink_stats,
         observation,
+        many_napi,
     }))
 }
 

@@ -84,6 +84,11 @@ pub struct GenSpec {
     pub point: u32,
     pub cpus: Vec<u32>,
     pub seed: u64,
+    /// Sockets (UDP source ports) the generator sends from, one send batch each in
+    /// turn; 0 and 1 both mean one. Each socket is its own flow, which the sending
+    /// veth's queue selection (the flow hash) maps to one of its TX queues and so to
+    /// one of the peer's RX queues: this spreads traffic over many NAPI instances.
+    pub flows: u32,
 }
 
 /// How the generator hands its packets to the kernel (see the module documentation).
@@ -481,8 +486,14 @@ fn generate(
     // Precise sleeps: the default 50 us timer slack would add lateness.
     // SAFETY: prctl with an integer argument.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64) };
-    let sock = udp_socket()?;
-    setsockopt_int(&sock, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20)?;
+    let socks = (0..spec.flows.max(1))
+        .map(|_| {
+            let sock = udp_socket()?;
+            setsockopt_int(&sock, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20)?;
+            Ok(sock)
+        })
+        .collect::<io::Result<Vec<OwnedFd>>>()?;
+    let mut next_sock = 0usize;
     let mut gso = path == TxPath::UdpGso;
     let n = spec.classes.len();
     let mut rng = Rng(spec.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
@@ -653,6 +664,10 @@ fn generate(
             }
             msgs[j].msg_len = 0;
         }
+        // One flow per batch, in turn (a batch's messages share one sendmmsg, hence one
+        // socket).
+        let sock = &socks[next_sock];
+        next_sock = (next_sock + 1) % socks.len();
         let mut done = 0;
         let mut retries = 0;
         while done < m {

@@ -357,5 +357,6 @@ fn measure_point(
             ],
         },
         observation,
+        many_napi: None,
     }))
 }
