@@ -1,0 +1,122 @@
+//! The many-napi topology's table (docs/lab.md, "The many-napi topology"): per point,
+//! the NAPI instances and how many carried traffic, the DUT's forwarding CPU per
+//! packet, the NAPI kthreads' context switches and migrations, and polls per second and
+//! packets per poll by context. One set of rows for the text summary (`napilab lab run`,
+//! `napilab report`) and the HTML report.
+
+use std::fmt::Write as _;
+
+use napilab_core::many_napi::ManyNapiPoint;
+use napilab_core::RunRecord;
+
+use crate::html::esc;
+
+pub const HEADER: [&str; 11] = [
+    "configuration",
+    "req kpps",
+    "delivered kpps",
+    "instances (polled)",
+    "DUT CPU ns/pkt",
+    "kthreads (pinned)",
+    "ctx sw vol/invol (max one)",
+    "migrations (max one)",
+    "polls/s by context",
+    "pkts/poll by context",
+    "lost polls",
+];
+
+/// One row per point of the run's many-napi configurations; empty when it has none.
+pub fn rows(run: &RunRecord) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for c in &run.configurations {
+        for p in &c.points {
+            let Some(m) = &p.many_napi else { continue };
+            out.push(row(&c.name, p.requested_pps, p.delivered_pps(), m));
+        }
+    }
+    out
+}
+
+fn row(name: &str, requested: f64, delivered: f64, m: &ManyNapiPoint) -> Vec<String> {
+    let undercounted = m.lost_polls > 0;
+    // Numbers from an overflowing trace table would read as fact: mark them.
+    let traced = |v: String| {
+        if undercounted {
+            format!("{v} (undercounted)")
+        } else {
+            v
+        }
+    };
+    let by_context = |f: &dyn Fn(&napilab_core::many_napi::ContextPolls) -> String| {
+        if m.polls.is_empty() {
+            "-".to_string()
+        } else {
+            traced(
+                m.polls
+                    .iter()
+                    .map(|c| format!("{} {}", c.context.as_str(), f(c)))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            )
+        }
+    };
+    let (kthreads, switches, migrations) = match &m.kthreads {
+        Some(k) => (
+            format!("{} ({})", k.count, k.pinned),
+            format!(
+                "{}/{} ({}/{})",
+                k.voluntary_switches,
+                k.involuntary_switches,
+                k.max_voluntary_switches,
+                k.max_involuntary_switches
+            ),
+            format!("{} ({})", k.migrations, k.max_migrations),
+        ),
+        None => ("-".into(), "-".into(), "-".into()),
+    };
+    vec![
+        name.to_string(),
+        format!("{:.1}", requested / 1000.0),
+        format!("{:.1}", delivered / 1000.0),
+        match m.instances_polled {
+            Some(n) => traced(format!("{} ({n})", m.instances)),
+            None => m.instances.to_string(),
+        },
+        m.dut_cpu_ns_per_packet
+            .map_or_else(|| "-".into(), |v| format!("{v:.0}")),
+        kthreads,
+        switches,
+        migrations,
+        by_context(&|c| format!("{:.0}", c.polls_per_s)),
+        by_context(&|c| format!("{:.2}", c.packets_per_poll)),
+        m.lost_polls.to_string(),
+    ]
+}
+
+/// The HTML section; nothing when the run has no many-napi points.
+pub fn section(out: &mut String, run: &RunRecord) {
+    let rows = rows(run);
+    if rows.is_empty() {
+        return;
+    }
+    out.push_str(
+        "<h2 id=\"many-napi\">Many NAPI instances</h2>\n<p class=\"sub\">Per point: the DUT \
+         ingress's NAPI instances (in brackets those the trace tier saw poll packets), the \
+         DUT's forwarding CPU per delivered packet (NET_RX softirq time of the host plus the \
+         NAPI kthreads' on-CPU time), the kthreads' context switches and migrations summed \
+         (in brackets the most of one kthread), polls by execution context. \
+         \"undercounted\": the trace tier's per-CPU table was full (lost polls).</p>\n<table>\n<tr>",
+    );
+    for h in HEADER {
+        let _ = write!(out, "<th>{}</th>", esc(h));
+    }
+    out.push_str("</tr>\n");
+    for r in rows {
+        out.push_str("<tr>");
+        for cell in r {
+            let _ = write!(out, "<td>{}</td>", esc(&cell));
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</table>\n");
+}
