@@ -1,0 +1,282 @@
+//! `napilab lab run` on the many-napi topology (issue 15 item 3) at N = 8: the DUT's
+//! ingress has 8 NAPI instances, the generator's flows reach more than one of them,
+//! threaded NAPI creates 8 kthreads and pinning pins them, the kthreads' context
+//! switches are reported, and everything is removed afterwards -- also when the run is
+//! interrupted mid-point. Needs root; skipped with the reason printed otherwise.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const INSTANCES: u64 = 8;
+
+const SCENARIO: &str = r#"
+name = "many-napi-short"
+[topology]
+kind = "many-napi"
+[dut]
+napi_instances = 8
+generator_cpus = [0]
+sink_cpus = [0]
+[traffic]
+loads_pps = [8000]
+[[traffic.classes]]
+name = "be"
+share = 1.0
+size = 64
+port = 9000
+[measurement]
+duration_s = 1.0
+warmup_s = 2.0
+drain_ms = 200
+trace = "always"
+[[configurations]]
+name = "softirq"
+set = { napi = "softirq" }
+[[configurations]]
+name = "threaded"
+set = { napi = "threaded" }
+[[configurations]]
+name = "threaded-pinned"
+set = { napi = "threaded", napi_cpus = [1] }
+"#;
+
+/// The interrupted run: long points, so that SIGINT lands inside one.
+const LONG_SCENARIO: &str = r#"
+name = "many-napi-interrupted"
+[topology]
+kind = "many-napi"
+[dut]
+napi_instances = 64
+napi = "threaded"
+generator_cpus = [0]
+sink_cpus = [0]
+[traffic]
+loads_pps = [5000]
+[[traffic.classes]]
+name = "be"
+share = 1.0
+size = 64
+port = 9000
+[measurement]
+duration_s = 30.0
+warmup_s = 0.2
+"#;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    dir
+}
+
+fn namespaces_of(run_id: &str) -> Vec<String> {
+    let listing = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip netns list");
+    String::from_utf8_lossy(&listing.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|ns| ns.starts_with(&format!("napilab-{run_id}-")))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Links (root namespace) and NAPI kthreads named after the run: its devices are
+/// `n<last 4 of the run id>-*`.
+fn leftovers(run_id: &str) -> Vec<String> {
+    let tag = format!("n{}-", &run_id[run_id.len() - 4..]);
+    let links = Command::new("ip")
+        .args(["-o", "link"])
+        .output()
+        .expect("ip link");
+    let mut left: Vec<String> = String::from_utf8_lossy(&links.stdout)
+        .lines()
+        .filter(|l| l.contains(&tag))
+        .map(str::to_string)
+        .collect();
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        if let Ok(comm) = std::fs::read_to_string(e.path().join("comm")) {
+            if comm.starts_with(&format!("napi/{tag}")) {
+                left.push(format!("kthread {}", comm.trim()));
+            }
+        }
+    }
+    left.extend(namespaces_of(run_id));
+    left
+}
+
+fn run_lab(dir: &Path, scenario_text: &str) -> Command {
+    let scenario = dir.join("scenario.toml");
+    std::fs::write(&scenario, scenario_text).expect("scenario");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_napilab"));
+    c.args(["lab", "run", "--json", "--out"])
+        .arg(dir.join("results"))
+        .arg("--journal-dir")
+        .arg(dir.join("journal"))
+        .arg(&scenario);
+    c
+}
+
+#[test]
+fn many_napi_spreads_over_the_instances_counts_kthreads_and_cleans_up() {
+    if !napilab_testkit::is_root() {
+        println!("SKIPPED many_napi_spreads_over_the_instances_counts_kthreads_and_cleans_up: needs root for namespaces and BPF");
+        return;
+    }
+    let dir = scratch("napilab-lab-many-napi");
+    let out = run_lab(&dir, SCENARIO).output().expect("run napilab");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let record: Value = serde_json::from_slice(&out.stdout).expect("RunRecord JSON");
+    let run_id = record["run_id"].as_str().expect("run id").to_string();
+    let configs = record["configurations"].as_array().expect("configurations");
+    assert_eq!(configs.len(), 3);
+    for c in configs {
+        let name = c["name"].as_str().unwrap_or("?");
+        let p = &c["points"][0];
+        let class = &p["classes"][0];
+        let (sent, received) = (
+            class["sent"].as_u64().unwrap_or(0),
+            class["received"].as_u64().unwrap_or(0),
+        );
+        assert!(
+            sent > 0 && received as f64 >= 0.95 * sent as f64,
+            "{name}: {class}"
+        );
+        let m = &p["many_napi"];
+        assert_eq!(m["instances"].as_u64(), Some(INSTANCES), "{name}: {m}");
+        let polled = m["instances_polled"].as_u64().unwrap_or(0);
+        assert!(
+            polled > 1 && polled <= INSTANCES,
+            "{name}: the traffic reached {polled} of {INSTANCES} instances: {m}"
+        );
+        assert!(
+            m["dut_cpu_ns_per_packet"].as_f64().is_some_and(|v| v > 0.0),
+            "{name}: no forwarding CPU per packet: {m}"
+        );
+        let k = &m["kthreads"];
+        match name {
+            "softirq" => assert!(k.is_null(), "{name}: kthreads in softirq mode: {k}"),
+            _ => {
+                assert_eq!(k["count"].as_u64(), Some(INSTANCES), "{name}: {k}");
+                assert!(
+                    k["voluntary_switches"].as_u64().unwrap_or(0) > 0,
+                    "{name}: no context switches counted: {k}"
+                );
+                let want_pinned = if name == "threaded-pinned" {
+                    INSTANCES
+                } else {
+                    0
+                };
+                assert_eq!(k["pinned"].as_u64(), Some(want_pinned), "{name}: {k}");
+                if name == "threaded-pinned" {
+                    assert_eq!(k["migrations"].as_u64(), Some(0), "{name}: {k}");
+                }
+            }
+        }
+        let contexts: Vec<&str> = m["polls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["context"].as_str())
+            .collect();
+        let want = if name == "softirq" {
+            "bh_enable"
+        } else {
+            "napi_thread"
+        };
+        assert!(contexts.contains(&want), "{name}: polls by context {m}");
+    }
+    let left = leftovers(&run_id);
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// Interrupts the run if the test fails before it does.
+struct RunGuard(Child);
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            // SAFETY: kill(2) on our own child's pid; SIGINT lets the run clean up.
+            unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
+            let _ = self.0.wait();
+        }
+    }
+}
+
+#[test]
+fn an_interrupted_many_napi_run_removes_its_links_and_kthreads() {
+    if !napilab_testkit::is_root() {
+        println!("SKIPPED an_interrupted_many_napi_run_removes_its_links_and_kthreads: needs root for namespaces");
+        return;
+    }
+    let dir = scratch("napilab-lab-many-napi-interrupted");
+    let mut run = RunGuard(
+        run_lab(&dir, LONG_SCENARIO)
+            .arg("--no-observe")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start napilab lab run"),
+    );
+    // Interrupt once the DUT's 64 NAPI kthreads exist (the point is running).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let run_id = loop {
+        assert!(Instant::now() < deadline, "the run never started its point");
+        assert!(
+            run.0.try_wait().expect("poll child").is_none(),
+            "the run ended before it could be interrupted"
+        );
+        let id = std::fs::read_dir("/run/napilab/lab")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .find(|e| {
+                std::fs::read_to_string(e.path()).is_ok_and(|t| t.trim() == run.0.id().to_string())
+            })
+            .and_then(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .strip_suffix(".pid")
+                    .map(str::to_string)
+            });
+        if let Some(id) = id {
+            let kthreads = leftovers(&id)
+                .iter()
+                .filter(|l| l.starts_with("kthread"))
+                .count();
+            if kthreads >= 64 {
+                break id;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(
+        unsafe { libc::kill(run.0.id() as i32, libc::SIGINT) },
+        0,
+        "kill -INT"
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = run.0.try_wait().expect("poll child") {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the run did not stop within 60 s of SIGINT"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(status.code(), Some(130));
+    let left = leftovers(&run_id);
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
