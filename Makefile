@@ -29,7 +29,7 @@ APT_OPTIONAL := linux-perf
 RESULTS ?= results
 FUZZ_SECONDS ?= 10
 
-.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-export bench-sampling bench-ingress bench-sim bench-trace bench-trace-packets bench-lab bench-linerate bench-kv clean
+.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-export bench-sampling bench-ingress bench-sim bench-trace bench-trace-packets bench-lab bench-linerate bench-kv bench-many-napi clean
 
 all: build
 
@@ -146,6 +146,12 @@ bench-linerate: deps
 # capacity per interrupt mode, side by side in one run. Root.
 bench-kv: deps
 	$(CARGO) run --release -p napilab-lab --example kv-bench -- 3 3
+
+# The DUT's CPU per packet with 1, 10, 100 and 1000 NAPI instances, softirq vs threaded
+# vs threaded-pinned side by side in one run (scenarios/many-napi.toml; docs/lab.md,
+# "The many-napi topology"). Root, about 3 minutes.
+bench-many-napi: build
+	RESULTS=$(RESULTS) bash bench/many-napi.sh
 
 clean:
 	$(CARGO) clean
