@@ -1720,6 +1720,59 @@ port = 9000
         );
     }
 
+    #[test]
+    fn the_many_napi_scenario_parses_and_its_bad_fields_are_named() {
+        let text = include_str!("../../../scenarios/many-napi.toml");
+        let s = parse(text, "scenarios/many-napi.toml", Some(2)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.topology.kind, TopologyKind::ManyNapi);
+        let configs = s.configurations();
+        assert_eq!(configs.len(), 12);
+        let instances: std::collections::BTreeSet<u32> =
+            configs.iter().map(|c| c.settings.napi_instances).collect();
+        assert_eq!(
+            instances.into_iter().collect::<Vec<_>>(),
+            [1, 10, 100, 1000]
+        );
+        assert!(configs
+            .iter()
+            .any(|c| c.settings.napi == NapiContext::Threaded && c.settings.napi_cpus == [1]));
+        let many = MINI.replace("[traffic]", "[topology]\nkind = \"many-napi\"\n[traffic]");
+        let first_error = |text: &str| {
+            let e = parse(text, "m.toml", Some(2)).expect_err(text);
+            (e.0[0].field.clone(), e.0[0].message.clone())
+        };
+        // Beyond the kernel's queue limit.
+        let (field, message) = first_error(&format!("{many}[dut]\nnapi_instances = 5000\n"));
+        assert_eq!(field, "dut.napi_instances");
+        assert!(message.contains("4096"), "{message}");
+        assert_eq!(
+            first_error(&format!("{many}[dut]\nnapi_instances = 0\n")).0,
+            "dut.napi_instances"
+        );
+        // The line-rate engine cannot spread flows over the queues.
+        assert_eq!(
+            first_error(&many.replace("[traffic]", "[traffic]\nbackend = \"line-rate\"")).0,
+            "traffic.backend"
+        );
+        // No NAPI instances without GRO on veth.
+        let (field, message) = first_error(&format!("{many}[dut]\ngro = false\n"));
+        assert_eq!(field, "dut");
+        assert!(message.contains("gro = true"), "{message}");
+        // napi_instances belongs to many-napi only.
+        let (field, message) = first_error(&format!(
+            "{MINI}[[configurations]]\nname = \"a\"\nset = {{ napi_instances = 8 }}\n"
+        ));
+        assert_eq!(field, "configurations[0]");
+        assert!(message.contains("many-napi"), "{message}");
+        let ok = parse(
+            &format!("{many}[dut]\nnapi_instances = 4096\n"),
+            "m.toml",
+            Some(2),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ok.configurations()[0].settings.napi_instances, 4096);
+    }
+
     const SERVER: &str =
         "name = \"s\"\n[topology]\nkind = \"server\"\n[requests]\nloads_qps = [1000]\n";
 

@@ -120,3 +120,57 @@ pub fn section(out: &mut String, run: &RunRecord) {
     }
     out.push_str("</table>\n");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use napilab_core::many_napi::{ContextPolls, KthreadActivity};
+    use napilab_core::trace::ExecContext;
+    use napilab_core::RunKind;
+
+    #[test]
+    fn rows_show_kthreads_and_mark_undercounted_polls() {
+        let mut run = crate::synthetic::SyntheticRun::new(RunKind::Lab).build();
+        assert!(rows(&run).is_empty(), "no many-napi points, no rows");
+        let point = &mut run.configurations[0].points[0];
+        point.many_napi = Some(ManyNapiPoint {
+            instances: 1000,
+            flows: 4000,
+            instances_polled: Some(600),
+            dut_cpu_ns: Some(5_000_000),
+            dut_cpu_ns_per_packet: Some(2500.0),
+            kthreads: Some(KthreadActivity {
+                count: 1000,
+                pinned: 1000,
+                voluntary_switches: 9000,
+                involuntary_switches: 12,
+                migrations: 0,
+                max_voluntary_switches: 40,
+                max_involuntary_switches: 2,
+                max_migrations: 0,
+                on_cpu_ns: 4_000_000,
+            }),
+            polls: vec![ContextPolls {
+                context: ExecContext::NapiThread,
+                polls: 8000,
+                packets: 9000,
+                polls_per_s: 4000.0,
+                packets_per_poll: 1.125,
+            }],
+            lost_polls: 37,
+        });
+        let rows = rows(&run);
+        assert_eq!(rows.len(), 1);
+        let r = &rows[0];
+        assert_eq!(r.len(), HEADER.len());
+        assert_eq!(r[3], "1000 (600) (undercounted)");
+        assert_eq!(r[4], "2500");
+        assert_eq!(r[5], "1000 (1000)");
+        assert_eq!(r[6], "9000/12 (40/2)");
+        assert_eq!(r[8], "napi kthread 4000 (undercounted)");
+        assert_eq!(r[10], "37");
+        let mut html = String::new();
+        section(&mut html, &run);
+        assert!(html.contains("id=\"many-napi\"") && html.contains("undercounted"));
+    }
+}
