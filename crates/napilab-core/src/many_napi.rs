@@ -211,7 +211,8 @@ mod tests {
 
     #[test]
     fn old_points_without_the_field_still_load() {
-        let p: ManyNapiPoint = serde_json::from_str(r#"{"instances": 8, "flows": 32}"#).unwrap();
+        let p: ManyNapiPoint = serde_json::from_str(r#"{"instances": 8, "flows": 32}"#)
+            .expect("a point without the optional fields");
         assert_eq!(p.instances, 8);
         assert_eq!(p.lost_polls, 0);
         assert!(p.kthreads.is_none());
