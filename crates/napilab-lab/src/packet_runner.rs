@@ -789,6 +789,22 @@ fn measure_point(
         }
         _ => anyhow::bail!("internal: generator and sink results of different back ends"),
     };
+    // The trace tier's polls and NET_RX time count only when its window is the
+    // point's: an observer that opened more than a tenth of the window late saw part of
+    // the traffic, and its numbers set beside the kthreads' would mislead.
+    let late_ms = |o: &napilab_core::Observation| {
+        o.origin.started_unix_ms.saturating_sub(measure_wall_ms) as f64
+    };
+    let traced = observation
+        .as_ref()
+        .filter(|o| late_ms(o) <= 100.0 * duration_s);
+    if many_napi && observation.is_some() && traced.is_none() {
+        notice(
+            &mut ctx.notices,
+            "many-napi trace window",
+            "at some points the DUT's observer opened more than a tenth of the window late: their polls by context, instances polled and forwarding CPU are left out (give a longer warmup_s)",
+        );
+    }
     let many_napi = many_napi.then(|| {
         let delivered = classes.iter().map(|c| c.received).sum();
         crate::many_napi::point(
@@ -796,7 +812,7 @@ fn measure_point(
             &lab.dut_in,
             &kthreads_before,
             &kthreads_after,
-            observation.as_ref(),
+            traced,
             delivered,
         )
     });

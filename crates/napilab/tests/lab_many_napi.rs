@@ -5,9 +5,10 @@
 //! interrupted mid-point. Needs root; skipped with the reason printed otherwise.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use napilab_testkit::{lab_namespaces, lab_run_id_of, LabRunGuard};
 use serde_json::Value;
 
 const INSTANCES: u64 = 8;
@@ -29,7 +30,7 @@ size = 64
 port = 9000
 [measurement]
 duration_s = 1.0
-warmup_s = 2.0
+warmup_s = 4.0
 drain_ms = 200
 trace = "always"
 [[configurations]]
@@ -72,19 +73,6 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-fn namespaces_of(run_id: &str) -> Vec<String> {
-    let listing = Command::new("ip")
-        .args(["netns", "list"])
-        .output()
-        .expect("ip netns list");
-    String::from_utf8_lossy(&listing.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|ns| ns.starts_with(&format!("napilab-{run_id}-")))
-        .map(str::to_string)
-        .collect()
-}
-
 /// Links (root namespace) and NAPI kthreads named after the run: its devices are
 /// `n<last 4 of the run id>-*`.
 fn leftovers(run_id: &str) -> Vec<String> {
@@ -105,8 +93,22 @@ fn leftovers(run_id: &str) -> Vec<String> {
             }
         }
     }
-    left.extend(namespaces_of(run_id));
+    left.extend(lab_namespaces(run_id));
     left
+}
+
+/// [`leftovers`] once the kernel has finished removing the run's namespaces: `ip netns
+/// del` returns before the namespace's devices and their kthreads are gone (the kernel
+/// cleans up network namespaces from a workqueue), so wait for that, bounded.
+fn leftovers_after_cleanup(run_id: &str) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = leftovers(run_id);
+        if left.is_empty() || Instant::now() >= deadline {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 fn run_lab(dir: &Path, scenario_text: &str) -> Command {
@@ -155,7 +157,8 @@ fn many_napi_spreads_over_the_instances_counts_kthreads_and_cleans_up() {
         let polled = m["instances_polled"].as_u64().unwrap_or(0);
         assert!(
             polled > 1 && polled <= INSTANCES,
-            "{name}: the traffic reached {polled} of {INSTANCES} instances: {m}"
+            "{name}: the traffic reached {polled} of {INSTANCES} instances: {m}; notices {}",
+            record["notices"]
         );
         assert!(
             m["dut_cpu_ns_per_packet"].as_f64().is_some_and(|v| v > 0.0),
@@ -194,21 +197,8 @@ fn many_napi_spreads_over_the_instances_counts_kthreads_and_cleans_up() {
         };
         assert!(contexts.contains(&want), "{name}: polls by context {m}");
     }
-    let left = leftovers(&run_id);
+    let left = leftovers_after_cleanup(&run_id);
     assert!(left.is_empty(), "left behind: {left:?}");
-}
-
-/// Interrupts the run if the test fails before it does.
-struct RunGuard(Child);
-
-impl Drop for RunGuard {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            // SAFETY: kill(2) on our own child's pid; SIGINT lets the run clean up.
-            unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
-            let _ = self.0.wait();
-        }
-    }
 }
 
 #[test]
@@ -218,7 +208,7 @@ fn an_interrupted_many_napi_run_removes_its_links_and_kthreads() {
         return;
     }
     let dir = scratch("napilab-lab-many-napi-interrupted");
-    let mut run = RunGuard(
+    let mut run = LabRunGuard(
         run_lab(&dir, LONG_SCENARIO)
             .arg("--no-observe")
             .stdout(Stdio::piped())
@@ -234,19 +224,7 @@ fn an_interrupted_many_napi_run_removes_its_links_and_kthreads() {
             run.0.try_wait().expect("poll child").is_none(),
             "the run ended before it could be interrupted"
         );
-        let id = std::fs::read_dir("/run/napilab/lab")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .find(|e| {
-                std::fs::read_to_string(e.path()).is_ok_and(|t| t.trim() == run.0.id().to_string())
-            })
-            .and_then(|e| {
-                e.file_name()
-                    .to_string_lossy()
-                    .strip_suffix(".pid")
-                    .map(str::to_string)
-            });
+        let id = lab_run_id_of(run.0.id());
         if let Some(id) = id {
             let kthreads = leftovers(&id)
                 .iter()
@@ -277,6 +255,6 @@ fn an_interrupted_many_napi_run_removes_its_links_and_kthreads() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert_eq!(status.code(), Some(130));
-    let left = leftovers(&run_id);
+    let left = leftovers_after_cleanup(&run_id);
     assert!(left.is_empty(), "left behind: {left:?}");
 }
