@@ -450,13 +450,22 @@ fn measure_point(
     }
     let point = ctx.next_point;
     ctx.next_point += 1;
-    let warmup = Duration::from_secs_f64(m.warmup_s);
+    // many-napi: the warm-up lasts at least as long as the observer's start-up took
+    // before (`observer_lead_s`, learnt from late first samples), as in the vpn
+    // topology, because its trace-derived numbers need the observer's window to be the
+    // point's.
+    let warmup_s = if many_napi_topology(s) && ctx.opts.observer.is_some() {
+        m.warmup_s.max(ctx.observer_lead_s)
+    } else {
+        m.warmup_s
+    };
+    let warmup = Duration::from_secs_f64(warmup_s);
     let duration = Duration::from_secs_f64(duration_s);
     // One generator thread per ingress queue, on generator_cpus[queue] (XPS steers
     // its packets to that queue; XDP frames land on the RX queue of the sending CPU
     // modulo the queue count), with the classes of that queue.
     let queues = s.topology.ingress_queues.max(1);
-    let many_napi = s.topology.kind == scenario::TopologyKind::ManyNapi;
+    let many_napi = many_napi_topology(s);
     let gcpus = &cfg.settings.generator_cpus;
     let mut specs = Vec::new();
     for q in 0..queues {
@@ -661,6 +670,9 @@ fn measure_point(
         Some(o) => match o.finish(duration + Duration::from_secs(10), &stop) {
             Ok(obs) => {
                 let off = obs.origin.started_unix_ms.saturating_sub(measure_wall_ms);
+                if off > 0 && many_napi_topology(s) {
+                    ctx.observer_lead_s = (warmup_s + off as f64 / 1000.0 + 0.2).min(10.0);
+                }
                 // Its first sample waits for the window; later than that only when
                 // loading took longer than the warm-up.
                 if !ctx.observer_offset_noted && off as f64 > 100.0 * duration_s {
@@ -835,6 +847,10 @@ fn measure_point(
         observation,
         many_napi,
     }))
+}
+
+fn many_napi_topology(s: &scenario::Scenario) -> bool {
+    s.topology.kind == scenario::TopologyKind::ManyNapi
 }
 
 /// What the sink side gave for one point.

@@ -120,6 +120,31 @@ impl Drop for LabRunGuard {
     }
 }
 
+impl LabRunGuard {
+    /// Sends SIGINT (Ctrl-C) and waits for the run to exit, at most `within`.
+    pub fn interrupt(
+        &mut self,
+        within: std::time::Duration,
+    ) -> Result<std::process::ExitStatus, String> {
+        // SAFETY: kill(2) on our own child's pid.
+        if unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) } != 0 {
+            return Err(format!("kill -INT: {}", std::io::Error::last_os_error()));
+        }
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            if let Some(s) = self.0.try_wait().map_err(|e| e.to_string())? {
+                return Ok(s);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(format!(
+                    "napilab lab run did not stop within {within:?} of SIGINT"
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}
+
 /// The run id of the lab run with process id `pid`, from its pid file in /run/napilab/lab.
 pub fn lab_run_id_of(pid: u32) -> Option<String> {
     std::fs::read_dir("/run/napilab/lab")

@@ -84,20 +84,9 @@ fn ctrl_c_exits_130_keeps_the_record_and_removes_the_namespaces() {
         "the run never built its three namespaces"
     );
     std::thread::sleep(Duration::from_secs(2));
-    // SAFETY: kill(2) on our own child's pid.
-    let rc = unsafe { libc::kill(run.0.id() as i32, libc::SIGINT) };
-    assert_eq!(rc, 0, "kill -INT failed");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = run.0.try_wait().expect("poll child") {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "napilab lab run did not stop within 60 s of SIGINT"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = run
+        .interrupt(Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("{e}"));
     let mut stdout = String::new();
     let mut stderr = String::new();
     if let Some(mut o) = run.0.stdout.take() {

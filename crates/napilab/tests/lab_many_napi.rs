@@ -237,23 +237,9 @@ fn an_interrupted_many_napi_run_removes_its_links_and_kthreads() {
         std::thread::sleep(Duration::from_millis(100));
     };
     std::thread::sleep(Duration::from_secs(1));
-    // SAFETY: kill(2) on our own child's pid.
-    assert_eq!(
-        unsafe { libc::kill(run.0.id() as i32, libc::SIGINT) },
-        0,
-        "kill -INT"
-    );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = run.0.try_wait().expect("poll child") {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the run did not stop within 60 s of SIGINT"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = run
+        .interrupt(Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(status.code(), Some(130));
     let left = leftovers_after_cleanup(&run_id);
     assert!(left.is_empty(), "left behind: {left:?}");
