@@ -13,21 +13,18 @@ use serde_json::Value;
 
 const INSTANCES: u64 = 8;
 
-const SCENARIO: &str = r#"
-name = "many-napi-short"
-[topology]
-kind = "many-napi"
-[dut]
-napi_instances = 8
-generator_cpus = [0]
-sink_cpus = [0]
-[traffic]
-loads_pps = [8000]
-[[traffic.classes]]
-name = "be"
-share = 1.0
-size = 64
-port = 9000
+/// A many-napi scenario: one 64-byte class at `load_pps`, `dut` and `rest` (measurement
+/// and configurations) as given.
+fn scenario(dut: &str, load_pps: u32, rest: &str) -> String {
+    format!(
+        "name = \"many-napi-test\"\n[topology]\nkind = \"many-napi\"\n[dut]\n{dut}\n\
+         generator_cpus = [0]\nsink_cpus = [0]\n[traffic]\nloads_pps = [{load_pps}]\n\
+         [[traffic.classes]]\nname = \"be\"\nshare = 1.0\nsize = 64\nport = 9000\n{rest}"
+    )
+}
+
+/// Short points in the three contexts, with the trace tier.
+const SHORT: &str = r#"
 [measurement]
 duration_s = 1.0
 warmup_s = 4.0
@@ -45,26 +42,7 @@ set = { napi = "threaded", napi_cpus = [1] }
 "#;
 
 /// The interrupted run: long points, so that SIGINT lands inside one.
-const LONG_SCENARIO: &str = r#"
-name = "many-napi-interrupted"
-[topology]
-kind = "many-napi"
-[dut]
-napi_instances = 64
-napi = "threaded"
-generator_cpus = [0]
-sink_cpus = [0]
-[traffic]
-loads_pps = [5000]
-[[traffic.classes]]
-name = "be"
-share = 1.0
-size = 64
-port = 9000
-[measurement]
-duration_s = 30.0
-warmup_s = 0.2
-"#;
+const LONG: &str = "[measurement]\nduration_s = 30.0\nwarmup_s = 0.2\n";
 
 fn scratch(name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
@@ -130,7 +108,9 @@ fn many_napi_spreads_over_the_instances_counts_kthreads_and_cleans_up() {
         return;
     }
     let dir = scratch("napilab-lab-many-napi");
-    let out = run_lab(&dir, SCENARIO).output().expect("run napilab");
+    let out = run_lab(&dir, &scenario("napi_instances = 8", 8000, SHORT))
+        .output()
+        .expect("run napilab");
     assert!(
         out.status.success(),
         "{}",
@@ -209,12 +189,15 @@ fn an_interrupted_many_napi_run_removes_its_links_and_kthreads() {
     }
     let dir = scratch("napilab-lab-many-napi-interrupted");
     let mut run = LabRunGuard(
-        run_lab(&dir, LONG_SCENARIO)
-            .arg("--no-observe")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start napilab lab run"),
+        run_lab(
+            &dir,
+            &scenario("napi_instances = 64\nnapi = \"threaded\"", 5000, LONG),
+        )
+        .arg("--no-observe")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start napilab lab run"),
     );
     // Interrupt once the DUT's 64 NAPI kthreads exist (the point is running).
     let deadline = Instant::now() + Duration::from_secs(30);
