@@ -832,7 +832,7 @@ fn measure_point(
         notice(
             &mut ctx.notices,
             "many-napi polls undercounted",
-            "the trace tier's per-CPU table of (NAPI instance, context) pairs was full at some points (lost polls > 0 in their row): their polls per second, packets per poll and instances polled count only what fit",
+            "the trace tier's per-CPU table of (NAPI instance, context) pairs was full at some points (lost polls > 0 in their row): the report shows \"undercounted\" instead of their polls per second, packets per poll and instances polled (run.json keeps the counted values beside lost_polls)",
         );
     }
     Ok(Some(PointResult {

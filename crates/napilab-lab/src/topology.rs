@@ -8,7 +8,8 @@
 //! is on). One multi-queue veth pair, not N pairs, because it scales: 1,000 queues are
 //! one `ip link add` (0.1 s on the project's VM) and one route, where 1,000 pairs would
 //! be 1,000 links, addresses and routes, and the DUT would route between them instead of
-//! forwarding one flow set. The generator spreads its packets by sending from many
+//! forwarding one flow set (1,000 pairs alone took 1.2 s with `ip -batch`, before any
+//! address or route). The generator spreads its packets by sending from many
 //! sockets (flows): its veth has no queue selector of its own, so the kernel's flow hash
 //! picks the TX queue, which veth delivers to the peer's RX queue of the same number.
 //! No XPS is set on it, since XPS would steer by the sending CPU instead.
