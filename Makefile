@@ -149,7 +149,7 @@ bench-kv: deps
 
 # The DUT's CPU per packet with 1, 10, 100 and 1000 NAPI instances, softirq vs threaded
 # vs threaded-pinned side by side in one run (scenarios/many-napi.toml; docs/lab.md,
-# "The many-napi topology"). Root, about 3 minutes.
+# "The many-napi topology"). Root, about 1.5 minutes after the build.
 bench-many-napi: build
 	RESULTS=$(RESULTS) bash bench/many-napi.sh
 

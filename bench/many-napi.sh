@@ -6,7 +6,7 @@
 # switches per packet and migrations, and the polls the trace tier lost.
 #
 # Everything the run creates lives in its lab namespaces and is removed by it, also on
-# failure or Ctrl-C (`napilab lab clean` after a kill). Needs root. About 3 minutes.
+# failure or Ctrl-C (`napilab lab clean` after a kill). Needs root. About 1.5 minutes.
 #
 #   sudo bench/many-napi.sh [SCENARIO]       # default scenarios/many-napi.toml
 set -eu
