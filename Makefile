@@ -29,7 +29,7 @@ APT_OPTIONAL := linux-perf
 RESULTS ?= results
 FUZZ_SECONDS ?= 10
 
-.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-export bench-sampling bench-ingress bench-sim bench-trace bench-trace-packets bench-lab bench-linerate bench-kv bench-server-modes clean
+.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-export bench-sampling bench-ingress bench-sim bench-trace bench-trace-packets bench-lab bench-linerate bench-kv bench-server-modes bench-many-napi clean
 
 all: build
 
@@ -152,6 +152,12 @@ bench-kv: deps
 # the twin's prediction beside each (scenarios/bench-server-modes.toml; docs/lab.md). Root.
 bench-server-modes: build
 	./target/release/napilab lab run scenarios/bench-server-modes.toml --out $(RESULTS)
+
+# The DUT's CPU per packet with 1, 10, 100 and 1000 NAPI instances, softirq vs threaded
+# vs threaded-pinned side by side in one run (scenarios/many-napi.toml; docs/lab.md,
+# "The many-napi topology"). Root, about 1.5 minutes after the build.
+bench-many-napi: build
+	RESULTS=$(RESULTS) bash bench/many-napi.sh
 
 clean:
 	$(CARGO) clean

@@ -189,6 +189,10 @@ pub struct PointResult {
     pub sink: EngineStats,
     /// The DUT's Observation over the measurement window (warm-up excluded).
     pub observation: Option<Observation>,
+    /// The many-napi topology's NAPI measurements (absent for the other topologies and
+    /// in records written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub many_napi: Option<crate::many_napi::ManyNapiPoint>,
 }
 
 impl PointResult {

@@ -8,6 +8,7 @@
 pub mod experiment;
 pub mod explain;
 pub mod finding;
+pub mod many_napi;
 pub mod metric;
 pub mod observation;
 pub mod requests;

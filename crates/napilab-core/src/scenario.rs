@@ -68,6 +68,10 @@ pub struct Topology {
     pub ingress_queues: u32,
 }
 
+/// The kernel's limit on a device's queues (`rtnl_create_link` refuses more, and veth
+/// enforces the same), hence on the many-napi topology's NAPI instances.
+pub const MAX_VETH_QUEUES: u32 = 4096;
+
 fn one() -> u32 {
     1
 }
@@ -98,6 +102,10 @@ pub enum TopologyKind {
     /// napilab's user-space endpoint) into a multi-queue TUN device; the load is
     /// `[tunnel]`.
     Vpn,
+    /// The router with many NAPI instances on the DUT's ingress
+    /// (`dut.napi_instances` RX queues of one veth), the traffic spread over them by
+    /// flow.
+    ManyNapi,
 }
 
 impl TopologyKind {
@@ -107,6 +115,7 @@ impl TopologyKind {
             TopologyKind::Ap => "ap",
             TopologyKind::Server => "server",
             TopologyKind::Vpn => "vpn",
+            TopologyKind::ManyNapi => "many-napi",
         }
     }
 }
@@ -273,6 +282,9 @@ pub struct DutPatch {
     /// Server topology: CPUs of the server's workers (worker i on the i-th, wrapping)
     /// and of the DUT veth's NAPI kthreads in `threaded` mode; default the last CPU.
     pub server_cpus: Option<Vec<u32>>,
+    /// many-napi topology: NAPI instances on the DUT's ingress (RX queues of its veth,
+    /// each its own instance), 1 to [`MAX_VETH_QUEUES`].
+    pub napi_instances: Option<u32>,
 }
 
 /// Resolved host settings of one configuration.
@@ -294,6 +306,9 @@ pub struct DutSettings {
     pub server: ServerEngine,
     /// Empty: the runner picks the host's last CPU.
     pub server_cpus: Vec<u32>,
+    /// NAPI instances of the DUT's ingress (many-napi topology; 1 elsewhere).
+    #[serde(default = "one")]
+    pub napi_instances: u32,
 }
 
 impl DutPatch {
@@ -318,6 +333,7 @@ impl DutPatch {
             mode: pick(&self.mode, &over.mode),
             server: pick(&self.server, &over.server),
             server_cpus: pick(&self.server_cpus, &over.server_cpus),
+            napi_instances: pick(&self.napi_instances, &over.napi_instances),
         }
     }
 
@@ -338,6 +354,7 @@ impl DutPatch {
             mode: self.mode.unwrap_or_default(),
             server: self.server.unwrap_or_default(),
             server_cpus: self.server_cpus.clone().unwrap_or_default(),
+            napi_instances: self.napi_instances.unwrap_or(1),
         }
     }
 
@@ -391,6 +408,9 @@ impl DutPatch {
         if self.server_cpus.is_some() {
             out.push(("server_cpus".into(), cpu_list(&r.server_cpus)));
         }
+        if let Some(n) = self.napi_instances {
+            out.push(("napi_instances".into(), n.to_string()));
+        }
         out
     }
 }
@@ -420,6 +440,14 @@ impl DutSettings {
             ("generator_cpus".into(), cpu_list(&self.generator_cpus)),
             ("sink_cpus".into(), cpu_list(&self.sink_cpus)),
         ]
+        .into_iter()
+        .chain((self.napi_instances != 1).then(|| {
+            (
+                "napi_instances".to_string(),
+                self.napi_instances.to_string(),
+            )
+        }))
+        .collect()
     }
 
     /// The server topology's settings as (setting, value) pairs.
@@ -979,7 +1007,10 @@ fn validate(s: &Scenario, v: &mut Validator<'_>, host_cpus: Option<u32>) {
     check_workload_kind(s, v);
     // Traffic (the packet topologies).
     let t = &s.traffic;
-    let packets = matches!(s.topology.kind, TopologyKind::Router | TopologyKind::Ap);
+    let packets = matches!(
+        s.topology.kind,
+        TopologyKind::Router | TopologyKind::Ap | TopologyKind::ManyNapi
+    );
     if packets && t.classes.is_empty() {
         v.err("traffic.classes", "add at least one [[traffic.classes]]");
     }
@@ -1038,6 +1069,7 @@ fn validate(s: &Scenario, v: &mut Validator<'_>, host_cpus: Option<u32>) {
             format!("{nq} is out of range: use 1 to 8"),
         );
     }
+    check_many_napi(s, v);
     for (i, c) in t.classes.iter().enumerate() {
         if c.queue >= nq.max(1) {
             v.err(
@@ -1169,7 +1201,12 @@ fn validate(s: &Scenario, v: &mut Validator<'_>, host_cpus: Option<u32>) {
         let (configs, origin) = expand_with_origin(s);
         for (c, field) in configs.iter().zip(origin) {
             let r = &c.settings;
-            if r.napi == NapiContext::Threaded && !r.gro {
+            if s.topology.kind != TopologyKind::ManyNapi && r.napi_instances != 1 {
+                v.err(&field, format!("configuration {:?}: napi_instances = {} is the many-napi topology's setting: set topology.kind = \"many-napi\" or remove it", c.name, r.napi_instances));
+            }
+            if s.topology.kind == TopologyKind::ManyNapi && !r.gro {
+                v.err(&field, format!("configuration {:?}: the many-napi topology needs gro = true (veth has NAPI instances only with GRO or XDP on)", c.name));
+            } else if r.napi == NapiContext::Threaded && !r.gro {
                 v.err(&field, format!("configuration {:?}: napi = \"threaded\" needs gro = true (veth has NAPI instances only with GRO on)", c.name));
             }
             if r.defer_hard_irqs > 0 && r.gro_flush_timeout_ns == 0 {
@@ -1190,6 +1227,35 @@ fn validate(s: &Scenario, v: &mut Validator<'_>, host_cpus: Option<u32>) {
                 format!("{} configurations: use at most 64", configs.len()),
             );
         }
+    }
+}
+
+/// The many-napi topology's traffic: on the paced back end (which spreads flows over
+/// the queues), with its queues from `dut.napi_instances` only.
+fn check_many_napi(s: &Scenario, v: &mut Validator<'_>) {
+    if s.topology.kind != TopologyKind::ManyNapi {
+        return;
+    }
+    if s.topology.ingress_queues != 1 {
+        v.err(
+            "topology.ingress_queues",
+            "the many-napi topology sets its queues from dut.napi_instances: remove ingress_queues",
+        );
+    }
+    if s.traffic.backend != Backend::Paced {
+        v.err(
+            "traffic.backend",
+            "the many-napi topology needs the paced back end (its flows are what spreads the traffic over the NAPI instances): use backend = \"paced\"",
+        );
+    }
+    if s.measurement
+        .search_backend
+        .is_some_and(|b| b != Backend::Paced)
+    {
+        v.err(
+            "measurement.search_backend",
+            "the many-napi topology searches with the paced back end only: remove search_backend",
+        );
     }
 }
 
@@ -1299,6 +1365,14 @@ fn check_patch(p: &DutPatch, at: &str, v: &mut Validator<'_>, host_cpus: Option<
         }
         if host_cpus.is_none() && list.iter().any(|c| *c >= 1024) {
             v.err(&format!("{at}.{name}"), "CPU numbers must be below 1024");
+        }
+    }
+    if let Some(n) = p.napi_instances {
+        if n == 0 || n > MAX_VETH_QUEUES {
+            v.err(
+                &format!("{at}.napi_instances"),
+                format!("{n} is out of range: use 1 to {MAX_VETH_QUEUES} (the kernel refuses more queues on one device)"),
+            );
         }
     }
     if let Some(f) = &p.napi_fifo {
@@ -1644,6 +1718,59 @@ port = 9000
             e.0[0].message.contains("paced") && e.0[0].message.contains("line-rate"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_many_napi_scenario_parses_and_its_bad_fields_are_named() {
+        let text = include_str!("../../../scenarios/many-napi.toml");
+        let s = parse(text, "scenarios/many-napi.toml", Some(2)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.topology.kind, TopologyKind::ManyNapi);
+        let configs = s.configurations();
+        assert_eq!(configs.len(), 12);
+        let instances: std::collections::BTreeSet<u32> =
+            configs.iter().map(|c| c.settings.napi_instances).collect();
+        assert_eq!(
+            instances.into_iter().collect::<Vec<_>>(),
+            [1, 10, 100, 1000]
+        );
+        assert!(configs
+            .iter()
+            .any(|c| c.settings.napi == NapiContext::Threaded && c.settings.napi_cpus == [1]));
+        let many = MINI.replace("[traffic]", "[topology]\nkind = \"many-napi\"\n[traffic]");
+        let first_error = |text: &str| {
+            let e = parse(text, "m.toml", Some(2)).expect_err(text);
+            (e.0[0].field.clone(), e.0[0].message.clone())
+        };
+        // Beyond the kernel's queue limit.
+        let (field, message) = first_error(&format!("{many}[dut]\nnapi_instances = 5000\n"));
+        assert_eq!(field, "dut.napi_instances");
+        assert!(message.contains("4096"), "{message}");
+        assert_eq!(
+            first_error(&format!("{many}[dut]\nnapi_instances = 0\n")).0,
+            "dut.napi_instances"
+        );
+        // The line-rate engine cannot spread flows over the queues.
+        assert_eq!(
+            first_error(&many.replace("[traffic]", "[traffic]\nbackend = \"line-rate\"")).0,
+            "traffic.backend"
+        );
+        // No NAPI instances without GRO on veth.
+        let (field, message) = first_error(&format!("{many}[dut]\ngro = false\n"));
+        assert_eq!(field, "dut");
+        assert!(message.contains("gro = true"), "{message}");
+        // napi_instances belongs to many-napi only.
+        let (field, message) = first_error(&format!(
+            "{MINI}[[configurations]]\nname = \"a\"\nset = {{ napi_instances = 8 }}\n"
+        ));
+        assert_eq!(field, "configurations[0]");
+        assert!(message.contains("many-napi"), "{message}");
+        let ok = parse(
+            &format!("{many}[dut]\nnapi_instances = 4096\n"),
+            "m.toml",
+            Some(2),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ok.configurations()[0].settings.napi_instances, 4096);
     }
 
     const SERVER: &str =

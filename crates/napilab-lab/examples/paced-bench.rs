@@ -214,6 +214,7 @@ fn main() -> Result<()> {
                             point,
                             cpus: vec![o.gen_cpu],
                             seed: u64::from(point),
+                            flows: 1,
                         };
                         sink.begin(point);
                         let before = counters::snapshot(&lab);

@@ -8,6 +8,7 @@
 //!   latency).
 //! - [`linerate`]: the line-rate back end (XDP live frames through `BPF_PROG_RUN`, an
 //!   in-kernel counting sink).
+//! - [`many_napi`]: the many-napi topology's NAPI kthread and poll measurements.
 //! - [`histogram`]: the sink's microsecond latency histogram.
 //! - [`counters`]: where the kernel counted lost packets.
 //! - [`disturbance`]: what the machine took away from a trial (steal, other processes).
@@ -27,6 +28,7 @@ pub mod counters;
 pub mod disturbance;
 pub mod histogram;
 pub mod linerate;
+pub mod many_napi;
 pub mod mlrsearch;
 pub mod netns;
 pub mod packet_runner;

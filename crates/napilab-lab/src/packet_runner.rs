@@ -1,4 +1,4 @@
-//! The packet topologies' configurations (router, ap): build the three namespaces,
+//! The packet topologies' configurations (router, ap, many-napi): build the three namespaces,
 //! start the traffic engine (paced UDP or line-rate XDP frames), sweep the offered loads
 //! with repeats, search the maximum throughput (MLRsearch or the RFC 2544 bisection),
 //! tear down. The runner (crate::runner) calls [`run_configuration`] for them and
@@ -54,8 +54,16 @@ pub(crate) fn run_configuration(
     let m = &s.measurement;
     let pos0 = ctx.bar.position();
     let (mut sysctls, sysctl_notes) = SysctlGuard::apply(run_id, cfg, &ctx.opts.journal_dir)?;
-    let mut lab = Lab::build(run_id, &s.topology, &cfg.settings)
-        .context("building the namespaces and veth links")?;
+    let mut lab = Lab::build(run_id, &s.topology, &cfg.settings).with_context(|| {
+        if s.topology.kind == scenario::TopologyKind::ManyNapi {
+            format!(
+                "building the namespaces and a veth with napi_instances = {} queues (configuration {}: lower it if the kernel refuses)",
+                cfg.settings.napi_instances, cfg.name
+            )
+        } else {
+            "building the namespaces and veth links".to_string()
+        }
+    })?;
     for w in &lab.warnings {
         notice(
             &mut ctx.notices,
@@ -442,12 +450,22 @@ fn measure_point(
     }
     let point = ctx.next_point;
     ctx.next_point += 1;
-    let warmup = Duration::from_secs_f64(m.warmup_s);
+    // many-napi: the warm-up lasts at least as long as the observer's start-up took
+    // before (`observer_lead_s`, learnt from late first samples), as in the vpn
+    // topology, because its trace-derived numbers need the observer's window to be the
+    // point's.
+    let warmup_s = if many_napi_topology(s) && ctx.opts.observer.is_some() {
+        m.warmup_s.max(ctx.observer_lead_s)
+    } else {
+        m.warmup_s
+    };
+    let warmup = Duration::from_secs_f64(warmup_s);
     let duration = Duration::from_secs_f64(duration_s);
     // One generator thread per ingress queue, on generator_cpus[queue] (XPS steers
     // its packets to that queue; XDP frames land on the RX queue of the sending CPU
     // modulo the queue count), with the classes of that queue.
     let queues = s.topology.ingress_queues.max(1);
+    let many_napi = many_napi_topology(s);
     let gcpus = &cfg.settings.generator_cpus;
     let mut specs = Vec::new();
     for q in 0..queues {
@@ -484,6 +502,11 @@ fn measure_point(
             duration,
             point,
             cpus: vec![gcpus[q as usize % gcpus.len()]],
+            flows: if many_napi {
+                crate::many_napi::flows_for(cfg.settings.napi_instances)
+            } else {
+                1
+            },
             seed: s
                 .traffic
                 .seed
@@ -571,6 +594,12 @@ fn measure_point(
     while Instant::now() < t_measure && !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(10).min(t_measure - Instant::now()));
     }
+    // The NAPI kthreads' counters at the window's opening and (below) its close.
+    let kthreads_before = if many_napi {
+        crate::many_napi::sample_kthreads(&lab.dut_in)
+    } else {
+        Vec::new()
+    };
     let (g, lr_gen) = match gens {
         Gens::Paced(handles) => {
             let mut parts = Vec::new();
@@ -601,6 +630,11 @@ fn measure_point(
             }
             (None, Some(LrGenResult::merge(&parts)))
         }
+    };
+    let kthreads_after = if many_napi {
+        crate::many_napi::sample_kthreads(&lab.dut_in)
+    } else {
+        Vec::new()
     };
     let interrupted =
         g.as_ref().is_some_and(|g| g.interrupted) || lr_gen.as_ref().is_some_and(|g| g.interrupted);
@@ -636,6 +670,9 @@ fn measure_point(
         Some(o) => match o.finish(duration + Duration::from_secs(10), &stop) {
             Ok(obs) => {
                 let off = obs.origin.started_unix_ms.saturating_sub(measure_wall_ms);
+                if off > 0 && many_napi_topology(s) {
+                    ctx.observer_lead_s = (warmup_s + off as f64 / 1000.0 + 0.2).min(10.0);
+                }
                 // Its first sample waits for the window; later than that only when
                 // loading took longer than the warm-up.
                 if !ctx.observer_offset_noted && off as f64 > 100.0 * duration_s {
@@ -764,6 +801,40 @@ fn measure_point(
         }
         _ => anyhow::bail!("internal: generator and sink results of different back ends"),
     };
+    // The trace tier's polls and NET_RX time count only when its window is the
+    // point's: an observer that opened more than a tenth of the window late saw part of
+    // the traffic, and its numbers set beside the kthreads' would mislead.
+    let late_ms = |o: &napilab_core::Observation| {
+        o.origin.started_unix_ms.saturating_sub(measure_wall_ms) as f64
+    };
+    let traced = observation
+        .as_ref()
+        .filter(|o| late_ms(o) <= 100.0 * duration_s);
+    if many_napi && observation.is_some() && traced.is_none() {
+        notice(
+            &mut ctx.notices,
+            "many-napi trace window",
+            "at some points the DUT's observer opened more than a tenth of the window late: their polls by context, instances polled and forwarding CPU are left out (give a longer warmup_s)",
+        );
+    }
+    let many_napi = many_napi.then(|| {
+        let delivered = classes.iter().map(|c| c.received).sum();
+        crate::many_napi::point(
+            cfg.settings.napi_instances,
+            &lab.dut_in,
+            &kthreads_before,
+            &kthreads_after,
+            traced,
+            delivered,
+        )
+    });
+    if many_napi.as_ref().is_some_and(|p| p.lost_polls > 0) {
+        notice(
+            &mut ctx.notices,
+            "many-napi polls undercounted",
+            "the trace tier's per-CPU table of (NAPI instance, context) pairs was full at some points (lost polls > 0 in their row): the report shows \"undercounted\" instead of their polls per second, packets per poll and instances polled (run.json keeps the counted values beside lost_polls)",
+        );
+    }
     Ok(Some(PointResult {
         role,
         requested_pps: load,
@@ -774,7 +845,12 @@ fn measure_point(
         generator,
         sink: sink_stats,
         observation,
+        many_napi,
     }))
+}
+
+fn many_napi_topology(s: &scenario::Scenario) -> bool {
+    s.topology.kind == scenario::TopologyKind::ManyNapi
 }
 
 /// What the sink side gave for one point.

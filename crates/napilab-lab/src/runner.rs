@@ -1,5 +1,5 @@
 //! The runner: a scenario's configurations, each run by its topology's module
-//! (crate::packet_runner for router and ap, crate::server_runner for server), which walks
+//! (crate::packet_runner for router, ap and many-napi, crate::server_runner for server), which walks
 //! its loads x repeats and searches; per point the workload's results and the DUT's
 //! Observation. Ctrl-C (the `stop` flag) ends the run
 //! cleanly: the point in progress is dropped, finished points are kept, everything
@@ -362,7 +362,11 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
             scenario::TopologyKind::Vpn => {
                 crate::vpn_runner::run_configuration(&mut ctx, &run_id, cfg)
             }
-            _ => crate::packet_runner::run_configuration(&mut ctx, &run_id, cfg, per_config),
+            scenario::TopologyKind::Router
+            | scenario::TopologyKind::Ap
+            | scenario::TopologyKind::ManyNapi => {
+                crate::packet_runner::run_configuration(&mut ctx, &run_id, cfg, per_config)
+            }
         };
         match outcome {
             Ok((r, stopped)) => {

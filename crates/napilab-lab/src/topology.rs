@@ -2,6 +2,17 @@
 //! two veth pairs, with IP forwarding in the DUT; and the DUT's settings (GRO, NAPI
 //! context and kthread affinity, RPS, egress qdisc). Everything lives inside the
 //! namespaces, so deleting them removes it all; [`Lab`]'s Drop does that.
+//!
+//! The many-napi topology is this router with `dut.napi_instances` RX queues on the
+//! DUT's ingress veth, each its own NAPI instance (veth adds one per RX queue when GRO
+//! is on). One multi-queue veth pair, not N pairs, because it scales: 1,000 queues are
+//! one `ip link add` (0.1 s on the project's VM) and one route, where 1,000 pairs would
+//! be 1,000 links, addresses and routes, and the DUT would route between them instead of
+//! forwarding one flow set (1,000 pairs alone took 1.2 s with `ip -batch`, before any
+//! address or route). The generator spreads its packets by sending from many
+//! sockets (flows): its veth has no queue selector of its own, so the kernel's flow hash
+//! picks the TX queue, which veth delivers to the peer's RX queue of the same number.
+//! No XPS is set on it, since XPS would steer by the sending CPU instead.
 
 use std::io;
 use std::net::Ipv4Addr;
@@ -51,10 +62,14 @@ impl Lab {
     /// Builds the topology and applies `s` (all but the global sysctls, which the
     /// runner applies through napilab-tune's journal).
     pub fn build(run_id: &str, topo: &Topology, s: &DutSettings) -> io::Result<Lab> {
-        let queues = topo.ingress_queues.max(1);
+        let queues = if topo.kind == TopologyKind::ManyNapi {
+            s.napi_instances.max(1)
+        } else {
+            topo.ingress_queues.max(1)
+        };
         let short = &run_id[run_id.len() - 4..];
         let (din, dout) = match (topo.kind, topo.direction) {
-            (TopologyKind::Router, _) => ("in", "out"),
+            (TopologyKind::Router | TopologyKind::ManyNapi, _) => ("in", "out"),
             (TopologyKind::Ap, ApDirection::WiredToWireless) => ("eth", "wlan"),
             (TopologyKind::Ap, ApDirection::WirelessToWired) => ("wlan", "eth"),
             (TopologyKind::Server | TopologyKind::Vpn, _) => {
@@ -247,17 +262,15 @@ impl Lab {
                 }
             }
         }
-        // RPS, on every ingress RX queue.
+        // RPS, on every ingress RX queue (one shell for all: many-napi has thousands).
         let mask = cpu_mask(&s.rps_cpus);
-        for q in 0..self.queues {
-            sh_in(
-                &d,
-                &format!(
-                    "echo {mask} > /sys/class/net/{}/queues/rx-{q}/rps_cpus",
-                    self.dut_in
-                ),
-            )?;
-        }
+        sh_in(
+            &d,
+            &format!(
+                "for f in /sys/class/net/{}/queues/rx-*/rps_cpus; do echo {mask} > $f || exit 1; done",
+                self.dut_in
+            ),
+        )?;
         self.applied
             .push((format!("{} rx-* rps_cpus", self.dut_in), mask));
         // Interrupt deferral. veth has no IRQ: a sender notifies the peer's NAPI instance
@@ -276,8 +289,8 @@ impl Lab {
             ));
         }
         // Multi-queue: XPS on the generator's veth maps generator CPU i to TX queue i,
-        // which veth delivers to the DUT's RX queue i.
-        if self.queues > 1 {
+        // which veth delivers to the DUT's RX queue i. (many-napi spreads by flow hash.)
+        if self.queues > 1 && topo.kind != TopologyKind::ManyNapi {
             for q in 0..self.queues {
                 let cpu = s.generator_cpus[q as usize % s.generator_cpus.len()];
                 let m = cpu_mask(&[cpu]);
@@ -293,8 +306,8 @@ impl Lab {
             }
         }
         // Egress qdisc: on the egress device (router), on the wired side (ap).
-        let wired_is_out =
-            topo.kind == TopologyKind::Router || topo.direction == ApDirection::WirelessToWired;
+        let wired_is_out = matches!(topo.kind, TopologyKind::Router | TopologyKind::ManyNapi)
+            || topo.direction == ApDirection::WirelessToWired;
         let qdisc_dev = if wired_is_out {
             self.dut_out.clone()
         } else {

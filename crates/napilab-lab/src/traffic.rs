@@ -84,6 +84,11 @@ pub struct GenSpec {
     pub point: u32,
     pub cpus: Vec<u32>,
     pub seed: u64,
+    /// Sockets (UDP source ports) the generator sends from, one send batch each in
+    /// turn; 0 and 1 both mean one. Each socket is its own flow, which the sending
+    /// veth's queue selection (the flow hash) maps to one of its TX queues and so to
+    /// one of the peer's RX queues: this spreads traffic over many NAPI instances.
+    pub flows: u32,
 }
 
 /// How the generator hands its packets to the kernel (see the module documentation).
@@ -431,6 +436,23 @@ fn prepare_gso(ns: &str, dst: Ipv4Addr) -> io::Result<()> {
     Ok(())
 }
 
+/// Raises the soft open-file limit towards `want` (at most the hard limit): many flows
+/// need many sockets, more than a shell's usual 1,024. Best effort: socket creation
+/// says what to do when it still fails.
+fn raise_open_file_limit(want: u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid rlimit pointer.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < want {
+            lim.rlim_cur = want.min(lim.rlim_max);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
 /// Steal ticks (USER_HZ, 10 ms) summed over `cpus`, from /proc/stat.
 fn steal_ticks(cpus: &[u32]) -> u64 {
     let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
@@ -481,8 +503,22 @@ fn generate(
     // Precise sleeps: the default 50 us timer slack would add lateness.
     // SAFETY: prctl with an integer argument.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64) };
-    let sock = udp_socket()?;
-    setsockopt_int(&sock, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20)?;
+    let flows = spec.flows.max(1);
+    raise_open_file_limit(u64::from(flows) + 256);
+    let socks = (0..flows)
+        .map(|_| {
+            let sock = udp_socket().map_err(|e| {
+                if e.raw_os_error() == Some(libc::EMFILE) {
+                    io::Error::other(format!("the generator needs {flows} sockets (one per flow) and the open-file limit is too low: raise it (ulimit -n) or use fewer NAPI instances: {e}"))
+                } else {
+                    e
+                }
+            })?;
+            setsockopt_int(&sock, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20)?;
+            Ok(sock)
+        })
+        .collect::<io::Result<Vec<OwnedFd>>>()?;
+    let mut next_sock = 0usize;
     let mut gso = path == TxPath::UdpGso;
     let n = spec.classes.len();
     let mut rng = Rng(spec.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
@@ -653,6 +689,10 @@ fn generate(
             }
             msgs[j].msg_len = 0;
         }
+        // One flow per batch, in turn (a batch's messages share one sendmmsg, hence one
+        // socket).
+        let sock = &socks[next_sock];
+        next_sock = (next_sock + 1) % socks.len();
         let mut done = 0;
         let mut retries = 0;
         while done < m {

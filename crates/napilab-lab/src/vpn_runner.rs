@@ -364,5 +364,6 @@ fn measure_point(
             ],
         },
         observation,
+        many_napi: None,
     }))
 }

@@ -258,6 +258,7 @@ fn classes_land_on_their_rx_queues() -> Result<(), String> {
                     point: 1,
                     cpus: vec![cpu],
                     seed: 1,
+                    flows: 1,
                 },
                 stop.clone(),
             )
@@ -355,6 +356,7 @@ fn batched_sends_keep_sequences_gap_free() -> Result<(), String> {
             point,
             cpus: vec![0],
             seed: 7,
+            flows: 1,
         };
         // spin_ns 0: the generator sleeps before every departure and wakes late by
         // the timer's latency, so departures fall due in twos and threes: batches.

@@ -10,6 +10,7 @@ mod compare_page;
 pub mod comparison;
 mod csv;
 mod html;
+pub mod many_napi_page;
 mod metrics;
 mod openmetrics;
 mod plot;

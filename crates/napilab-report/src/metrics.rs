@@ -18,7 +18,7 @@ pub struct MetricRow {
     pub name: String,
     pub value: f64,
     /// `packets_per_second`, `cpu_fraction`, ... (napilab-core's `Unit` names) or one of
-    /// `packets`, `ratio`, `microseconds`, `flag`.
+    /// `packets`, `ratio`, `microseconds`, `nanoseconds`, `flag`.
     pub unit: String,
     /// `proc`, `tick`, `trace`, `sample`, `model`, or `engine`.
     pub source: String,
@@ -188,7 +188,65 @@ pub fn point_metrics(kind: RunKind, point: &PointResult) -> Vec<MetricRow> {
     if let Some(obs) = &point.observation {
         observation_rows(&mut r, obs);
     }
+    if let Some(m) = &point.many_napi {
+        many_napi_rows(&mut r, m);
+    }
     r.rows
+}
+
+/// The many-napi topology's numbers under scope `napi` (kthreads: `proc`; polls and
+/// NET_RX time: `trace`).
+fn many_napi_rows(r: &mut Rows, m: &napilab_core::many_napi::ManyNapiPoint) {
+    r.plain(
+        "napi",
+        "instances",
+        f64::from(m.instances),
+        "count",
+        "engine",
+    );
+    r.plain("napi", "flows", f64::from(m.flows), "count", "engine");
+    if let Some(n) = m.instances_polled {
+        r.plain("napi", "instances_polled", f64::from(n), "count", "trace");
+    }
+    r.plain("napi", "lost_polls", m.lost_polls as f64, "count", "trace");
+    if let Some(v) = m.dut_cpu_ns_per_packet {
+        r.derived(
+            "napi",
+            "dut_cpu_ns_per_packet",
+            v,
+            "nanoseconds",
+            "trace",
+            Some("(NET_RX softirq ns + NAPI kthread on-CPU ns) / delivered packets".into()),
+        );
+    }
+    if let Some(k) = &m.kthreads {
+        for (name, v) in [
+            ("kthreads", u64::from(k.count)),
+            ("kthreads_pinned", u64::from(k.pinned)),
+            ("kthread_voluntary_switches", k.voluntary_switches),
+            ("kthread_involuntary_switches", k.involuntary_switches),
+            ("kthread_migrations", k.migrations),
+            ("kthread_max_voluntary_switches", k.max_voluntary_switches),
+            (
+                "kthread_max_involuntary_switches",
+                k.max_involuntary_switches,
+            ),
+            ("kthread_max_migrations", k.max_migrations),
+        ] {
+            r.plain("napi", name, v as f64, "count", "proc");
+        }
+    }
+    for c in &m.polls {
+        let scope = format!("napi:{}", c.context.as_str());
+        r.plain(&scope, "polls_per_s", c.polls_per_s, "per_second", "trace");
+        r.plain(
+            &scope,
+            "packets_per_poll",
+            c.packets_per_poll,
+            "packets_per_event",
+            "trace",
+        );
+    }
 }
 
 fn observation_rows(r: &mut Rows, obs: &Observation) {

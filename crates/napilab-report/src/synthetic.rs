@@ -321,6 +321,7 @@ impl SyntheticRun {
             ),
             sink: engine("socket-sink", delivered / 1e6, false),
             observation: Some(self.observation(conf, offered, delivered)),
+            many_napi: None,
         }
     }
 

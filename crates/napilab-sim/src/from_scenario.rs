@@ -133,6 +133,13 @@ pub fn plan(scenario: &Scenario, file: &str) -> Result<TwinPlan, ConfigError> {
             "the twin does not map the lab's vpn scenario yet: its WireGuard pipeline has twin configurations of its own (docs/sim.md); run this scenario in the lab (napilab lab run)",
         ));
     }
+    if s.topology.kind == TopologyKind::ManyNapi {
+        return Err(ConfigError::new(
+            file,
+            "topology.kind",
+            "the twin does not map the lab's many-napi scenario: its many NAPI instances are twin configurations of their own (docs/sim.md, the WireGuard configurations); run this scenario in the lab (napilab lab run)",
+        ));
+    }
     if s.topology.kind == TopologyKind::Server {
         return crate::from_server_scenario::plan(s, file);
     }
@@ -332,7 +339,7 @@ fn map_configuration(
         (TopologyKind::Router, _) | (TopologyKind::Ap, ApDirection::WirelessToWired) => {
             Some(&r.qdisc)
         }
-        (TopologyKind::Server | TopologyKind::Vpn, _) => None,
+        (TopologyKind::Server | TopologyKind::Vpn | TopologyKind::ManyNapi, _) => None,
         (TopologyKind::Ap, ApDirection::WiredToWireless) => {
             notices.push(notice(
                 "topology ap, wired-to-wireless",

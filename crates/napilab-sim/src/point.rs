@@ -57,6 +57,7 @@ impl SimResult {
                 ..EngineStats::default()
             },
             observation: Some(self.observation.clone()),
+            many_napi: None,
         }
     }
 }

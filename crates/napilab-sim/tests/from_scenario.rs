@@ -52,9 +52,14 @@ fn every_lab_scenario_maps_onto_valid_twin_configs() {
             "{name}"
         );
         let s = parse(&text, &name);
-        if s.topology.kind == napilab_core::scenario::TopologyKind::Vpn {
-            // Not mapped yet: refused, naming the field (docs/lab.md, "Missing").
-            let e = from_scenario::plan(&s, &name).expect_err("vpn scenarios are refused");
+        if matches!(
+            s.topology.kind,
+            napilab_core::scenario::TopologyKind::Vpn
+                | napilab_core::scenario::TopologyKind::ManyNapi
+        ) {
+            // Not mapped: refused, naming the field (docs/lab.md, "Missing").
+            let e = from_scenario::plan(&s, &name)
+                .expect_err("vpn and many-napi scenarios are refused");
             assert_eq!(e.field, "topology.kind", "{name}: {e}");
             continue;
         }

@@ -105,3 +105,73 @@ impl Drop for VethPair {
         }
     }
 }
+
+/// A `napilab lab run` child process: SIGINT on drop while it still runs (the run then
+/// removes what it created), so nothing outlives a failed test.
+pub struct LabRunGuard(pub std::process::Child);
+
+impl Drop for LabRunGuard {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            // SAFETY: kill(2) on our own child's pid; SIGINT lets the run clean up.
+            unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
+            let _ = self.0.wait();
+        }
+    }
+}
+
+impl LabRunGuard {
+    /// Sends SIGINT (Ctrl-C) and waits for the run to exit, at most `within`.
+    pub fn interrupt(
+        &mut self,
+        within: std::time::Duration,
+    ) -> Result<std::process::ExitStatus, String> {
+        // SAFETY: kill(2) on our own child's pid.
+        if unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) } != 0 {
+            return Err(format!("kill -INT: {}", std::io::Error::last_os_error()));
+        }
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            if let Some(s) = self.0.try_wait().map_err(|e| e.to_string())? {
+                return Ok(s);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(format!(
+                    "napilab lab run did not stop within {within:?} of SIGINT"
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}
+
+/// The run id of the lab run with process id `pid`, from its pid file in /run/napilab/lab.
+pub fn lab_run_id_of(pid: u32) -> Option<String> {
+    std::fs::read_dir("/run/napilab/lab")
+        .ok()?
+        .flatten()
+        .find(|e| {
+            std::fs::read_to_string(e.path()).is_ok_and(|text| text.trim() == pid.to_string())
+        })
+        .and_then(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .strip_suffix(".pid")
+                .map(str::to_string)
+        })
+}
+
+/// The namespaces of lab run `run_id` (`napilab-<run_id>-<role>`).
+pub fn lab_namespaces(run_id: &str) -> Vec<String> {
+    let listing = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    listing
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|ns| ns.starts_with(&format!("napilab-{run_id}-")))
+        .map(str::to_string)
+        .collect()
+}

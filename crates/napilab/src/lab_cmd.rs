@@ -302,11 +302,28 @@ pub fn summary(r: &RunRecord) -> String {
         out.push_str(&format!("{t}\n"));
     }
     out.push_str(&crate::lab_requests::tables(r));
+    out.push_str(&many_napi_table(r));
     out.push_str(&maxima_table(r));
     for n in &r.notices {
         out.push_str(&format!("note: {}: {}\n", n.what, n.why));
     }
     out
+}
+
+/// The many-napi topology's NAPI measurements; empty for other runs.
+fn many_napi_table(r: &RunRecord) -> String {
+    use napilab_report::many_napi_page;
+    let rows = many_napi_page::rows(r);
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut t = Table::new();
+    t.load_style(UTF8_BORDERS_ONLY);
+    t.set_header(many_napi_page::HEADER.to_vec());
+    for row in rows {
+        t.add_row(row);
+    }
+    format!("many NAPI instances (DUT CPU: NET_RX softirq of the host + NAPI kthreads; brackets: polled instances, most of one kthread)\n{t}\n")
 }
 
 /// The maxima with their intervals and the verdicts between configurations.

@@ -4,7 +4,9 @@
 
 use std::io::Read;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
+
+use napilab_testkit::{lab_namespaces, lab_run_id_of, LabRunGuard};
 use std::time::{Duration, Instant};
 
 const SCENARIO: &str = r#"
@@ -36,49 +38,6 @@ fn scratch() -> PathBuf {
     dir
 }
 
-/// The run id of the lab run with process id `pid`, from its pid file in /run/napilab/lab.
-fn run_id_of(pid: u32) -> Option<String> {
-    std::fs::read_dir("/run/napilab/lab")
-        .ok()?
-        .flatten()
-        .find(|e| {
-            std::fs::read_to_string(e.path()).is_ok_and(|text| text.trim() == pid.to_string())
-        })
-        .and_then(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .strip_suffix(".pid")
-                .map(str::to_string)
-        })
-}
-
-/// The namespaces of lab run `run_id`.
-fn namespaces_of(run_id: &str) -> Vec<String> {
-    let listing = Command::new("ip")
-        .args(["netns", "list"])
-        .output()
-        .expect("ip netns list");
-    String::from_utf8_lossy(&listing.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|ns| ns.starts_with(&format!("napilab-{run_id}-")))
-        .map(str::to_string)
-        .collect()
-}
-
-/// Interrupts the run if the test fails before it does, so nothing outlives the test.
-struct RunGuard(Child);
-
-impl Drop for RunGuard {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            // SAFETY: kill(2) on our own child's pid; SIGINT lets the run clean up.
-            unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
-            let _ = self.0.wait();
-        }
-    }
-}
-
 #[test]
 fn ctrl_c_exits_130_keeps_the_record_and_removes_the_namespaces() {
     if !is_root() {
@@ -89,7 +48,7 @@ fn ctrl_c_exits_130_keeps_the_record_and_removes_the_namespaces() {
     let scenario = dir.join("interrupt.toml");
     std::fs::write(&scenario, SCENARIO).expect("scenario");
     let out = dir.join("results");
-    let mut run = RunGuard(
+    let mut run = LabRunGuard(
         Command::new(env!("CARGO_BIN_EXE_napilab"))
             .args(["lab", "run", "--no-observe", "--json", "--out"])
             .arg(&out)
@@ -109,10 +68,10 @@ fn ctrl_c_exits_130_keeps_the_record_and_removes_the_namespaces() {
             run.0.try_wait().expect("poll child").is_none(),
             "the run ended before it could be interrupted"
         );
-        run_id = run_id.or_else(|| run_id_of(run.0.id()));
+        run_id = run_id.or_else(|| lab_run_id_of(run.0.id()));
         if run_id
             .as_deref()
-            .is_some_and(|id| namespaces_of(id).len() == 3)
+            .is_some_and(|id| lab_namespaces(id).len() == 3)
         {
             break;
         }
@@ -120,25 +79,14 @@ fn ctrl_c_exits_130_keeps_the_record_and_removes_the_namespaces() {
     }
     let run_id = run_id.expect("the run wrote no pid file in /run/napilab/lab");
     assert_eq!(
-        namespaces_of(&run_id).len(),
+        lab_namespaces(&run_id).len(),
         3,
         "the run never built its three namespaces"
     );
     std::thread::sleep(Duration::from_secs(2));
-    // SAFETY: kill(2) on our own child's pid.
-    let rc = unsafe { libc::kill(run.0.id() as i32, libc::SIGINT) };
-    assert_eq!(rc, 0, "kill -INT failed");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = run.0.try_wait().expect("poll child") {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "napilab lab run did not stop within 60 s of SIGINT"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = run
+        .interrupt(Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("{e}"));
     let mut stdout = String::new();
     let mut stderr = String::new();
     if let Some(mut o) = run.0.stdout.take() {
@@ -150,9 +98,9 @@ fn ctrl_c_exits_130_keeps_the_record_and_removes_the_namespaces() {
     assert_eq!(status.code(), Some(130), "stderr: {stderr}");
     assert!(stderr.contains("interrupted"), "stderr: {stderr}");
     assert!(
-        namespaces_of(&run_id).is_empty(),
+        lab_namespaces(&run_id).is_empty(),
         "left behind: {:?}",
-        namespaces_of(&run_id)
+        lab_namespaces(&run_id)
     );
     let record: serde_json::Value =
         serde_json::from_str(&stdout).expect("the record is printed as JSON");
