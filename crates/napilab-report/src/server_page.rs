@@ -131,6 +131,7 @@ pub(crate) fn requests_section(out: &mut String, run: &RunRecord) -> Result<()> 
         );
     }
     out.push_str("</table>\n");
+    twin_section(out, &confs);
     let figures = [
         figure(
             run,
@@ -203,4 +204,42 @@ pub(crate) fn requests_section(out: &mut String, run: &RunRecord) -> Result<()> 
     }
     out.push_str("</table>\n");
     Ok(())
+}
+
+/// The twin's maximum at the objective beside the lab's, per configuration and per
+/// way the twin got its costs (`requests.twin`, added by `napilab lab run`); nothing
+/// when the run has none.
+fn twin_section(out: &mut String, confs: &[(&str, &RequestResults)]) {
+    if confs.iter().all(|(_, q)| q.twin.is_empty()) {
+        return;
+    }
+    out.push_str(
+        "<h3 id=\"requests-twin\">The twin beside the lab</h3>\n<p class=\"sub\">The twin's \
+         maximum at the same objective (the lab's bisection on the twin), with the shipped \
+         veth-lab-server profile (a prediction: its server costs were fitted on another run) \
+         and with server costs fitted on this run's own CPU per request (not on its maxima, \
+         but not independent of this run either). Where the lab's search was ended by its \
+         client or by search_max_qps, the lab's maximum is a lower bound and the twin's is \
+         judged only as at least as high. The twin's client is ideal: its maxima are upper \
+         bounds where the lab's client is the limit (docs/sim.md, \"The server topology on \
+         the twin\").</p>\n<table>\n<tr><th>configuration</th><th class=\"num\">lab max \
+         requests/s</th><th>what ended the lab's search</th><th class=\"num\">twin max \
+         requests/s</th><th>twin's costs</th><th>error</th></tr>\n",
+    );
+    for (name, q) in confs {
+        for t in &q.twin {
+            let _ = writeln!(
+                out,
+                "<tr><td>{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td>{} ({})</td><td>{}</td></tr>",
+                esc(name),
+                grouped(t.lab_max_qps),
+                esc(&t.lab_limiter),
+                grouped(t.twin_max_qps),
+                esc(&t.profile),
+                esc(&t.basis),
+                esc(&t.verdict())
+            );
+        }
+    }
+    out.push_str("</table>\n");
 }
