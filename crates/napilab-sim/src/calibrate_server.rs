@@ -640,7 +640,10 @@ pub fn calibrate(
     }
 
     // 2. One pass of the busy-polling loop: the worker's CPU time per busy poll at
-    // busy-wait's lowest rate (where passes that find nothing dominate).
+    // busy-wait's low rates (up to three times the lowest, where passes that find
+    // nothing dominate), the median over those points: the worker's CPU time and the
+    // trace tier's poll count cover slightly different windows, so single points
+    // scatter.
     let busy = mode_runs(&plan, record, ServerMode::BusyWait);
     let low = busy.first().and_then(|run| {
         let lowest = run
@@ -649,20 +652,16 @@ pub fn calibrate(
             .iter()
             .map(|p| p.requested_qps)
             .fold(f64::INFINITY, f64::min);
-        let passes: Vec<f64> = run
+        let mut passes: Vec<(f64, f64)> = run
             .results
             .points
             .iter()
-            .filter(|p| p.requested_qps == lowest)
-            .filter_map(pass_time)
+            .filter(|p| p.requested_qps <= 3.0 * lowest)
+            .filter_map(|p| Some((p.requested_qps, pass_time(p)?)))
             .collect();
-        (!passes.is_empty()).then(|| {
-            (
-                run,
-                lowest,
-                passes.iter().sum::<f64>() / passes.len() as f64,
-            )
-        })
+        passes.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let median = passes.get(passes.len() / 2)?;
+        Some((run, median.0, median.1, passes.len()))
     });
     match low {
         None => unfixed.push(format!(
@@ -674,7 +673,7 @@ pub fn calibrate(
                 "busy-wait's lowest rate has no busy polls counted (measurement.trace = \"always\" counts them)"
             }
         )),
-        Some((run, qps, lab_pass)) => {
+        Some((run, qps, lab_pass, n)) => {
             let solved = solve_linear(
                 |x| {
                     let mut c = costs.clone();
@@ -693,7 +692,7 @@ pub fn calibrate(
                 Some(s) => {
                     costs.poll_cycles = s.value.round();
                     let detail = format!(
-                        "{}'s worker CPU time per busy poll at {qps:.0} requests/s: {:.0} ns (its CPU time over the trace tier's busy polls; CPU time, not wall time, so a worker waiting for its CPU does not lengthen the pass); solved so the twin's pass matches{}",
+                        "{}'s worker CPU time per busy poll, the median of {n} point(s) at its low rates: {:.0} ns at {qps:.0} requests/s (its CPU time over the trace tier's busy polls; CPU time, not wall time, so a worker waiting for its CPU does not lengthen the pass); solved so the twin's pass at that rate matches{}",
                         run.name,
                         lab_pass * 1e9,
                         clamp_note(&s)
@@ -791,6 +790,18 @@ pub fn calibrate(
         ),
     }
 
+    // A cost the run could not fix says so in its provenance, beside why it is assumed.
+    for (key, src) in costs.provenance.iter_mut() {
+        if src.kind == SourceKind::Assumed {
+            if let Some(why) = unfixed.iter().find(|u| u.contains(key.as_str())) {
+                src.detail = format!(
+                    "{}; not fitted on lab run {}: {why}",
+                    src.detail, record.run_id
+                );
+            }
+        }
+    }
+
     // The fitted costs against the lab, per statistic used.
     let mut checks = Vec::new();
     for r in app_runs.iter().chain(&receive_runs) {
@@ -801,7 +812,7 @@ pub fn calibrate(
             twin: twin_slope(&plan, r, base, &costs)? * 1e9,
         });
     }
-    if let Some((run, qps, lab_pass)) = low {
+    if let Some((run, qps, lab_pass, _)) = low {
         let pts = twin_points(&plan, run.index, base, &costs, &[qps])?;
         checks.push(FitCheck {
             configuration: run.name.to_string(),
