@@ -243,3 +243,63 @@ fn twin_section(out: &mut String, confs: &[(&str, &RequestResults)]) {
     }
     out.push_str("</table>\n");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synthetic::SyntheticRun;
+    use napilab_core::{MaxQpsAtSlo, RunKind, TwinMaxQps};
+
+    /// A server configuration with the twin beside it: the report has the table, the
+    /// lab's limiter and the verdict (a lower bound judged "at least"); without twin
+    /// rows the table is absent.
+    #[test]
+    fn the_twin_beside_the_lab_is_tabulated_per_mode() {
+        let mut run = SyntheticRun::new(RunKind::Lab).build();
+        let twin = |basis: &str, twin: f64, lower: bool| TwinMaxQps {
+            basis: basis.into(),
+            profile: "veth-lab-server".into(),
+            twin_max_qps: twin,
+            lab_max_qps: 40_000.0,
+            lab_limiter: if lower {
+                "client-limited"
+            } else {
+                "latency objective"
+            }
+            .into(),
+            lab_lower_bound: lower,
+            relative_error: (twin - 40_000.0) / 40_000.0,
+        };
+        run.configurations[0].requests = Some(RequestResults {
+            engine: "napilab".into(),
+            mode: "irq-suspend".into(),
+            slo_p99_us: 500.0,
+            max_qps: Some(MaxQpsAtSlo {
+                qps: 40_000.0,
+                ..MaxQpsAtSlo::default()
+            }),
+            twin: vec![
+                twin("prediction: shipped profile", 44_000.0, false),
+                twin("fit on this run's CPU", 30_000.0, true),
+            ],
+            ..RequestResults::default()
+        });
+        let mut html = String::new();
+        requests_section(&mut html, &run).expect("section");
+        assert!(html.contains("The twin beside the lab"), "{html}");
+        assert!(html.contains("44,000") && html.contains("+10.0%"), "{html}");
+        assert!(
+            html.contains("client-limited") && html.contains("twin &gt;= lab BROKEN"),
+            "{html}"
+        );
+        run.configurations[0]
+            .requests
+            .as_mut()
+            .expect("requests")
+            .twin
+            .clear();
+        let mut html = String::new();
+        requests_section(&mut html, &run).expect("section");
+        assert!(!html.contains("The twin beside the lab"), "{html}");
+    }
+}
