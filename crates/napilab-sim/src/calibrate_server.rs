@@ -397,6 +397,21 @@ fn least_squares_root(a: &(f64, Vec<f64>), b: &(f64, Vec<f64>), targets: &[f64])
     (den > (1e-9 * scale / dx.abs()).powi(2) && num.is_finite()).then(|| num / den)
 }
 
+/// Notes a fitted cost (`key` = `value`, how) and records its provenance.
+fn record_fit(
+    notes: &mut Vec<String>,
+    costs: &mut ServerCosts,
+    reference: &str,
+    key: &str,
+    value: f64,
+    detail: String,
+) {
+    notes.push(format!("{key} {value:.0}: {detail}"));
+    costs
+        .provenance
+        .insert(key.to_string(), fitted(reference, detail));
+}
+
 /// One fitted cost's record for the profile's provenance and the summary.
 fn fitted(reference: &str, detail: String) -> ParamSource {
     ParamSource {
@@ -697,10 +712,8 @@ pub fn calibrate(
                         lab_pass * 1e9,
                         clamp_note(&s)
                     );
-                    notes.push(format!("server.poll_cycles {:.0}: {detail}", costs.poll_cycles));
-                    costs
-                        .provenance
-                        .insert("server.poll_cycles".into(), fitted(&reference, detail));
+                    let value = costs.poll_cycles;
+                    record_fit(&mut notes, &mut costs, &reference, "server.poll_cycles", value, detail);
                 }
                 None => unfixed.push(format!(
                     "server.poll_cycles kept ASSUMED ({:.0}): the twin's busy-polling pass in {} does not move with it",
@@ -758,10 +771,8 @@ pub fn calibrate(
                     targets.iter().map(|t| format!("{:.0}", t * 1e9)).collect::<Vec<_>>().join(" and "),
                     clamp_note(&s)
                 );
-                notes.push(format!("server.receive_cycles {:.0}: {detail}", costs.receive_cycles));
-                costs
-                    .provenance
-                    .insert("server.receive_cycles".into(), fitted(&reference, detail));
+                let value = costs.receive_cycles;
+                record_fit(&mut notes, &mut costs, &reference, "server.receive_cycles", value, detail);
             }
             None => unfixed.push(format!(
                 "server.receive_cycles kept ASSUMED ({:.0}): the twin's server CPU in {} does not move with it",

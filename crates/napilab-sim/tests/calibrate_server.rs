@@ -4,13 +4,13 @@
 //! Fixture `server-run-twin.json`: a run of scenarios/server-calibrate.toml made by
 //! the twin with known server costs (app_user 2,400 + app_kernel 5,600, receive 2,500,
 //! poll 800 cycles, on the veth-lab profile) and shaped like a lab record by
-//! `server-run-twin.py` (kind "lab", the lab's `server_device` setting, the client's CPU
+//! `trim-server-run.py --from-twin` (kind "lab", the lab's `server_device` setting, the client's CPU
 //! at 4,000 ns a request, Observations cut to the NAPI kthread rows of threaded,
 //! latency histograms removed):
 //!
 //! ```text
 //! napilab sim run scenarios/server-calibrate.toml --profile KNOWN.toml --json --no-report > twin.json
-//! python3 crates/napilab-sim/tests/fixtures/server-run-twin.py twin.json crates/napilab-sim/tests/fixtures/server-run-twin.json 4000
+//! python3 crates/napilab-sim/tests/fixtures/trim-server-run.py twin.json crates/napilab-sim/tests/fixtures/server-run-twin.json --from-twin 4000
 //! ```
 //! (KNOWN.toml: profiles/veth-lab.toml plus a `[server]` table with those costs.)
 
