@@ -34,7 +34,9 @@ enum SimCommand {
     /// Fit a lab profile (per-packet, per-poll and testbed costs, the poller's
     /// wake-up delay) from one configuration of a lab run, and predict the run's other
     /// configurations' maxima with it (docs/sim.md, "Lab scenarios and the veth-lab
-    /// profile").
+    /// profile"). On a server-topology run: fit the server's costs per request (its
+    /// CPU in no-coalescing and threaded, busy-wait's pass) and set the twin's maximum
+    /// per mode beside the lab's (docs/sim.md, "Calibration from a server run").
     Calibrate(CalibrateArgs),
     /// Advise settings from the studies' rules, checked on the twin.
     #[command(subcommand)]
@@ -95,7 +97,8 @@ struct CalibrateArgs {
     /// the generator's batch cost.
     #[arg(long, value_name = "NAME")]
     config: Option<String>,
-    /// Configurations to predict (comma-separated); default: every other searched one.
+    /// Configurations to predict (comma-separated; packet runs); default: every other
+    /// searched one. A server run predicts all its searched modes.
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
     predict: Vec<String>,
     /// Profile to start from (its assumed numbers are kept): a file or a shipped name.
@@ -935,6 +938,9 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<()> {
         .with_context(|| format!("{file}: not a run record (results/<run id>/run.json)"))?;
     let base = load_profile(&args.base)?;
     if crate::sim_calibrate_server::is_server_run(&record) {
+        if args.config.is_some() || !args.predict.is_empty() {
+            bail!("{file}: run {} is a server-topology run: --config and --predict are for packet runs (the server fit uses the run's modes and predicts all its searched ones)", record.run_id);
+        }
         return crate::sim_calibrate_server::calibrate(
             &record,
             &file,
