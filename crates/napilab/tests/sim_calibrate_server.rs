@@ -13,17 +13,11 @@ fn fixture() -> PathBuf {
         .join("../napilab-sim/tests/fixtures/server-run-twin.json")
 }
 
-#[test]
-fn a_server_run_is_calibrated_and_its_profile_drives_the_twin() {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("napilab-sim-calibrate-server");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch directory");
-    let profile = dir.join("fitted.toml");
+/// Runs napilab with `args` and returns its JSON output; panics with its stderr when
+/// it fails.
+fn napilab_json(args: &[&std::ffi::OsStr]) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_napilab"))
-        .args(["sim", "calibrate", "--json", "--lab"])
-        .arg(fixture())
-        .arg("--out")
-        .arg(&profile)
+        .args(args)
         .output()
         .expect("run napilab");
     assert!(
@@ -31,7 +25,25 @@ fn a_server_run_is_calibrated_and_its_profile_drives_the_twin() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+#[test]
+fn a_server_run_is_calibrated_and_its_profile_drives_the_twin() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("napilab-sim-calibrate-server");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    let profile = dir.join("fitted.toml");
+    let lab = fixture();
+    let v = napilab_json(&[
+        "sim".as_ref(),
+        "calibrate".as_ref(),
+        "--json".as_ref(),
+        "--lab".as_ref(),
+        lab.as_os_str(),
+        "--out".as_ref(),
+        profile.as_os_str(),
+    ]);
     assert_eq!(v["topology"], "server");
     let poll = v["server_costs"]["server.poll_cycles"]
         .as_f64()
@@ -59,26 +71,17 @@ fn a_server_run_is_calibrated_and_its_profile_drives_the_twin() {
 
     let scenario =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/server-calibrate.toml");
-    let run = Command::new(env!("CARGO_BIN_EXE_napilab"))
-        .args([
-            "sim",
-            "run",
-            "--json",
-            "--no-report",
-            "--loads",
-            "2000",
-            "--profile",
-        ])
-        .arg(&profile)
-        .arg(&scenario)
-        .output()
-        .expect("run napilab");
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let r: Value = serde_json::from_slice(&run.stdout).expect("JSON");
+    let r = napilab_json(&[
+        "sim".as_ref(),
+        "run".as_ref(),
+        "--json".as_ref(),
+        "--no-report".as_ref(),
+        "--loads".as_ref(),
+        "2000".as_ref(),
+        "--profile".as_ref(),
+        profile.as_os_str(),
+        scenario.as_os_str(),
+    ]);
     let settings = r["configurations"][0]["settings"]
         .as_array()
         .expect("settings");
