@@ -3,26 +3,27 @@
 //! docs/sim.md, "The server topology on the twin").
 //!
 //! The four costs the twin charges a request ([`ServerCosts`]) are fitted from the CPU
-//! the lab measured on the server's CPUs, each against the twin's own figure for the
-//! same statistic at the same offered rates (so what the twin adds by itself, such as
-//! context switches or polls, is not counted twice):
-//! 1. `app_user_cycles`: the slope of the server CPUs' user time over the achieved
+//! time of the server's own threads (its workers and its device's NAPI kthreads: not
+//! /proc/stat's busy time of its CPU, which on a shared machine counts every other
+//! task), each against the twin's own figure for the same statistic at the same
+//! offered rates (so what the twin adds by itself, such as context switches or polls,
+//! is not counted twice), from the points that met the objective:
+//! 1. `app_user_cycles + app_kernel_cycles`: the slope of that CPU over the achieved
 //!    rate in `no-coalescing` (else `deferral`), where the requests' receive runs on
 //!    the client's CPU (veth polls in the sender's softirq) and the server's CPU does
-//!    only the server's work and the replies' receive.
-//!    `app_kernel_cycles`: the slope of their busy time there, minus the user part.
-//! 2. `poll_cycles`: one pass of `busy-wait`'s busy-polling loop at the lowest rate:
-//!    the lab's busy polls per second (trace tier) against the twin's.
-//! 3. `receive_cycles`: the slope of the server CPUs' busy time in `threaded` and
-//!    `irq-suspend`, where the requests' receive moves onto the server's CPU (least
-//!    squares over the modes the run has).
+//!    the server's work and the replies' receive. The user/kernel split stays assumed
+//!    (the lab measures a worker's time as one number).
+//! 2. `poll_cycles`: the worker's CPU time per busy poll (trace tier) at busy-wait's
+//!    low rates, against the twin's pass.
+//! 3. `receive_cycles`: the same slope in `threaded` (else `irq-suspend`), where the
+//!    requests' receive moves onto the server's CPU.
 //! 4. The client's cost per request: the slope of the load generator's CPU over the
 //!    achieved rate in the modes that poll on the server's CPU. The twin's client is
 //!    ideal: the number is reported, not modelled (its maxima are upper bounds where
 //!    the lab's client is the limit).
 //!
-//! Each twin statistic is linear in its cost below saturation: the twin is run at two
-//! values of the cost and the line solved for the lab's figure, then clamped to
+//! Each twin statistic is taken as linear in its cost: the twin is run at two values,
+//! the line solved for the lab's figure and refined by secant steps, then clamped to
 //! physical bounds (with the reason). A cost the run cannot fix (its mode is missing,
 //! too few points met the objective) keeps its assumed value and says why.
 

@@ -36,7 +36,7 @@ pub fn calibrate(
         }
     );
     eprintln!(
-        "fitting the server costs on run {} (the twin re-runs each mode at the run's rates, then searches each mode's maximum: about a minute)",
+        "fitting the server costs on run {} (the twin re-runs each mode at the run's rates, then searches each mode's maximum: seconds to a minute)",
         record.run_id
     );
     let cal = calibrate_server::calibrate(record, file, base, &command)
@@ -147,7 +147,7 @@ pub fn beside_lab(record: &mut RunRecord, file: &str) {
     if !is_server_run(record) || record.interrupted {
         return;
     }
-    eprintln!("the twin beside the lab: predicting each mode's maximum (about a minute)");
+    eprintln!("the twin beside the lab: each mode's maximum on the twin, predicted and fitted on this run (seconds to a minute)");
     let mut rows: Vec<(String, TwinMaxQps)> = Vec::new();
     let mut problems = Vec::new();
     match ServerProfile::load(VETH_LAB_SERVER_NAME).and_then(|shipped| {
