@@ -85,6 +85,64 @@ pub struct RequestResults {
     pub points: Vec<RequestPointResult>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_qps: Option<MaxQpsAtSlo>,
+    /// The twin's maximum at the objective beside this one (lab runs: added after the
+    /// run by `napilab lab run`; docs/sim.md "The server topology on the twin").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub twin: Vec<TwinMaxQps>,
+}
+
+/// The twin's maximum request rate at the objective for one configuration of a lab
+/// server run, beside the lab's.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TwinMaxQps {
+    /// How the twin's costs were obtained: a prediction with a profile fitted on
+    /// another run, or a fit on this run's CPU (whose maxima are then not fitted, but
+    /// not independent either).
+    pub basis: String,
+    /// The profile the twin ran with.
+    pub profile: String,
+    pub twin_max_qps: f64,
+    pub lab_max_qps: f64,
+    /// What ended the lab's searches: `latency objective` (the server), or
+    /// `client-limited` / `search_max_qps` (then the lab's maximum is a lower bound).
+    pub lab_limiter: String,
+    pub lab_lower_bound: bool,
+    /// (twin - lab) / lab.
+    pub relative_error: f64,
+}
+
+impl TwinMaxQps {
+    /// A signed error against a server-limited maximum; against a lower bound, whether
+    /// the twin's maximum is at least the lab's.
+    pub fn verdict(&self) -> String {
+        if self.lab_max_qps <= 0.0 {
+            "the lab met the objective at no rate searched: nothing to compare".to_string()
+        } else if self.lab_lower_bound {
+            format!(
+                "lab is a lower bound: twin >= lab {} ({:+.1}%)",
+                if self.twin_max_qps >= self.lab_max_qps {
+                    "holds"
+                } else {
+                    "BROKEN"
+                },
+                self.relative_error * 100.0
+            )
+        } else {
+            format!("{:+.1}%", self.relative_error * 100.0)
+        }
+    }
+
+    /// One line: lab (limiter), twin, verdict.
+    pub fn summary(&self) -> String {
+        format!(
+            "lab {:.0} requests/s ({}), twin {:.0} ({}), error {}",
+            self.lab_max_qps,
+            self.lab_limiter,
+            self.twin_max_qps,
+            self.profile,
+            self.verdict()
+        )
+    }
 }
 
 /// One window of the request load: the client's view, the server's, and the DUT's CPU.

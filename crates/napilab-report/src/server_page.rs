@@ -131,6 +131,7 @@ pub(crate) fn requests_section(out: &mut String, run: &RunRecord) -> Result<()> 
         );
     }
     out.push_str("</table>\n");
+    twin_section(out, &confs);
     let figures = [
         figure(
             run,
@@ -203,4 +204,102 @@ pub(crate) fn requests_section(out: &mut String, run: &RunRecord) -> Result<()> 
     }
     out.push_str("</table>\n");
     Ok(())
+}
+
+/// The twin's maximum at the objective beside the lab's, per configuration and per
+/// way the twin got its costs (`requests.twin`, added by `napilab lab run`); nothing
+/// when the run has none.
+fn twin_section(out: &mut String, confs: &[(&str, &RequestResults)]) {
+    if confs.iter().all(|(_, q)| q.twin.is_empty()) {
+        return;
+    }
+    out.push_str(
+        "<h3 id=\"requests-twin\">The twin beside the lab</h3>\n<p class=\"sub\">The twin's \
+         maximum at the same objective (the lab's bisection on the twin), with the shipped \
+         veth-lab-server profile (a prediction: its server costs were fitted on another run) \
+         and with server costs fitted on this run's own CPU per request (not on its maxima, \
+         but not independent of this run either). Where the lab's search was ended by its \
+         client or by search_max_qps, the lab's maximum is a lower bound and the twin's is \
+         judged only as at least as high. The twin's client is ideal: its maxima are upper \
+         bounds where the lab's client is the limit (docs/sim.md, \"The server topology on \
+         the twin\").</p>\n<table>\n<tr><th>configuration</th><th class=\"num\">lab max \
+         requests/s</th><th>what ended the lab's search</th><th class=\"num\">twin max \
+         requests/s</th><th>twin's costs</th><th>error</th></tr>\n",
+    );
+    for (name, q) in confs {
+        for t in &q.twin {
+            let _ = writeln!(
+                out,
+                "<tr><td>{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td>{} ({})</td><td>{}</td></tr>",
+                esc(name),
+                grouped(t.lab_max_qps),
+                esc(&t.lab_limiter),
+                grouped(t.twin_max_qps),
+                esc(&t.profile),
+                esc(&t.basis),
+                esc(&t.verdict())
+            );
+        }
+    }
+    out.push_str("</table>\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synthetic::SyntheticRun;
+    use napilab_core::{MaxQpsAtSlo, RunKind, TwinMaxQps};
+
+    /// A server configuration with the twin beside it: the report has the table, the
+    /// lab's limiter and the verdict (a lower bound judged "at least"); without twin
+    /// rows the table is absent.
+    #[test]
+    fn the_twin_beside_the_lab_is_tabulated_per_mode() {
+        let mut run = SyntheticRun::new(RunKind::Lab).build();
+        let twin = |basis: &str, twin: f64, lower: bool| TwinMaxQps {
+            basis: basis.into(),
+            profile: "veth-lab-server".into(),
+            twin_max_qps: twin,
+            lab_max_qps: 40_000.0,
+            lab_limiter: if lower {
+                "client-limited"
+            } else {
+                "latency objective"
+            }
+            .into(),
+            lab_lower_bound: lower,
+            relative_error: (twin - 40_000.0) / 40_000.0,
+        };
+        run.configurations[0].requests = Some(RequestResults {
+            engine: "napilab".into(),
+            mode: "irq-suspend".into(),
+            slo_p99_us: 500.0,
+            max_qps: Some(MaxQpsAtSlo {
+                qps: 40_000.0,
+                ..MaxQpsAtSlo::default()
+            }),
+            twin: vec![
+                twin("prediction: shipped profile", 44_000.0, false),
+                twin("fit on this run's CPU", 30_000.0, true),
+            ],
+            ..RequestResults::default()
+        });
+        let mut html = String::new();
+        requests_section(&mut html, &run).expect("section");
+        assert!(html.contains("The twin beside the lab"), "{html}");
+        assert!(html.contains("44,000") && html.contains("+10.0%"), "{html}");
+        assert!(
+            html.contains("client-limited") && html.contains("twin &gt;= lab BROKEN"),
+            "{html}"
+        );
+        run.configurations[0]
+            .requests
+            .as_mut()
+            .expect("requests")
+            .twin
+            .clear();
+        let mut html = String::new();
+        requests_section(&mut html, &run).expect("section");
+        assert!(!html.contains("The twin beside the lab"), "{html}");
+    }
 }

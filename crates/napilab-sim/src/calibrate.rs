@@ -107,7 +107,7 @@ impl LabProfile {
     }
 
     /// The profile as TOML (without comments; [`Calibration::to_toml`] adds them).
-    fn body(&self) -> String {
+    pub(crate) fn body(&self) -> String {
         let mut out = toml::to_string(&self.profile).unwrap_or_default();
         if let Some(t) = &self.testbed {
             out.push_str("\n[testbed]\n");
@@ -436,7 +436,7 @@ pub fn twin_max(
 
 /// Slope and intercept of y over x (least squares); `None` with fewer than two
 /// distinct x.
-fn line(points: &[(f64, f64)]) -> Option<(f64, f64)> {
+pub(crate) fn line(points: &[(f64, f64)]) -> Option<(f64, f64)> {
     let n = points.len() as f64;
     let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
     let my = points.iter().map(|p| p.1).sum::<f64>() / n;
@@ -874,7 +874,7 @@ impl Calibration {
 }
 
 /// `text` as comment lines of at most about 88 columns, continuation lines indented.
-fn wrap(text: &str) -> String {
+pub(crate) fn wrap(text: &str) -> String {
     let mut out = String::new();
     let mut line = String::from("#");
     for word in text.split_whitespace() {

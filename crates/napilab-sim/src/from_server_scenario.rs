@@ -18,8 +18,10 @@
 //! - A non-blocking epoll loop (`busy-wait`'s `blocking_epoll = false`) never blocks:
 //!   the twin's application busy-polls for the whole run.
 //! - The server's per-request costs and the TCP receive cost per request packet are
-//!   ASSUMED ([`ServerCosts::assumed`]) until `napilab sim calibrate` fits them from a
-//!   lab run; each says so in the configuration's `source:` settings.
+//!   ASSUMED ([`ServerCosts::assumed`]) unless the profile has a `[server]` table
+//!   (`napilab sim calibrate` on a server run writes one, `crate::calibrate_server`;
+//!   the shipped veth-lab-server has one); each says where it comes from in the
+//!   configuration's `source:` settings.
 
 use std::collections::BTreeMap;
 
@@ -66,7 +68,9 @@ pub struct ModeSettings {
     pub irq_suspend_timeout_ns: u64,
     /// The server's busy polling (None: blocking epoll without busy poll).
     pub busy_poll: Option<BusyPoll>,
-    /// Blocking `epoll_wait`, or a loop of `epoll_wait` with timeout 0.
+    /// Blocking `epoll_wait`, or a non-blocking loop: the lab's server calls
+    /// `epoll_pwait2` with a 1 ns timeout (timeout 0 returns before the kernel's
+    /// busy-poll loop since Linux 5.11), so each call busy-polls.
     pub blocking: bool,
     /// Where the numbers come from.
     pub source: String,
@@ -289,7 +293,7 @@ pub fn plan(s: &Scenario, file: &str) -> Result<TwinPlan, ConfigError> {
         ),
         notice(
             "load generator",
-            "the twin's client is ideal (Poisson arrivals at the offered rate, no CPU): the lab's client costs about as much CPU per request as the server (docs/lab.md kv benchmark), shares its CPU with the requests' NAPI poll in the softirq modes and can limit a point; the twin never flags a point as client-limited",
+            "the twin's client is ideal (Poisson arrivals at the offered rate, no CPU): the lab's client costs about as much CPU per request as the server (docs/lab.md kv benchmark), shares its CPU with the requests' NAPI poll in the softirq modes and can limit a point; the twin never flags a point as client-limited, so its maxima are upper bounds where the lab's client is the limit",
         ),
         notice(
             "latency",

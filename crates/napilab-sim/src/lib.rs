@@ -7,6 +7,7 @@
 
 pub mod accounting;
 pub mod calibrate;
+pub mod calibrate_server;
 pub mod config;
 pub mod cpu;
 pub mod event;

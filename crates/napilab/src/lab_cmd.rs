@@ -123,7 +123,9 @@ fn run_scenario(a: RunArgs) -> Result<()> {
         run_id: None,
     };
     let started = std::time::Instant::now();
-    let outcome = napilab_lab::run(&opts)?;
+    let mut outcome = napilab_lab::run(&opts)?;
+    // A server run gets the twin's maximum per mode beside the lab's.
+    crate::sim_calibrate_server::beside_lab(&mut outcome.record, &opts.scenario_file);
     // The report and the store, beside the record: results/<run_id>/report.html,
     // points.csv, run.json and results/napilab.db.
     let dir = outcome.path.parent().unwrap_or(&a.out).to_path_buf();

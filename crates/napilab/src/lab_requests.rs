@@ -123,5 +123,6 @@ pub fn tables(r: &RunRecord) -> String {
         ]);
     }
     out.push_str(&format!("{m}\n"));
+    out.push_str(&crate::sim_calibrate_server::twin_table(r));
     out
 }

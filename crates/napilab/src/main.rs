@@ -11,6 +11,7 @@ mod map_cmd;
 mod observe_cmd;
 mod render;
 mod report_cmd;
+mod sim_calibrate_server;
 mod sim_cmd;
 mod timed_run;
 mod tune_cmd;

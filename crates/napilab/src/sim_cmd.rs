@@ -13,6 +13,7 @@ use napilab_core::{
     RUN_SCHEMA,
 };
 use napilab_sim::calibrate::{self, LabProfile};
+use napilab_sim::calibrate_server::{self, ServerProfile};
 use napilab_sim::from_scenario::{self, TwinPlan};
 use napilab_sim::from_server_scenario;
 use napilab_sim::{max_throughput, try_run, Profile, SimConfig, SimResult};
@@ -33,7 +34,9 @@ enum SimCommand {
     /// Fit a lab profile (per-packet, per-poll and testbed costs, the poller's
     /// wake-up delay) from one configuration of a lab run, and predict the run's other
     /// configurations' maxima with it (docs/sim.md, "Lab scenarios and the veth-lab
-    /// profile").
+    /// profile"). On a server-topology run: fit the server's costs per request (its
+    /// CPU in no-coalescing and threaded, busy-wait's pass) and set the twin's maximum
+    /// per mode beside the lab's (docs/sim.md, "Calibration from a server run").
     Calibrate(CalibrateArgs),
     /// Advise settings from the studies' rules, checked on the twin.
     #[command(subcommand)]
@@ -88,12 +91,14 @@ struct CalibrateArgs {
     /// The lab run's record (results/<run id>/run.json of `napilab lab run`).
     #[arg(long, value_name = "RUN_JSON")]
     lab: PathBuf,
-    /// The configuration to fit on: threaded NAPI without RPS, with a maximum-throughput
-    /// search whose points carry Observations (not --no-observe); the run's other
-    /// threaded configurations give the generator's batch cost.
+    /// The configuration to fit on (packet runs; a server run's fit uses its modes):
+    /// threaded NAPI without RPS, with a maximum-throughput search whose points carry
+    /// Observations (not --no-observe); the run's other threaded configurations give
+    /// the generator's batch cost.
     #[arg(long, value_name = "NAME")]
-    config: String,
-    /// Configurations to predict (comma-separated); default: every other searched one.
+    config: Option<String>,
+    /// Configurations to predict (comma-separated; packet runs); default: every other
+    /// searched one. A server run predicts all its searched modes.
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
     predict: Vec<String>,
     /// Profile to start from (its assumed numbers are kept): a file or a shipped name.
@@ -114,10 +119,12 @@ struct RunArgs {
     /// configuration (TOML with [host] and [ingress], docs/sim.md); told apart by
     /// content.
     config: PathBuf,
-    /// Platform profile: a shipped name (veth-lab, router-e3-1230-ixgbe,
-    /// ap-cortex-a72-bcmgenet, wg-xeon-gold-5220 for the WireGuard configurations
-    /// crates/napilab-sim/scenarios/wg-*.toml) or a TOML file. Default for lab
-    /// scenarios: veth-lab; required for twin configurations.
+    /// Platform profile: a shipped name (veth-lab, veth-lab-server,
+    /// router-e3-1230-ixgbe, ap-cortex-a72-bcmgenet, wg-xeon-gold-5220 for the
+    /// WireGuard configurations crates/napilab-sim/scenarios/wg-*.toml) or a TOML file.
+    /// Default for lab scenarios: veth-lab; for server scenarios veth-lab-server (its
+    /// [server] table holds the server costs fitted by `napilab sim calibrate` on a
+    /// server run); required for twin configurations.
     #[arg(long)]
     profile: Option<String>,
     /// Seed of the random traffic; the same seed gives the same result. Default: the
@@ -615,11 +622,33 @@ fn run_scenario(args: &RunArgs, text: &str) -> Result<()> {
         napilab_core::scenario::parse(text, &file, None).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut plan: TwinPlan =
         from_scenario::plan(&scenario, &file).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let profile_name = args
-        .profile
-        .clone()
-        .unwrap_or_else(|| calibrate::VETH_LAB_NAME.to_string());
-    let lab = load_profile(&profile_name)?;
+    // A server scenario's default profile carries the server costs fitted on a server
+    // run; a profile with a [server] table replaces the assumed costs.
+    let profile_name = args.profile.clone().unwrap_or_else(|| {
+        if plan.requests.is_some() {
+            calibrate_server::VETH_LAB_SERVER_NAME.to_string()
+        } else {
+            calibrate::VETH_LAB_NAME.to_string()
+        }
+    });
+    let lab = if let Some(sp) = plan.requests.as_mut() {
+        let server = ServerProfile::load(&profile_name).map_err(|e| {
+            anyhow::anyhow!(
+                "{e}: name a shipped profile (veth-lab-server, veth-lab) or a profile file"
+            )
+        })?;
+        if let Some(costs) = &server.costs {
+            sp.costs = costs.clone();
+            for n in plan.notices.iter_mut().filter(|n| n.what == "server costs") {
+                n.why = format!(
+                    "the server's per-request costs and the TCP receive cost are profile {profile_name}'s [server] table (see each configuration's source: server.* settings)"
+                );
+            }
+        }
+        server.lab
+    } else {
+        load_profile(&profile_name)?
+    };
     if let Some(seed) = args.seed {
         plan.seeds = (0..plan.seeds.len() as u64)
             .map(|r| seed.wrapping_add(r))
@@ -907,24 +936,34 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<()> {
     let text = std::fs::read_to_string(&args.lab).with_context(|| format!("cannot read {file}"))?;
     let record: RunRecord = serde_json::from_str(&text)
         .with_context(|| format!("{file}: not a run record (results/<run id>/run.json)"))?;
-    if record.configurations.iter().any(|c| c.requests.is_some()) {
-        bail!(
-            "{file}: run {} is a server-topology run: calibration from its request points is not implemented yet (docs/sim.md, \"The server topology on the twin\", says what it needs); `napilab sim run` on the scenario uses the assumed server costs",
-            record.run_id
+    let base = load_profile(&args.base)?;
+    if crate::sim_calibrate_server::is_server_run(&record) {
+        if args.config.is_some() || !args.predict.is_empty() {
+            bail!("{file}: run {} is a server-topology run: --config and --predict are for packet runs (the server fit uses the run's modes and predicts all its searched ones)", record.run_id);
+        }
+        return crate::sim_calibrate_server::calibrate(
+            &record,
+            &file,
+            &args.base,
+            &base,
+            args.out.as_deref(),
+            args.json,
         );
     }
-    let base = load_profile(&args.base)?;
+    let Some(config) = &args.config else {
+        bail!("{file}: a packet run needs --config NAME, the threaded configuration to fit on");
+    };
     eprintln!(
         "fitting on {} of run {} (the twin re-runs the configuration at each load and bisects its search: about a minute)",
-        args.config, record.run_id
+        config, record.run_id
     );
-    let cal = calibrate::calibrate(&record, &file, &args.config, &base)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let cal =
+        calibrate::calibrate(&record, &file, config, &base).map_err(|e| anyhow::anyhow!("{e}"))?;
     let names: Vec<String> = if args.predict.is_empty() {
         record
             .configurations
             .iter()
-            .filter(|c| c.max_throughput.is_some() && c.name != args.config)
+            .filter(|c| c.max_throughput.is_some() && &c.name != config)
             .map(|c| c.name.clone())
             .collect()
     } else {
@@ -940,7 +979,7 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<()> {
         let command = format!(
             "napilab sim calibrate --lab {} --config {} --out {}{}",
             file,
-            args.config,
+            config,
             out.display(),
             if args.base == calibrate::VETH_LAB_NAME {
                 String::new()
@@ -956,7 +995,7 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<()> {
         let json = serde_json::json!({
             "run_id": record.run_id,
             "scenario": record.scenario_name,
-            "calibration_configuration": args.config,
+            "calibration_configuration": config,
             "lab_max_pps": cal.figures.max_pps,
             "lab_search_stopped": cal.figures.stopped,
             "search_engine": cal.figures.engine,
@@ -976,7 +1015,7 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<()> {
     }
     println!(
         "calibrated on {} of run {} ({}): lab maximum {:.0} pkt/s, twin {:.0} pkt/s",
-        args.config, record.run_id, record.scenario_name, cal.figures.max_pps, cal.twin_max_pps
+        config, record.run_id, record.scenario_name, cal.figures.max_pps, cal.twin_max_pps
     );
     for n in &cal.notes {
         println!("  {n}");

@@ -2,7 +2,8 @@
 //! (deferral and irq-suspend, napilab's server) and memcached's baseline, one load
 //! and a two-step search each, end to end. Every point has its rate, latency and the
 //! server's statistics; the modes' per-NAPI settings were applied through the tune
-//! journal and reverted; nothing of the run is left behind. A mode this kernel cannot
+//! journal and reverted; the twin's maximum is set beside each mode's; nothing of the
+//! run is left behind. A mode this kernel cannot
 //! run is reported as not runnable with its reason, which the test accepts and prints.
 //! Needs root (namespaces); without it the test prints why it was skipped.
 
@@ -101,6 +102,30 @@ fn a_server_scenario_runs_every_mode_end_to_end_and_leaves_nothing() {
         let max = &q["max_qps"];
         assert_eq!(max["searches"].as_array().map(Vec::len), Some(2), "{max}");
         assert!(max["qps"].as_f64().is_some(), "{max}");
+        // The twin beside the lab: predicted with the shipped profile and fitted on
+        // this run, each with the lab's maximum and what ended its search.
+        let twin = q["twin"].as_array().expect("requests.twin");
+        assert_eq!(twin.len(), 2, "{name}: {twin:?}");
+        assert!(
+            twin[0]["basis"]
+                .as_str()
+                .is_some_and(|b| b.starts_with("prediction")),
+            "{twin:?}"
+        );
+        assert!(
+            twin[1]["basis"]
+                .as_str()
+                .is_some_and(|b| b.starts_with("fit on this run")),
+            "{twin:?}"
+        );
+        for t in twin {
+            assert_eq!(t["lab_max_qps"], max["qps"], "{t}");
+            assert!(t["twin_max_qps"].as_f64().is_some_and(|x| x >= 0.0), "{t}");
+            assert!(
+                t["lab_limiter"].as_str().is_some_and(|l| !l.is_empty()),
+                "{t}"
+            );
+        }
         if q["engine"] == "napilab" {
             // Applied through the journal: the settings name the per-NAPI changes.
             assert!(

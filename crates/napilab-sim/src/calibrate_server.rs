@@ -1,0 +1,1000 @@
+//! Calibrating the twin's server costs on a lab run of the `server` topology
+//! (`napilab sim calibrate --lab RUN.json` when the run's topology is `server`;
+//! docs/sim.md, "The server topology on the twin").
+//!
+//! The four costs the twin charges a request ([`ServerCosts`]) are fitted from the CPU
+//! time of the server's own threads (its workers and its device's NAPI kthreads: not
+//! /proc/stat's busy time of its CPU, which on a shared machine counts every other
+//! task), each against the twin's own figure for the same statistic at the same
+//! offered rates (so what the twin adds by itself, such as context switches or polls,
+//! is not counted twice), from the points that met the objective:
+//! 1. `app_user_cycles + app_kernel_cycles`: the slope of that CPU over the achieved
+//!    rate in `no-coalescing` (else `deferral`), where the requests' receive runs on
+//!    the client's CPU (veth polls in the sender's softirq) and the server's CPU does
+//!    the server's work and the replies' receive. The user/kernel split stays assumed
+//!    (the lab measures a worker's time as one number).
+//! 2. `poll_cycles`: the worker's CPU time per busy poll (trace tier) at busy-wait's
+//!    low rates, against the twin's pass.
+//! 3. `receive_cycles`: the same slope in `threaded` (else `irq-suspend`), where the
+//!    requests' receive moves onto the server's CPU.
+//! 4. The client's cost per request: the slope of the load generator's CPU over the
+//!    achieved rate in the modes that poll on the server's CPU. The twin's client is
+//!    ideal: the number is reported, not modelled (its maxima are upper bounds where
+//!    the lab's client is the limit).
+//!
+//! Each twin statistic is taken as linear in its cost: the twin is run at two values,
+//! the line solved for the lab's figure and refined by secant steps, then clamped to
+//! physical bounds (with the reason). A cost the run cannot fix (its mode is missing,
+//! too few points met the objective) keeps its assumed value and says why.
+
+use std::collections::BTreeMap;
+
+use napilab_core::scenario::{ServerEngine, ServerMode};
+use napilab_core::{PointRole, RequestPointResult, RequestResults, RunKind, RunRecord};
+use serde::{Deserialize, Serialize};
+
+use crate::calibrate::{self, LabProfile};
+use crate::from_server_scenario::{self, ServerCosts};
+use crate::profile::{ParamSource, SourceKind};
+use crate::{ConfigError, TwinPlan};
+
+/// The shipped profile of this machine's veth lab with server costs fitted on a
+/// server run (the veth-lab platform costs plus a `[server]` table).
+pub const VETH_LAB_SERVER_NAME: &str = "veth-lab-server";
+pub const VETH_LAB_SERVER_TOML: &str = include_str!("../profiles/veth-lab-server.toml");
+
+fn err(file: &str, field: &str, msg: impl Into<String>) -> ConfigError {
+    ConfigError::new(file, field, msg)
+}
+
+/// The `[server]` table of a profile file: the costs, the client's cost per request
+/// (measured, not modelled) and where each number comes from.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServerTable {
+    app_user_cycles: f64,
+    app_kernel_cycles: f64,
+    receive_cycles: f64,
+    poll_cycles: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    client_cycles_per_request: Option<f64>,
+    #[serde(default)]
+    provenance: BTreeMap<String, ParamSource>,
+}
+
+/// A lab profile with, optionally, the server costs (`[server]`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerProfile {
+    pub lab: LabProfile,
+    pub costs: Option<ServerCosts>,
+    /// The load generator's CPU per request, cycles (the twin does not charge it).
+    pub client_cycles_per_request: Option<f64>,
+}
+
+impl ServerProfile {
+    /// Parses a profile file that may carry `[server]` (and `[testbed]`).
+    pub fn from_toml_str(text: &str, file: &str) -> Result<Self, ConfigError> {
+        let mut table: toml::Table = toml::from_str(text)
+            .map_err(|e| err(file, "(parse)", e.to_string().trim().to_string()))?;
+        let server = match table.remove("server") {
+            Some(v) => {
+                let t: ServerTable = v
+                    .try_into()
+                    .map_err(|e: toml::de::Error| err(file, "server", e.message()))?;
+                Some(t)
+            }
+            None => None,
+        };
+        let rest = toml::to_string(&table).map_err(|e| err(file, "(parse)", e.to_string()))?;
+        let lab = LabProfile::from_toml_str(&rest, file)?;
+        let (costs, client) = match server {
+            Some(t) => {
+                for (field, x) in [
+                    ("server.app_user_cycles", t.app_user_cycles),
+                    ("server.app_kernel_cycles", t.app_kernel_cycles),
+                    ("server.receive_cycles", t.receive_cycles),
+                    ("server.poll_cycles", t.poll_cycles),
+                    (
+                        "server.client_cycles_per_request",
+                        t.client_cycles_per_request.unwrap_or(0.0),
+                    ),
+                ] {
+                    if !(x >= 0.0 && x.is_finite()) {
+                        return Err(err(file, field, "must be a finite number >= 0"));
+                    }
+                }
+                if t.poll_cycles <= 0.0 {
+                    return Err(err(
+                        file,
+                        "server.poll_cycles",
+                        "must be > 0: it is the length of a busy-polling pass (0 loops in zero time)",
+                    ));
+                }
+                let mut provenance = ServerCosts::assumed().provenance;
+                provenance.extend(t.provenance);
+                (
+                    Some(ServerCosts {
+                        app_user_cycles: t.app_user_cycles,
+                        app_kernel_cycles: t.app_kernel_cycles,
+                        receive_cycles: t.receive_cycles,
+                        poll_cycles: t.poll_cycles,
+                        provenance,
+                    }),
+                    t.client_cycles_per_request,
+                )
+            }
+            None => (None, None),
+        };
+        Ok(ServerProfile {
+            lab,
+            costs,
+            client_cycles_per_request: client,
+        })
+    }
+
+    /// A profile file, the shipped `veth-lab-server`, or any name [`LabProfile::load`]
+    /// knows (then without server costs).
+    pub fn load(name_or_path: &str) -> Result<Self, ConfigError> {
+        let path = std::path::Path::new(name_or_path);
+        if path.exists() {
+            let name = path.display().to_string();
+            let text =
+                std::fs::read_to_string(path).map_err(|e| err(&name, "(file)", e.to_string()))?;
+            return Self::from_toml_str(&text, &name);
+        }
+        if name_or_path == VETH_LAB_SERVER_NAME {
+            return Self::from_toml_str(VETH_LAB_SERVER_TOML, "profiles/veth-lab-server.toml");
+        }
+        Ok(ServerProfile {
+            lab: LabProfile::load(name_or_path)?,
+            costs: None,
+            client_cycles_per_request: None,
+        })
+    }
+
+    /// The server costs, or the assumed ones when the profile has none.
+    pub fn costs_or_assumed(&self) -> ServerCosts {
+        self.costs.clone().unwrap_or_else(ServerCosts::assumed)
+    }
+}
+
+/// What one mode of the run gives the fit.
+struct ModeRun<'a> {
+    /// Index into the plan's configurations.
+    index: usize,
+    name: &'a str,
+    /// The lab's server device (its NAPI kthreads are `napi/<device>-<id>`).
+    device: String,
+    /// Points that met the objective (so the client kept its schedule, every request
+    /// was answered and the server was not saturated) at 90% or more of the offered
+    /// rate: their CPU per request is the server's cost. A point whose client fell
+    /// behind (its CPU taken by other tasks, on a shared machine) measures a burst,
+    /// not the rate; a saturated server's CPU per request is not linear in the rate.
+    points: Vec<&'a RequestPointResult>,
+    results: &'a RequestResults,
+}
+
+impl ModeRun<'_> {
+    /// The distinct requested rates of the usable points, increasing.
+    fn rates(&self) -> Vec<f64> {
+        let mut r: Vec<f64> = self.points.iter().map(|p| p.requested_qps).collect();
+        r.sort_by(f64::total_cmp);
+        r.dedup();
+        r
+    }
+
+    fn side(&self) -> Side {
+        Side::Lab {
+            device: self.device.clone(),
+        }
+    }
+
+    /// The lab's server CPU per request: the slope of [`server_work`] over the
+    /// achieved rate, seconds.
+    fn lab_slope(&self) -> Option<f64> {
+        let side = self.side();
+        slope(&self.points, |p| Some(server_work(p, &side)))
+    }
+}
+
+/// The CPU the server's work took, as a share of one CPU: its workers' own CPU time
+/// (the kernel's runtime of each thread, which on a kernel without
+/// CONFIG_IRQ_TIME_ACCOUNTING includes the softirqs run at their bh-enable, the
+/// replies' receive) plus the server device's NAPI kthreads. Not /proc/stat's busy
+/// time of the server's CPUs: on a shared machine that counts every other task there.
+/// The twin's side: its workers, its NAPI kthreads and its softirq at bh-enable.
+fn server_work(p: &RequestPointResult, side: &Side) -> f64 {
+    let entry = |name: &str| {
+        p.cpu
+            .iter()
+            .find(|(k, _)| k == name)
+            .map_or(0.0, |(_, v)| *v)
+    };
+    match side {
+        Side::Lab { device } => {
+            let kthreads = p.observation.as_ref().map_or(0.0, |o| {
+                let secs: f64 = o.intervals.iter().map(|i| i.duration_s).sum();
+                let prefix = format!("napi/{device}-");
+                let busy: f64 = o
+                    .intervals
+                    .iter()
+                    .map(|i| {
+                        i.duration_s
+                            * i.threads
+                                .iter()
+                                .filter(|t| t.name.starts_with(&prefix))
+                                .filter_map(|t| t.cpu.as_ref().map(|m| m.value))
+                                .sum::<f64>()
+                    })
+                    .sum();
+                if secs > 0.0 {
+                    busy / secs
+                } else {
+                    0.0
+                }
+            });
+            p.server.cpu_busy + kthreads
+        }
+        Side::Twin => {
+            p.server.cpu_busy
+                + entry("napi kthread (model)")
+                + entry("softirq at bh-enable (model)")
+        }
+    }
+}
+
+/// Which record a point comes from: the lab's (its server device, whose NAPI
+/// kthreads are the server's) or the twin's.
+enum Side {
+    Lab { device: String },
+    Twin,
+}
+
+/// NAPI polls per second from the server's busy polling (trace tier; the twin's own).
+fn busy_polls(p: &RequestPointResult) -> Option<f64> {
+    p.napi_polls_per_s
+        .iter()
+        .find(|(k, _)| k == "busy poll")
+        .map(|(_, v)| *v)
+        .filter(|v| *v > 0.0)
+}
+
+/// The worker's CPU time per pass of its busy-polling loop, seconds.
+fn pass_time(p: &RequestPointResult) -> Option<f64> {
+    busy_polls(p).map(|polls| p.server.cpu_busy / polls)
+}
+
+/// Least-squares slope of `value` over the achieved rate (seconds of CPU per request).
+fn slope(
+    points: &[&RequestPointResult],
+    value: impl Fn(&RequestPointResult) -> Option<f64>,
+) -> Option<f64> {
+    let xy: Vec<(f64, f64)> = points
+        .iter()
+        .filter_map(|p| Some((p.achieved_qps, value(p)?)))
+        .collect();
+    calibrate::line(&xy).map(|(s, _)| s)
+}
+
+/// The twin's points of configuration `index` at `rates` with `costs` (one run each,
+/// the plan's first seed).
+fn twin_points(
+    plan: &TwinPlan,
+    index: usize,
+    lab: &LabProfile,
+    costs: &ServerCosts,
+    rates: &[f64],
+) -> Result<Vec<RequestPointResult>, ConfigError> {
+    let (conf, server, sp) = match (
+        plan.configurations.get(index),
+        plan.requests
+            .as_ref()
+            .and_then(|s| s.configurations.get(index).map(|c| (c, s))),
+    ) {
+        (Some(c), Some((s, sp))) => (c, s, sp),
+        _ => {
+            return Err(err(
+                &plan.name,
+                "configurations",
+                format!("no configuration {index}"),
+            ))
+        }
+    };
+    let profile = costs.profile(&conf.profile_for(&lab.profile, None));
+    let base = costs.apply(&conf.config);
+    let seed = plan.seeds.first().copied().unwrap_or(1);
+    rates
+        .iter()
+        .map(|&qps| {
+            let mut c = base.clone();
+            c.traffic.rate_pps = qps;
+            let r = crate::try_run(&c, &profile, seed)?;
+            Ok(from_server_scenario::request_point(
+                &r,
+                PointRole::Sweep,
+                0,
+                qps,
+                &server.server_cpus,
+                sp.workload.slo_p99_us,
+            ))
+        })
+        .collect()
+}
+
+/// One cost solved against the lab: its value, whether a bound clamped it, and the
+/// twin's figures at the value against the lab's.
+struct Solved {
+    value: f64,
+    clamped: Option<String>,
+}
+
+/// The value of a cost at which the twin's figures (`twin(x)`, one per target) best
+/// match `targets` by least squares. Each figure is taken as linear in the cost
+/// between two runs of the twin (first `x0` and `x1`), the lines solved, and the
+/// solution refined by re-running the twin there (secant steps, at most four, until
+/// it moves by less than 0.5%); the answer is clamped to `bounds` (lower, upper, and
+/// why each). `None` when no figure moves with the cost.
+fn solve_linear(
+    mut twin: impl FnMut(f64) -> Result<Vec<f64>, ConfigError>,
+    targets: &[f64],
+    (x0, x1): (f64, f64),
+    bounds: ((f64, &str), (f64, &str)),
+) -> Result<Option<Solved>, ConfigError> {
+    let ((lo, lo_why), (hi, hi_why)) = bounds;
+    let mut a = (x0, twin(x0)?);
+    let mut b = (x1, twin(x1)?);
+    let mut raw = f64::NAN;
+    for _ in 0..4 {
+        let Some(x) = least_squares_root(&a, &b, targets) else {
+            break;
+        };
+        let settled = raw.is_finite() && (x - raw).abs() <= 0.005 * raw.abs().max(1.0);
+        raw = x;
+        // Outside the bounds the twin is not re-run: the clamp decides.
+        if settled || x < lo || x > hi {
+            break;
+        }
+        let y = twin(x)?;
+        a = b;
+        b = (x, y);
+    }
+    if !raw.is_finite() {
+        return Ok(None);
+    }
+    let (value, clamped) = if raw < lo {
+        (
+            lo,
+            Some(format!(
+                "the data gave {raw:.0}, below the bound {lo:.0} ({lo_why})"
+            )),
+        )
+    } else if raw > hi {
+        (
+            hi,
+            Some(format!(
+                "the data gave {raw:.0}, above the bound {hi:.0} ({hi_why})"
+            )),
+        )
+    } else {
+        (raw, None)
+    };
+    Ok(Some(Solved { value, clamped }))
+}
+
+/// The x at which the lines through `a` and `b` (one per figure) come closest to
+/// `targets` by least squares; `None` when no figure moves between them.
+fn least_squares_root(a: &(f64, Vec<f64>), b: &(f64, Vec<f64>), targets: &[f64]) -> Option<f64> {
+    let dx = b.0 - a.0;
+    if dx == 0.0 {
+        return None;
+    }
+    let (mut num, mut den) = (0.0, 0.0);
+    for ((ya, yb), t) in a.1.iter().zip(&b.1).zip(targets) {
+        let slope = (yb - ya) / dx;
+        num += slope * (t - (ya - slope * a.0));
+        den += slope * slope;
+    }
+    let scale = a.1.iter().chain(&b.1).map(|v| v.abs()).fold(0.0, f64::max);
+    (den > (1e-9 * scale / dx.abs()).powi(2) && num.is_finite()).then(|| num / den)
+}
+
+/// Notes a fitted cost (`key` = `value`, how) and records its provenance.
+fn record_fit(
+    notes: &mut Vec<String>,
+    costs: &mut ServerCosts,
+    reference: &str,
+    key: &str,
+    value: f64,
+    detail: String,
+) {
+    notes.push(format!("{key} {value:.0}: {detail}"));
+    costs
+        .provenance
+        .insert(key.to_string(), fitted(reference, detail));
+}
+
+/// One fitted cost's record for the profile's provenance and the summary.
+fn fitted(reference: &str, detail: String) -> ParamSource {
+    ParamSource {
+        kind: SourceKind::Fitted,
+        reference: reference.to_string(),
+        detail,
+    }
+}
+
+/// A finished server calibration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerCalibration {
+    pub profile: ServerProfile,
+    /// How each number was fixed (or why it was not), in order.
+    pub notes: Vec<String>,
+    /// The costs the run could not fix (kept assumed), each with why.
+    pub unfixed: Vec<String>,
+    /// Per mode used: (configuration, statistic, lab, twin with the fitted costs).
+    pub checks: Vec<FitCheck>,
+}
+
+/// The twin's figure against the lab's for one statistic the fit used.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FitCheck {
+    pub configuration: String,
+    pub statistic: String,
+    pub lab: f64,
+    pub twin: f64,
+}
+
+/// The run's record of configuration `name`, if it has request results.
+fn results<'a>(record: &'a RunRecord, name: &str) -> Option<&'a RequestResults> {
+    record
+        .configurations
+        .iter()
+        .find(|c| c.name == name)
+        .and_then(|c| c.requests.as_ref())
+}
+
+/// The server scenario of a lab run, mapped for the twin, checked to be one.
+pub fn server_plan(record: &RunRecord, file: &str) -> Result<TwinPlan, ConfigError> {
+    if record.kind != RunKind::Lab {
+        return Err(err(
+            file,
+            "kind",
+            "this run was not measured by the lab: calibrate on a `napilab lab run` record",
+        ));
+    }
+    let (_, plan) = calibrate::plan_of(record, file)?;
+    if plan.requests.is_none() {
+        return Err(err(
+            file,
+            "scenario_toml: topology.kind",
+            "not a server-topology run: the server calibration needs request points",
+        ));
+    }
+    Ok(plan)
+}
+
+/// The run's configurations of napilab's server in `mode`, with their usable points.
+fn mode_runs<'a>(plan: &TwinPlan, record: &'a RunRecord, mode: ServerMode) -> Vec<ModeRun<'a>> {
+    let Some(sp) = &plan.requests else {
+        return Vec::new();
+    };
+    sp.configurations
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.mode == mode && s.engine == ServerEngine::Napilab)
+        .filter_map(|(index, s)| {
+            let c = record.configurations.iter().find(|c| c.name == s.name)?;
+            let results = c.requests.as_ref()?;
+            let device = c
+                .settings
+                .iter()
+                .find(|(k, _)| k == "server_device")
+                .map_or_else(String::new, |(_, v)| v.clone());
+            let points = results
+                .points
+                .iter()
+                .filter(|p| {
+                    p.meets_slo
+                        && p.achieved_qps > 0.0
+                        && p.achieved_qps >= 0.9 * p.requested_qps
+                        && p.server.requests > 0
+                })
+                .collect();
+            Some(ModeRun {
+                index,
+                name: c.name.as_str(),
+                device,
+                points,
+                results,
+            })
+        })
+        .collect()
+}
+
+/// Why `runs` (of `mode`) give no slope, or None when one does.
+fn too_few(runs: &[ModeRun<'_>], mode: ServerMode) -> Option<String> {
+    if runs.is_empty() {
+        return Some(format!(
+            "the run has no configuration of napilab's server in mode {}",
+            mode.as_str()
+        ));
+    }
+    if runs.iter().all(|r| r.rates().len() < 2) {
+        return Some(format!(
+            "{}: fewer than two offered rates met the objective (which needs the client on its schedule: on a machine shared with other work it falls behind)",
+            runs.iter().map(|r| r.name).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    None
+}
+
+/// The twin's server CPU per request (slope of [`server_work`] over the achieved
+/// rate, seconds) in `run`'s configuration at its rates, with `costs`.
+fn twin_slope(
+    plan: &TwinPlan,
+    run: &ModeRun<'_>,
+    base: &LabProfile,
+    costs: &ServerCosts,
+) -> Result<f64, ConfigError> {
+    let pts = twin_points(plan, run.index, base, costs, &run.rates())?;
+    Ok(slope(&pts.iter().collect::<Vec<_>>(), |p| {
+        Some(server_work(p, &Side::Twin))
+    })
+    .unwrap_or(0.0))
+}
+
+fn clamp_note(s: &Solved) -> String {
+    s.clamped
+        .as_deref()
+        .map_or(String::new(), |c| format!("; clamped: {c}"))
+}
+
+fn names(runs: &[ModeRun<'_>]) -> String {
+    runs.iter()
+        .map(|r| r.name)
+        .collect::<Vec<_>>()
+        .join(" and ")
+}
+
+/// Fits the server costs on lab run `record` (`file` names it in errors), starting
+/// from `base`'s platform costs (kept) and the assumed server costs. `command` is
+/// recorded in the provenance.
+pub fn calibrate(
+    record: &RunRecord,
+    file: &str,
+    base: &LabProfile,
+    command: &str,
+) -> Result<ServerCalibration, ConfigError> {
+    let plan = server_plan(record, file)?;
+    let ghz = base.profile.cpu_ghz;
+    let cycles = |seconds: f64| seconds * 1e9 * ghz;
+    let reference = format!("lab run {} by {command}", record.run_id);
+    let mut costs = ServerCosts::assumed();
+    let mut notes = Vec::new();
+    let mut unfixed = Vec::new();
+    // A cost per request on one CPU cannot exceed that CPU's time per request at the
+    // highest rate the server kept up with.
+    let ceiling = |runs: &[ModeRun<'_>]| {
+        let top = runs
+            .iter()
+            .flat_map(|r| r.points.iter().map(|p| p.achieved_qps))
+            .fold(0.0, f64::max);
+        cycles(1.0 / top.max(1.0))
+    };
+
+    // 1. The server's own cost, where the requests' receive is on the client's CPU.
+    let mut app_runs = mode_runs(&plan, record, ServerMode::NoCoalescing);
+    let mut why_not = too_few(&app_runs, ServerMode::NoCoalescing);
+    if let Some(first) = &why_not {
+        let deferral = mode_runs(&plan, record, ServerMode::Deferral);
+        match too_few(&deferral, ServerMode::Deferral) {
+            None => {
+                app_runs = deferral;
+                why_not = None;
+            }
+            Some(second) => why_not = Some(format!("{first}; {second}")),
+        }
+    }
+    app_runs.retain(|r| r.rates().len() >= 2);
+    // The lab's worker time is one number (user and system together): the split
+    // between the two is kept from the assumed costs.
+    let user_part = costs.app_user_cycles / (costs.app_user_cycles + costs.app_kernel_cycles);
+    match (why_not, app_runs.first()) {
+        (None, Some(run)) => {
+            let lab = run.lab_slope().unwrap_or(0.0);
+            let solved = solve_linear(
+                |total| {
+                    let mut c = costs.clone();
+                    c.app_user_cycles = total * user_part;
+                    c.app_kernel_cycles = total * (1.0 - user_part);
+                    Ok(vec![twin_slope(&plan, run, base, &c)?])
+                },
+                &[lab],
+                (2_000.0, 12_000.0),
+                (
+                    (0.0, "a cost is not negative"),
+                    (
+                        ceiling(std::slice::from_ref(run)),
+                        "a CPU cannot spend more per request than 1 / the highest rate it kept up with",
+                    ),
+                ),
+            )?;
+            match solved {
+                Some(s) => {
+                    costs.app_user_cycles = (s.value * user_part).round();
+                    costs.app_kernel_cycles = (s.value * (1.0 - user_part)).round();
+                    let detail = format!(
+                        "the server's CPU per request in {}: slope of its workers' CPU time (and NAPI kthreads') over the achieved rate at {} ({:.0} ns a request), where the requests' receive runs on the client's CPU; the twin's total solved to match it{}; the user/kernel split {:.0}/{:.0} is ASSUMED (the lab measures the worker's time as one number)",
+                        run.name,
+                        run.rates().iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join("/"),
+                        lab * 1e9,
+                        clamp_note(&s),
+                        user_part * 100.0,
+                        (1.0 - user_part) * 100.0
+                    );
+                    notes.push(format!(
+                        "server.app_user_cycles {:.0} + server.app_kernel_cycles {:.0}: {detail}",
+                        costs.app_user_cycles, costs.app_kernel_cycles
+                    ));
+                    for key in ["server.app_user_cycles", "server.app_kernel_cycles"] {
+                        costs
+                            .provenance
+                            .insert(key.into(), fitted(&reference, detail.clone()));
+                    }
+                }
+                None => unfixed.push(format!(
+                    "server.app_user_cycles, server.app_kernel_cycles kept ASSUMED: the twin's server CPU in {} does not move with them",
+                    run.name
+                )),
+            }
+        }
+        (why, _) => unfixed.push(format!(
+            "server.app_user_cycles, server.app_kernel_cycles kept ASSUMED ({:.0}, {:.0}): {}",
+            costs.app_user_cycles,
+            costs.app_kernel_cycles,
+            why.unwrap_or_default()
+        )),
+    }
+
+    // 2. One pass of the busy-polling loop: the worker's CPU time per busy poll at
+    // busy-wait's low rates (up to three times the lowest, where passes that find
+    // nothing dominate), the median over those points: the worker's CPU time and the
+    // trace tier's poll count cover slightly different windows, so single points
+    // scatter.
+    let busy = mode_runs(&plan, record, ServerMode::BusyWait);
+    let low = busy.first().and_then(|run| {
+        let lowest = run
+            .results
+            .points
+            .iter()
+            .map(|p| p.requested_qps)
+            .fold(f64::INFINITY, f64::min);
+        let mut passes: Vec<(f64, f64)> = run
+            .results
+            .points
+            .iter()
+            .filter(|p| p.requested_qps <= 3.0 * lowest)
+            .filter_map(|p| Some((p.requested_qps, pass_time(p)?)))
+            .collect();
+        passes.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let median = passes.get(passes.len() / 2)?;
+        Some((run, median.0, median.1, passes.len()))
+    });
+    match low {
+        None => unfixed.push(format!(
+            "server.poll_cycles kept ASSUMED ({:.0}): {}",
+            costs.poll_cycles,
+            if busy.is_empty() {
+                "the run has no configuration of napilab's server in mode busy-wait"
+            } else {
+                "busy-wait's lowest rate has no busy polls counted (measurement.trace = \"always\" counts them)"
+            }
+        )),
+        Some((run, qps, lab_pass, n)) => {
+            let solved = solve_linear(
+                |x| {
+                    let mut c = costs.clone();
+                    c.poll_cycles = x;
+                    let pts = twin_points(&plan, run.index, base, &c, &[qps])?;
+                    Ok(vec![pts.first().and_then(pass_time).unwrap_or(0.0)])
+                },
+                &[lab_pass],
+                (200.0, 1_000.0),
+                (
+                    (50.0 * ghz, "a system call and an empty veth poll take at least ~50 ns"),
+                    (100_000.0 * ghz, "a pass of 100 us would not be busy polling"),
+                ),
+            )?;
+            match solved {
+                Some(s) => {
+                    costs.poll_cycles = s.value.round();
+                    let detail = format!(
+                        "{}'s worker CPU time per busy poll, the median of {n} point(s) at its low rates: {:.0} ns at {qps:.0} requests/s (its CPU time over the trace tier's busy polls; CPU time, not wall time, so a worker waiting for its CPU does not lengthen the pass); solved so the twin's pass at that rate matches{}",
+                        run.name,
+                        lab_pass * 1e9,
+                        clamp_note(&s)
+                    );
+                    let value = costs.poll_cycles;
+                    record_fit(&mut notes, &mut costs, &reference, "server.poll_cycles", value, detail);
+                }
+                None => unfixed.push(format!(
+                    "server.poll_cycles kept ASSUMED ({:.0}): the twin's busy-polling pass in {} does not move with it",
+                    costs.poll_cycles, run.name
+                )),
+            }
+        }
+    }
+
+    // 3. The requests' receive where it runs on the server's CPU in a thread of its
+    // own: threaded (the NAPI kthread), else irq-suspend (the worker's busy polls; its
+    // timer-driven softirq polls are not in any thread's time and are left out).
+    let mut receive_runs = mode_runs(&plan, record, ServerMode::Threaded);
+    receive_runs.retain(|r| r.rates().len() >= 2);
+    if receive_runs.is_empty() {
+        receive_runs = mode_runs(&plan, record, ServerMode::IrqSuspend);
+        receive_runs.retain(|r| r.rates().len() >= 2);
+    }
+    if receive_runs.is_empty() {
+        unfixed.push(format!(
+            "server.receive_cycles kept ASSUMED ({:.0}): neither threaded nor irq-suspend of napilab's server met the objective at two offered rates",
+            costs.receive_cycles
+        ));
+    } else {
+        let targets: Vec<f64> = receive_runs
+            .iter()
+            .map(|r| r.lab_slope().unwrap_or(0.0))
+            .collect();
+        let top = ceiling(&receive_runs);
+        let solved = solve_linear(
+            |x| {
+                let mut c = costs.clone();
+                c.receive_cycles = x;
+                receive_runs
+                    .iter()
+                    .map(|r| twin_slope(&plan, r, base, &c))
+                    .collect()
+            },
+            &targets,
+            (500.0, 5_000.0),
+            (
+                (0.0, "a cost is not negative"),
+                (
+                    (top - costs.app_user_cycles - costs.app_kernel_cycles).max(0.0),
+                    "with the server's own cost it cannot exceed 1 / the highest rate served",
+                ),
+            ),
+        )?;
+        match solved {
+            Some(s) => {
+                costs.receive_cycles = s.value.round();
+                let detail = format!(
+                    "the server's CPU per request in {} ({} ns), where the requests' receive runs on the server's CPU, beside the server's own cost; the twin's slope solved to match it (least squares){}",
+                    names(&receive_runs),
+                    targets.iter().map(|t| format!("{:.0}", t * 1e9)).collect::<Vec<_>>().join(" and "),
+                    clamp_note(&s)
+                );
+                let value = costs.receive_cycles;
+                record_fit(&mut notes, &mut costs, &reference, "server.receive_cycles", value, detail);
+            }
+            None => unfixed.push(format!(
+                "server.receive_cycles kept ASSUMED ({:.0}): the twin's server CPU in {} does not move with it",
+                costs.receive_cycles,
+                names(&receive_runs)
+            )),
+        }
+    }
+
+    // 4. The client's cost per request, where the requests are not polled on its CPU.
+    let mut client_runs = mode_runs(&plan, record, ServerMode::Threaded);
+    client_runs.extend(mode_runs(&plan, record, ServerMode::BusyWait));
+    let client_points: Vec<&RequestPointResult> = client_runs
+        .iter()
+        .flat_map(|r| r.points.iter().copied())
+        .collect();
+    let client = slope(&client_points, |p| Some(p.client_cpu_busy)).filter(|s| *s > 0.0);
+    match client {
+        Some(s) => notes.push(format!(
+            "client_cycles_per_request {:.0}: slope of the load generator thread's CPU over the achieved rate in {} (the requests are polled on the server's CPU there); the twin's client is ideal, so this is reported, not charged: where the lab's client limits a maximum, the twin's is an upper bound",
+            cycles(s),
+            names(&client_runs)
+        )),
+        None => unfixed.push(
+            "client_cycles_per_request not fitted: neither threaded nor busy-wait of napilab's server met the objective at two offered rates".into(),
+        ),
+    }
+
+    // A cost the run could not fix says so in its provenance, beside why it is assumed.
+    for (key, src) in costs.provenance.iter_mut() {
+        if src.kind == SourceKind::Assumed {
+            if let Some(why) = unfixed.iter().find(|u| u.contains(key.as_str())) {
+                src.detail = format!(
+                    "{}; not fitted on lab run {}: {why}",
+                    src.detail, record.run_id
+                );
+            }
+        }
+    }
+
+    // The fitted costs against the lab, per statistic used.
+    let mut checks = Vec::new();
+    for r in app_runs.iter().chain(&receive_runs) {
+        checks.push(FitCheck {
+            configuration: r.name.to_string(),
+            statistic: "server CPU per request, ns (slope of workers + NAPI kthreads)".into(),
+            lab: r.lab_slope().unwrap_or(0.0) * 1e9,
+            twin: twin_slope(&plan, r, base, &costs)? * 1e9,
+        });
+    }
+    if let Some((run, qps, lab_pass, _)) = low {
+        let pts = twin_points(&plan, run.index, base, &costs, &[qps])?;
+        checks.push(FitCheck {
+            configuration: run.name.to_string(),
+            statistic: format!("worker CPU per busy poll at {qps:.0} requests/s, ns"),
+            lab: lab_pass * 1e9,
+            twin: pts.first().and_then(pass_time).unwrap_or(0.0) * 1e9,
+        });
+    }
+    let mut lab = base.clone();
+    lab.profile.name = VETH_LAB_SERVER_NAME.into();
+    lab.profile.description = format!(
+        "veth lab of this machine ({}) with server costs fitted on lab run {}",
+        base.profile.name, record.run_id
+    );
+    Ok(ServerCalibration {
+        profile: ServerProfile {
+            lab,
+            costs: Some(costs),
+            client_cycles_per_request: client.map(|s| cycles(s).round()),
+        },
+        notes,
+        unfixed,
+        checks,
+    })
+}
+
+/// What limited the lab's maximum at the objective.
+fn lab_limiter(q: &RequestResults) -> (&'static str, bool) {
+    let Some(m) = &q.max_qps else {
+        return ("no search", false);
+    };
+    let mut client = false;
+    let mut bound = false;
+    for (i, answer) in m.searches.iter().enumerate() {
+        let above = q
+            .points
+            .iter()
+            .filter(|p| p.role == PointRole::Search && p.repeat as usize == i)
+            .filter(|p| !p.meets_slo && p.requested_qps > *answer)
+            .min_by(|a, b| a.requested_qps.total_cmp(&b.requested_qps));
+        match above {
+            Some(p) => client |= p.client_limited,
+            None => bound = true,
+        }
+    }
+    if client {
+        ("client-limited", true)
+    } else if bound {
+        ("search_max_qps", true)
+    } else {
+        ("latency objective", false)
+    }
+}
+
+/// The twin's maximum for every runnable configuration of a lab server run, beside
+/// the lab's, with `profile`'s costs (or the assumed ones). `basis` says how the
+/// costs were obtained (a prediction with a shipped profile, a fit on this run).
+pub fn predict(
+    record: &RunRecord,
+    file: &str,
+    profile: &ServerProfile,
+    profile_name: &str,
+    basis: &str,
+) -> Result<Vec<(String, napilab_core::TwinMaxQps)>, ConfigError> {
+    let mut plan = server_plan(record, file)?;
+    let costs = profile.costs_or_assumed();
+    plan.seeds.truncate(1);
+    // The sweep is not needed for the maximum.
+    plan.loads.clear();
+    if let Some(sp) = plan.requests.as_mut() {
+        sp.costs = costs.clone();
+    }
+    let mut out = Vec::new();
+    for (index, conf) in plan.configurations.iter().enumerate() {
+        let Some(lab) = results(record, &conf.name) else {
+            continue;
+        };
+        let Some(lab_max) = &lab.max_qps else {
+            continue;
+        };
+        if lab.not_runnable.is_some() {
+            continue;
+        }
+        let p = costs.profile(&conf.profile_for(&profile.lab.profile, None));
+        let twin = from_server_scenario::run_configuration(&plan, index, &mut |batch| {
+            batch
+                .iter()
+                .map(|(c, seed)| crate::try_run(c, &p, *seed))
+                .collect()
+        })?;
+        let twin_max = twin.max_qps.map_or(0.0, |m| m.qps);
+        let (limiter, lower_bound) = lab_limiter(lab);
+        out.push((
+            conf.name.clone(),
+            napilab_core::TwinMaxQps {
+                basis: basis.to_string(),
+                profile: profile_name.to_string(),
+                twin_max_qps: twin_max,
+                lab_max_qps: lab_max.qps,
+                lab_limiter: limiter.to_string(),
+                lab_lower_bound: lower_bound,
+                relative_error: if lab_max.qps > 0.0 {
+                    (twin_max - lab_max.qps) / lab_max.qps
+                } else {
+                    f64::NAN
+                },
+            },
+        ));
+    }
+    Ok(out)
+}
+
+impl ServerCalibration {
+    /// The fitted profile as a file: the base lab profile's body, the `[server]` table
+    /// and the provenance in comments.
+    pub fn to_toml(
+        &self,
+        command: &str,
+        record: &RunRecord,
+        predictions: &[(String, napilab_core::TwinMaxQps)],
+    ) -> String {
+        let mut out = String::new();
+        out.push_str("# This machine's veth lab (docs/lab.md) with the key-value server's costs, for server\n");
+        out.push_str(
+            "# scenarios on the twin (`napilab sim run scenarios/server-modes.toml`).\n#\n",
+        );
+        out.push_str(
+            "# Provenance: the platform costs and [testbed] are the base profile's (veth-lab,\n",
+        );
+        out.push_str("# fitted on UDP forwarding, see its own file); [server] was FITTED by\n");
+        out.push_str(&format!("#   {command}\n"));
+        out.push_str(&format!(
+            "# on lab run {} (scenario {:?}, napilab {}).\n",
+            record.run_id, record.scenario_name, record.napilab_version
+        ));
+        for (i, n) in self.notes.iter().enumerate() {
+            out.push_str(&calibrate::wrap(&format!("{}. {n}", i + 1)));
+        }
+        for u in &self.unfixed {
+            out.push_str(&calibrate::wrap(&format!("NOT FITTED: {u}")));
+        }
+        if !predictions.is_empty() {
+            out.push_str(
+                "# The twin's maximum at the objective with this profile, against the run's:\n",
+            );
+            for (name, p) in predictions {
+                out.push_str(&format!("#   {name}: {}\n", p.summary()));
+            }
+        }
+        out.push_str(&self.profile.lab.body());
+        out.push_str(&self.server_table());
+        out
+    }
+
+    fn server_table(&self) -> String {
+        let Some(c) = &self.profile.costs else {
+            return String::new();
+        };
+        let table = ServerTable {
+            app_user_cycles: c.app_user_cycles,
+            app_kernel_cycles: c.app_kernel_cycles,
+            receive_cycles: c.receive_cycles,
+            poll_cycles: c.poll_cycles,
+            client_cycles_per_request: self.profile.client_cycles_per_request,
+            provenance: c.provenance.clone(),
+        };
+        let mut wrapper = toml::Table::new();
+        if let Ok(v) = toml::Value::try_from(&table) {
+            wrapper.insert("server".into(), v);
+        }
+        format!("\n{}", toml::to_string(&wrapper).unwrap_or_default())
+    }
+}
