@@ -498,3 +498,78 @@ fn host_namespace_reads_decode() {
         eprintln!("ethtool {}: {s:?}", l.name);
     }
 }
+
+/// `link_counters()` (RTM_GETSTATS between link notifications) says what `links()`
+/// says: fresh counters every call, and a new description after a link changed.
+#[test]
+fn link_counters_follow_traffic_and_link_changes() {
+    let Some(ns) = veth_lab() else { return };
+    ns.run_inside(|| {
+        let mut nl = Netlink::new();
+        let described = nl.links().expect("links()");
+        let cached = nl.link_counters().expect("link_counters()");
+        let identity = |l: &LinkStats| {
+            (
+                l.ifindex,
+                l.name.clone(),
+                l.mtu,
+                l.operstate.clone(),
+                l.kind.clone(),
+                l.num_rx_queues,
+                l.num_tx_queues,
+            )
+        };
+        assert_eq!(
+            described.iter().map(identity).collect::<Vec<_>>(),
+            cached.iter().map(identity).collect::<Vec<_>>()
+        );
+        let vb0 = link(&cached, "vb").clone();
+        send_frames("va", FRAMES);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let counted = loop {
+            let links = nl.link_counters().expect("link_counters()");
+            let vb = link(&links, "vb").clone();
+            if vb.rx_packets >= vb0.rx_packets + FRAMES || Instant::now() > deadline {
+                break vb;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(
+            counted.rx_packets >= vb0.rx_packets + FRAMES,
+            "vb rx {} -> {} through link_counters()",
+            vb0.rx_packets,
+            counted.rx_packets
+        );
+        assert_eq!(identity(&counted), identity(&vb0));
+        // Nothing changed since the first call: the counters came from RTM_GETSTATS.
+        assert_eq!(
+            nl.link_descriptions(),
+            1,
+            "links described again without a change"
+        );
+        // Changes of a link's settings and of the set of links reach the cache.
+        ns.ip(&["link", "set", "va", "mtu", "1400"]).expect("mtu");
+        ns.ip(&[
+            "link", "add", "nl-x", "type", "veth", "peer", "name", "nl-y",
+        ])
+        .expect("second veth pair");
+        let links = nl.link_counters().expect("link_counters()");
+        assert_eq!(link(&links, "va").mtu, Some(1400), "{links:#?}");
+        assert_eq!(nl.link_descriptions(), 2);
+        assert_eq!(link(&links, "nl-x").kind.as_deref(), Some("veth"));
+        ns.ip(&["link", "del", "nl-x"]).expect("del veth");
+        let links = nl.link_counters().expect("link_counters()");
+        assert!(
+            links.iter().all(|l| l.name != "nl-x" && l.name != "nl-y"),
+            "{links:#?}"
+        );
+        assert_eq!(
+            links.iter().map(identity).collect::<Vec<_>>(),
+            nl.links()
+                .expect("links()")
+                .iter()
+                .map(identity)
+                .collect::<Vec<_>>()
+        );
+    });
+}
