@@ -244,12 +244,17 @@ fn link<'a>(links: &'a [LinkStats], name: &str) -> &'a LinkStats {
         .unwrap_or_else(|| panic!("{name} not in links(): {links:#?}"))
 }
 
-/// Polls `links()` until `done` holds: with threaded NAPI the receive side is counted
-/// by a kthread some time after the send returns.
-fn links_when(nl: &mut Netlink, done: impl Fn(&[LinkStats]) -> bool) -> Vec<LinkStats> {
+/// Reads the links with `read` (`Netlink::links` or `Netlink::link_counters`) until
+/// `done` holds: with threaded NAPI the receive side is counted by a kthread some time
+/// after the send returns.
+fn links_when(
+    nl: &mut Netlink,
+    read: fn(&mut Netlink) -> Result<Vec<LinkStats>, NetlinkError>,
+    done: impl Fn(&[LinkStats]) -> bool,
+) -> Vec<LinkStats> {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let links = nl.links().expect("links()");
+        let links = read(nl).expect("reading the links");
         if done(&links) || Instant::now() > deadline {
             return links;
         }
@@ -277,7 +282,7 @@ fn links_and_qdiscs_count_veth_traffic() {
         let q0 = nl.qdiscs().expect("qdiscs()");
         send_frames("va", FRAMES);
 
-        let after = links_when(&mut nl, |l| {
+        let after = links_when(&mut nl, Netlink::links, |l| {
             link(l, "vb").rx_packets >= vb0.rx_packets + FRAMES
         });
         let (va1, vb1) = (link(&after, "va"), link(&after, "vb"));
@@ -525,15 +530,10 @@ fn link_counters_follow_traffic_and_link_changes() {
         );
         let vb0 = link(&cached, "vb").clone();
         send_frames("va", FRAMES);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let counted = loop {
-            let links = nl.link_counters().expect("link_counters()");
-            let vb = link(&links, "vb").clone();
-            if vb.rx_packets >= vb0.rx_packets + FRAMES || Instant::now() > deadline {
-                break vb;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let links = links_when(&mut nl, Netlink::link_counters, |l| {
+            link(l, "vb").rx_packets >= vb0.rx_packets + FRAMES
+        });
+        let counted = link(&links, "vb").clone();
         assert!(
             counted.rx_packets >= vb0.rx_packets + FRAMES,
             "vb rx {} -> {} through link_counters()",

@@ -11,7 +11,9 @@
 
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 
-use super::LinkStats;
+use netlink_bindings::rt_link::RtnlLinkStats64;
+
+use super::{rtnl, LinkStats};
 
 /// At most this many notifications are drained per check: a flood of link changes
 /// cannot keep the sampler in the loop (the rest are drained next time, and the links
@@ -98,7 +100,7 @@ impl LinkWatch {
 /// notification check and the dump): the caller describes the links again.
 pub(crate) fn with_counters(
     described: &[LinkStats],
-    counters: &[(u32, LinkStats)],
+    counters: &[(u32, RtnlLinkStats64)],
 ) -> Option<Vec<LinkStats>> {
     if described.len() != counters.len() {
         return None;
@@ -112,7 +114,7 @@ pub(crate) fn with_counters(
                 .iter()
                 .find(|(ifindex, _)| *ifindex == link.ifindex)?;
             let mut updated = link.clone();
-            updated.copy_counters(fresh);
+            rtnl::set_counters64(&mut updated, fresh);
             Some(updated)
         })
         .collect()
@@ -134,10 +136,18 @@ mod tests {
         }
     }
 
+    fn counters(rx_packets: u64) -> RtnlLinkStats64 {
+        RtnlLinkStats64 {
+            rx_packets,
+            tx_bytes: rx_packets * 100,
+            ..RtnlLinkStats64::default()
+        }
+    }
+
     #[test]
     fn counters_are_applied_to_the_described_links() {
         let described = [link(1, "lo", 5), link(7, "veth0", 10)];
-        let counters = [(7, link(7, "", 99)), (1, link(1, "", 6))];
+        let counters = [(7, counters(99)), (1, counters(6))];
         let merged = with_counters(&described, &counters).expect("same devices");
         assert_eq!(merged, vec![link(1, "lo", 6), link(7, "veth0", 99)]);
     }
@@ -145,8 +155,8 @@ mod tests {
     #[test]
     fn a_device_that_came_or_went_asks_for_a_new_description() {
         let described = [link(1, "lo", 5), link(7, "veth0", 10)];
-        assert_eq!(with_counters(&described, &[(1, link(1, "", 6))]), None);
-        let replaced = [(1, link(1, "", 6)), (8, link(8, "", 1))];
+        assert_eq!(with_counters(&described, &[(1, counters(6))]), None);
+        let replaced = [(1, counters(6)), (8, counters(1))];
         assert_eq!(with_counters(&described, &replaced), None);
     }
 }

@@ -72,20 +72,6 @@ pub struct LinkStats {
     pub tx_errors: u64,
 }
 
-impl LinkStats {
-    /// Takes the counters of `fresh`, keeping this link's identity and settings.
-    pub fn copy_counters(&mut self, fresh: &LinkStats) {
-        self.rx_packets = fresh.rx_packets;
-        self.tx_packets = fresh.tx_packets;
-        self.rx_bytes = fresh.rx_bytes;
-        self.tx_bytes = fresh.tx_bytes;
-        self.rx_dropped = fresh.rx_dropped;
-        self.tx_dropped = fresh.tx_dropped;
-        self.rx_errors = fresh.rx_errors;
-        self.tx_errors = fresh.tx_errors;
-    }
-}
-
 /// One queueing discipline with its counters, from an `RTM_GETQDISC` dump.
 ///
 /// All qdiscs of all devices are listed, children too; `parent` and `handle` give the

@@ -62,7 +62,8 @@ pub(crate) fn decode_link(
     Some(link)
 }
 
-fn set_counters64(link: &mut LinkStats, s: &RtnlLinkStats64) {
+/// Takes the 64-bit counters, keeping the link's identity and settings.
+pub(crate) fn set_counters64(link: &mut LinkStats, s: &RtnlLinkStats64) {
     link.rx_packets = s.rx_packets;
     link.tx_packets = s.tx_packets;
     link.rx_bytes = s.rx_bytes;
@@ -74,27 +75,19 @@ fn set_counters64(link: &mut LinkStats, s: &RtnlLinkStats64) {
 }
 
 /// Decodes one `RTM_NEWSTATS` message of a dump that asked for `IFLA_STATS_LINK_64`
-/// only: the device's index and its counters (the other [`LinkStats`] fields empty).
-/// `None` for a message without a valid index or without the counters.
+/// only: the device's index and its counters. `None` for a message without a valid
+/// index or without the counters.
 pub(crate) fn decode_link_counters(
     (header, attrs): (IfStatsMsg, IterableStatsAttrs<'_>),
-) -> Option<(u32, LinkStats)> {
+) -> Option<(u32, RtnlLinkStats64)> {
     let ifindex = header.ifindex;
     if ifindex == 0 {
         return None;
     }
-    let mut link = LinkStats {
-        ifindex,
-        ..LinkStats::default()
-    };
-    let mut found = false;
-    for attr in attrs {
-        if let Ok(StatsAttrs::Link64(s)) = attr {
-            set_counters64(&mut link, &s);
-            found = true;
-        }
-    }
-    found.then_some((ifindex, link))
+    attrs.into_iter().find_map(|attr| match attr {
+        Ok(StatsAttrs::Link64(s)) => Some((ifindex, s)),
+        _ => None,
+    })
 }
 
 /// Lower-case name of an `IF_OPER_*` value (`include/uapi/linux/if.h`).
