@@ -3,6 +3,7 @@
 # the same run.
 #
 #   make bench-sampling            (or: bash bench/sampling-cost.sh [SECONDS])
+#   BASELINE=/path/to/older/napilab bash bench/sampling-cost.sh   (before/after)
 #
 # All three run at the same time for SECONDS (default 30) at a 1 s interval:
 #  - napilab observe --interval 1s: user+system CPU of its process (bash `times` of a
@@ -15,12 +16,16 @@
 #    (utime+stime from /proc/PID/stat) over the N scrapes / N, curl's own not counted.
 #    It is stopped at the end, also on failure or Ctrl-C.
 # Other processes share this machine, so the three run concurrently and see the same
-# load; rerun for a second figure.
+# load; rerun for a second figure. With BASELINE set to another napilab binary (e.g.
+# one built before a change), it is measured the same way in the same run, beside the
+# current one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-30}
 BIN=./target/release/napilab
 [ -x "$BIN" ] || { echo "build first: make build" >&2; exit 1; }
+BASELINE=${BASELINE:-}
+[ -z "$BASELINE" ] || [ -x "$BASELINE" ] || { echo "BASELINE=$BASELINE is not an executable napilab" >&2; exit 1; }
 command -v sar >/dev/null || { echo "sar is missing: apt-get install sysstat (make deps does)" >&2; exit 1; }
 NODE_EXPORTER=$(command -v prometheus-node-exporter || command -v node_exporter || true)
 [ -n "$NODE_EXPORTER" ] || { echo "node_exporter is missing: apt-get install prometheus-node-exporter (make deps does)" >&2; exit 1; }
@@ -63,14 +68,29 @@ cpu_of "$tmp/napilab_long" "$BIN" observe --for "${N}s" --interval 1s --json &
 p1=$!
 cpu_of "$tmp/sar" sar -A 1 "$N" &
 p2=$!
+p3=""
+if [ -n "$BASELINE" ]; then
+    cpu_of "$tmp/baseline_long" "$BASELINE" observe --for "${N}s" --interval 1s --json &
+    p3=$!
+fi
 ne_before=$(proc_cpu "$ne_pid")
 for i in $(seq "$N"); do
     curl -sf "http://127.0.0.1:$port/metrics" -o /dev/null || echo "scrape $i failed" >&2
     sleep 1
 done
 ne_after=$(proc_cpu "$ne_pid")
-wait $p1 $p2
+wait $p1 $p2 $p3
 cpu_of "$tmp/napilab_short" "$BIN" observe --for 1s --interval 1s --json
+if [ -n "$BASELINE" ]; then
+    cpu_of "$tmp/baseline_short" "$BASELINE" observe --for 1s --interval 1s --json
+    awk -v n="$N" -v long="$(cat "$tmp/baseline_long")" -v short="$(cat "$tmp/baseline_short")" -v cur_long="$(cat "$tmp/napilab_long")" -v cur_short="$(cat "$tmp/napilab_short")" -v base="$BASELINE" 'BEGIN {
+        per = (long - short) / (n - 1); if (per < 0) per = 0;
+        cur = (cur_long - cur_short) / (n - 1); if (cur < 0) cur = 0;
+        printf "baseline (%s): %.3f ms CPU per 1-second sample", base, per*1000;
+        if (per > 0) printf "; current/baseline %.2f", cur/per;
+        printf "\n";
+    }'
+fi
 
 awk -v n="$N" -v long="$(cat "$tmp/napilab_long")" -v short="$(cat "$tmp/napilab_short")" -v sar="$(cat "$tmp/sar")" \
     -v ne="$(awk -v a="$ne_before" -v b="$ne_after" 'BEGIN {print b - a}')" -v lines="$(grep -vc '^#' "$tmp/metrics")" 'BEGIN {

@@ -123,6 +123,7 @@ pub struct Sampler {
     files: procfs::KeptFiles,
     /// The last pid the kernel had handed out at the last thread scan (/proc/loadavg).
     scanned_at_pid: Option<u32>,
+    thread_scan: procfs::PacketThreadScan,
     pub notices: Notices,
 }
 
@@ -137,6 +138,7 @@ impl Sampler {
             epoch: Instant::now(),
             files: procfs::KeptFiles::default(),
             scanned_at_pid: None,
+            thread_scan: procfs::PacketThreadScan::default(),
             notices: Notices::default(),
         };
         sampler.refresh_threads();
@@ -144,8 +146,8 @@ impl Sampler {
     }
 
     /// Rescans /proc for ksoftirqd and napi/ threads (they appear when a device is
-    /// switched to threaded NAPI). Not done every sample: scanning every process costs
-    /// more than the rest of a sample.
+    /// switched to threaded NAPI). Not done every sample; and a rescan reads only the
+    /// kernel threads created since the last one ([`procfs::PacketThreadScan`]).
     ///
     /// Skipped when no process or thread was created since the last scan: the last pid
     /// handed out (the last field of /proc/loadavg) is unchanged. A thread that exited
@@ -160,7 +162,7 @@ impl Sampler {
             return;
         }
         self.scanned_at_pid = last_pid;
-        match procfs::list_packet_threads(&self.root) {
+        match self.thread_scan.scan(&self.root, last_pid) {
             Ok(threads) => {
                 // Close the stat files of threads that are gone.
                 let proc = self.root.join("proc");
@@ -218,7 +220,7 @@ impl Sampler {
         }
         let (mut links, mut qdiscs, mut qstats) = (None, None, None);
         if let Some(netlink) = self.netlink.as_mut() {
-            match netlink.links() {
+            match netlink.link_counters() {
                 Ok(v) => links = Some(v),
                 Err(e) => self.notices.add(
                     "rtnetlink link statistics",

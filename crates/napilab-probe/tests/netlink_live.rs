@@ -244,12 +244,17 @@ fn link<'a>(links: &'a [LinkStats], name: &str) -> &'a LinkStats {
         .unwrap_or_else(|| panic!("{name} not in links(): {links:#?}"))
 }
 
-/// Polls `links()` until `done` holds: with threaded NAPI the receive side is counted
-/// by a kthread some time after the send returns.
-fn links_when(nl: &mut Netlink, done: impl Fn(&[LinkStats]) -> bool) -> Vec<LinkStats> {
+/// Reads the links with `read` (`Netlink::links` or `Netlink::link_counters`) until
+/// `done` holds: with threaded NAPI the receive side is counted by a kthread some time
+/// after the send returns.
+fn links_when(
+    nl: &mut Netlink,
+    read: fn(&mut Netlink) -> Result<Vec<LinkStats>, NetlinkError>,
+    done: impl Fn(&[LinkStats]) -> bool,
+) -> Vec<LinkStats> {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let links = nl.links().expect("links()");
+        let links = read(nl).expect("reading the links");
         if done(&links) || Instant::now() > deadline {
             return links;
         }
@@ -277,7 +282,7 @@ fn links_and_qdiscs_count_veth_traffic() {
         let q0 = nl.qdiscs().expect("qdiscs()");
         send_frames("va", FRAMES);
 
-        let after = links_when(&mut nl, |l| {
+        let after = links_when(&mut nl, Netlink::links, |l| {
             link(l, "vb").rx_packets >= vb0.rx_packets + FRAMES
         });
         let (va1, vb1) = (link(&after, "va"), link(&after, "vb"));
@@ -497,4 +502,74 @@ fn host_namespace_reads_decode() {
         let s = nl.ethtool(l.ifindex, &l.name).expect("ethtool()");
         eprintln!("ethtool {}: {s:?}", l.name);
     }
+}
+
+/// `link_counters()` (RTM_GETSTATS between link notifications) says what `links()`
+/// says: fresh counters every call, and a new description after a link changed.
+#[test]
+fn link_counters_follow_traffic_and_link_changes() {
+    let Some(ns) = veth_lab() else { return };
+    ns.run_inside(|| {
+        let mut nl = Netlink::new();
+        let described = nl.links().expect("links()");
+        let cached = nl.link_counters().expect("link_counters()");
+        let identity = |l: &LinkStats| {
+            (
+                l.ifindex,
+                l.name.clone(),
+                l.mtu,
+                l.operstate.clone(),
+                l.kind.clone(),
+                l.num_rx_queues,
+                l.num_tx_queues,
+            )
+        };
+        assert_eq!(
+            described.iter().map(identity).collect::<Vec<_>>(),
+            cached.iter().map(identity).collect::<Vec<_>>()
+        );
+        let vb0 = link(&cached, "vb").clone();
+        send_frames("va", FRAMES);
+        let links = links_when(&mut nl, Netlink::link_counters, |l| {
+            link(l, "vb").rx_packets >= vb0.rx_packets + FRAMES
+        });
+        let counted = link(&links, "vb").clone();
+        assert!(
+            counted.rx_packets >= vb0.rx_packets + FRAMES,
+            "vb rx {} -> {} through link_counters()",
+            vb0.rx_packets,
+            counted.rx_packets
+        );
+        assert_eq!(identity(&counted), identity(&vb0));
+        // Nothing changed since the first call: the counters came from RTM_GETSTATS.
+        assert_eq!(
+            nl.link_descriptions(),
+            1,
+            "links described again without a change"
+        );
+        // Changes of a link's settings and of the set of links reach the cache.
+        ns.ip(&["link", "set", "va", "mtu", "1400"]).expect("mtu");
+        ns.ip(&[
+            "link", "add", "nl-x", "type", "veth", "peer", "name", "nl-y",
+        ])
+        .expect("second veth pair");
+        let links = nl.link_counters().expect("link_counters()");
+        assert_eq!(link(&links, "va").mtu, Some(1400), "{links:#?}");
+        assert_eq!(nl.link_descriptions(), 2);
+        assert_eq!(link(&links, "nl-x").kind.as_deref(), Some("veth"));
+        ns.ip(&["link", "del", "nl-x"]).expect("del veth");
+        let links = nl.link_counters().expect("link_counters()");
+        assert!(
+            links.iter().all(|l| l.name != "nl-x" && l.name != "nl-y"),
+            "{links:#?}"
+        );
+        assert_eq!(
+            links.iter().map(identity).collect::<Vec<_>>(),
+            nl.links()
+                .expect("links()")
+                .iter()
+                .map(identity)
+                .collect::<Vec<_>>()
+        );
+    });
 }

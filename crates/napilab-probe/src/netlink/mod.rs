@@ -18,6 +18,7 @@
 
 mod error;
 mod ethtool;
+mod link_watch;
 mod netdev;
 mod rtnl;
 
@@ -202,6 +203,7 @@ pub struct EthtoolSettings {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Op {
     Links,
+    LinkCounters,
     Qdiscs,
     Napis,
     Queues,
@@ -209,17 +211,17 @@ enum Op {
 }
 
 impl Op {
-    const COUNT: usize = 5;
+    const COUNT: usize = 6;
 
     fn family(self) -> &'static str {
         match self {
-            Op::Links | Op::Qdiscs => "rtnetlink",
+            Op::Links | Op::LinkCounters | Op::Qdiscs => "rtnetlink",
             Op::Napis | Op::Queues | Op::Qstats => "netdev",
         }
     }
 
     fn generic(self) -> bool {
-        !matches!(self, Op::Links | Op::Qdiscs)
+        !matches!(self, Op::Links | Op::LinkCounters | Op::Qdiscs)
     }
 
     /// The request, as the user would look it up; the kernel version helps the user
@@ -227,6 +229,7 @@ impl Op {
     fn what(self) -> &'static str {
         match self {
             Op::Links => "rtnetlink RTM_GETLINK dump",
+            Op::LinkCounters => "rtnetlink RTM_GETSTATS dump (Linux 4.7+)",
             Op::Qdiscs => "rtnetlink RTM_GETQDISC dump",
             Op::Napis => "netdev napi-get dump (Linux 6.8+)",
             Op::Queues => "netdev queue-get dump (Linux 6.8+)",
@@ -234,6 +237,10 @@ impl Op {
         }
     }
 }
+
+/// `IFLA_STATS_FILTER_BIT(IFLA_STATS_LINK_64)` (`include/uapi/linux/if_link.h`): the
+/// `filter_mask` of an `RTM_GETSTATS` request for `struct rtnl_link_stats64` only.
+const IFLA_STATS_FILTER_LINK_64: u32 = 1;
 
 /// A netlink client for the readers above. Not thread-safe by itself (`&mut self`),
 /// but `Send`: create it in the thread (and network namespace) that samples.
@@ -244,6 +251,16 @@ pub struct Netlink {
     sock: NetlinkSocket,
     // Encoded once: every sample sends the same bytes.
     getlink: rt_link::OpGetlinkDump<'static>,
+    /// `RTM_GETSTATS` asking for `IFLA_STATS_LINK_64` only (see [`Netlink::link_counters`]).
+    getstats: rt_link::OpGetstatsDump<'static>,
+    /// Link notifications, opened with the first [`Netlink::link_counters`]; `None`
+    /// before, or if it could not be opened (then every call describes the links).
+    link_watch: Option<link_watch::LinkWatch>,
+    link_watch_failed: bool,
+    /// The links as last described by an `RTM_GETLINK` dump (for `link_counters`).
+    described_links: Option<Vec<LinkStats>>,
+    /// How often `link_counters` described the links (`RTM_GETLINK`).
+    link_descriptions: u64,
     getqdisc: tc::OpGetqdiscDump<'static>,
     napi_get: nd::OpNapiGetDump<'static>,
     queue_get: nd::OpQueueGetDump<'static>,
@@ -286,6 +303,14 @@ impl Netlink {
         Self {
             sock: NetlinkSocket::new(),
             getlink: rt_link::Request::new().op_getlink_dump(&rt_link::Ifinfomsg::default()),
+            getstats: rt_link::Request::new().op_getstats_dump(&rt_link::IfStatsMsg {
+                filter_mask: IFLA_STATS_FILTER_LINK_64,
+                ..rt_link::IfStatsMsg::default()
+            }),
+            link_watch: None,
+            link_watch_failed: false,
+            described_links: None,
+            link_descriptions: 0,
             getqdisc: tc::Request::new().op_getqdisc_dump(&tc::Tcmsg::default()),
             napi_get: nd::Request::new().op_napi_get_dump(),
             queue_get: nd::Request::new().op_queue_get_dump(),
@@ -303,6 +328,55 @@ impl Netlink {
         let mut out = Vec::with_capacity(self.last_len[Op::Links as usize]);
         let res = dump(&mut self.sock, &self.getlink, &mut out, rtnl::decode_link);
         self.finish(Op::Links, res, out)
+    }
+
+    /// The same as [`Netlink::links`], cheaper when called again and again: the links
+    /// are described (`RTM_GETLINK`) on the first call and again only after a link
+    /// notification (a device came, went, or changed its name, MTU or state); in
+    /// between, one `RTM_GETSTATS` dump of the 64-bit counters refreshes the last
+    /// description. Kernels without `RTM_GETSTATS` (before 4.7) get `links()` each time.
+    pub fn link_counters(&mut self) -> Result<Vec<LinkStats>, NetlinkError> {
+        if self.link_watch.is_none() && !self.link_watch_failed {
+            // Opened before the first description, so no change after it is missed.
+            self.link_watch = link_watch::LinkWatch::open().ok();
+            self.link_watch_failed = self.link_watch.is_none();
+        }
+        let changed = self.link_watch.as_ref().is_none_or(|w| w.changed());
+        let stats_refused = self.refused[Op::LinkCounters as usize].is_some();
+        // Taken, so that the cache is empty if anything below fails.
+        let described = self.described_links.take();
+        if let (false, false, Some(described)) = (changed, stats_refused, described) {
+            let mut counters = Vec::with_capacity(described.len());
+            let res = dump(
+                &mut self.sock,
+                &self.getstats,
+                &mut counters,
+                rtnl::decode_link_counters,
+            );
+            match self.finish(Op::LinkCounters, res, counters) {
+                Ok(counters) => {
+                    if let Some(links) = link_watch::with_counters(&described, &counters) {
+                        self.described_links = Some(described);
+                        return Ok(links);
+                    }
+                }
+                // Refused (remembered by finish): describe the links from now on.
+                Err(NetlinkError::Unsupported { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let links = self.links()?;
+        self.link_descriptions += 1;
+        if self.link_watch.is_some() {
+            self.described_links = Some(links.clone());
+        }
+        Ok(links)
+    }
+
+    /// How many of the [`Netlink::link_counters`] calls so far described the links
+    /// anew (the others refreshed only the counters).
+    pub fn link_descriptions(&self) -> u64 {
+        self.link_descriptions
     }
 
     /// All qdiscs of all devices, roots and children (`RTM_GETQDISC` dump).
@@ -446,7 +520,14 @@ mod tests {
         let nl = Netlink::new();
         assert!(nl.ioctl_sock.is_none());
         assert!(nl.refused.iter().all(Option::is_none));
-        for op in [Op::Links, Op::Qdiscs, Op::Napis, Op::Queues, Op::Qstats] {
+        for op in [
+            Op::Links,
+            Op::LinkCounters,
+            Op::Qdiscs,
+            Op::Napis,
+            Op::Queues,
+            Op::Qstats,
+        ] {
             assert!(nl.check_refused(op).is_ok());
         }
     }

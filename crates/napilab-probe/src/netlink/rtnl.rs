@@ -6,7 +6,10 @@
 //! An attribute that fails to decode is skipped (it becomes `None` or zero), never
 //! fatal: a newer kernel may send shapes this code has not seen.
 
-use netlink_bindings::rt_link::{Ifinfomsg, IterableLinkAttrs, LinkAttrs};
+use netlink_bindings::rt_link::{
+    IfStatsMsg, Ifinfomsg, IterableLinkAttrs, IterableStatsAttrs, LinkAttrs, RtnlLinkStats64,
+    StatsAttrs,
+};
 use netlink_bindings::tc::{Attrs, IterableAttrs, TcaStatsAttrs, Tcmsg};
 
 use super::{LinkStats, QdiscStats};
@@ -39,14 +42,7 @@ pub(crate) fn decode_link(
             Ok(LinkAttrs::NumTxQueues(n)) => link.num_tx_queues = Some(n),
             Ok(LinkAttrs::Stats64(s)) => {
                 have_stats64 = true;
-                link.rx_packets = s.rx_packets;
-                link.tx_packets = s.tx_packets;
-                link.rx_bytes = s.rx_bytes;
-                link.tx_bytes = s.tx_bytes;
-                link.rx_dropped = s.rx_dropped;
-                link.tx_dropped = s.tx_dropped;
-                link.rx_errors = s.rx_errors;
-                link.tx_errors = s.tx_errors;
+                set_counters64(&mut link, &s);
             }
             // The 32-bit IFLA_STATS comes first in the message and wraps; it is used
             // only if no IFLA_STATS64 follows (kernels before 2.6.35).
@@ -64,6 +60,34 @@ pub(crate) fn decode_link(
         }
     }
     Some(link)
+}
+
+/// Takes the 64-bit counters, keeping the link's identity and settings.
+pub(crate) fn set_counters64(link: &mut LinkStats, s: &RtnlLinkStats64) {
+    link.rx_packets = s.rx_packets;
+    link.tx_packets = s.tx_packets;
+    link.rx_bytes = s.rx_bytes;
+    link.tx_bytes = s.tx_bytes;
+    link.rx_dropped = s.rx_dropped;
+    link.tx_dropped = s.tx_dropped;
+    link.rx_errors = s.rx_errors;
+    link.tx_errors = s.tx_errors;
+}
+
+/// Decodes one `RTM_NEWSTATS` message of a dump that asked for `IFLA_STATS_LINK_64`
+/// only: the device's index and its counters. `None` for a message without a valid
+/// index or without the counters.
+pub(crate) fn decode_link_counters(
+    (header, attrs): (IfStatsMsg, IterableStatsAttrs<'_>),
+) -> Option<(u32, RtnlLinkStats64)> {
+    let ifindex = header.ifindex;
+    if ifindex == 0 {
+        return None;
+    }
+    attrs.into_iter().find_map(|attr| match attr {
+        Ok(StatsAttrs::Link64(s)) => Some((ifindex, s)),
+        _ => None,
+    })
 }
 
 /// Lower-case name of an `IF_OPER_*` value (`include/uapi/linux/if.h`).

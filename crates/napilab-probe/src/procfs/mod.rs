@@ -28,7 +28,7 @@ pub use softnet::{parse_softnet, read_softnet, SoftnetRow};
 pub use stat::{parse_stat, read_stat, CpuTimes, ProcStat};
 pub use task::{
     list_packet_threads, parse_status_cpus_allowed, parse_task_stat, policy_name,
-    read_task_cpus_allowed, read_task_stat, KernelThread, TaskStat,
+    read_task_cpus_allowed, read_task_stat, KernelThread, PacketThreadScan, TaskStat,
 };
 
 /// Reads `root.join(rel)` (`rel` like `"proc/interrupts"`) as text.

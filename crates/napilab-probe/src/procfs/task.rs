@@ -2,9 +2,10 @@
 //! and the scan for the kernel threads that process packets (`ksoftirqd/N`,
 //! `napi/<dev>-<id>`).
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -161,7 +162,6 @@ pub fn read_task_cpus_allowed(root: &Path, pid: u32) -> Result<Option<Vec<u32>>,
 /// this scans every process on the host. Processes that exit during the scan, or whose
 /// `comm` cannot be read, are skipped silently. A missing `<root>/proc` is an error.
 pub fn list_packet_threads(root: &Path) -> Result<Vec<KernelThread>, ProcError> {
-    const PREFIXES: [&[u8]; 2] = [b"ksoftirqd/", b"napi/"];
     let mut path = root.join("proc");
     let entries = match std::fs::read_dir(&path) {
         Ok(entries) => entries,
@@ -177,30 +177,191 @@ pub fn list_packet_threads(root: &Path) -> Result<Vec<KernelThread>, ProcError> 
         let Some(pid) = name.to_str().and_then(parse_dec_u32) else {
             continue;
         };
-        path.push(&name);
-        path.push("comm");
-        buf.clear();
-        let read = File::open(&path).and_then(|mut f| f.read_to_end(&mut buf));
-        path.pop();
-        path.pop();
-        if read.is_err() {
-            continue;
-        }
-        let comm = buf.strip_suffix(b"\n").unwrap_or(&buf);
-        if PREFIXES.iter().any(|p| comm.starts_with(p)) {
-            threads.push(KernelThread {
-                pid,
-                comm: String::from_utf8_lossy(comm).into_owned(),
-            });
+        if let Some(Some(comm)) = packet_thread_comm(&mut path, pid, &mut buf) {
+            threads.push(KernelThread { pid, comm });
         }
     }
     threads.sort_unstable_by_key(|t| t.pid);
     Ok(threads)
 }
 
+/// Reads `<proc>/<pid>/comm` (`proc` is the `<root>/proc` path, restored on return):
+/// `Some(Some(comm))` for a packet thread, `Some(None)` for any other task, `None` when
+/// it cannot be read (the task exited).
+fn packet_thread_comm(proc: &mut PathBuf, pid: u32, buf: &mut Vec<u8>) -> Option<Option<String>> {
+    const PREFIXES: [&[u8]; 2] = [b"ksoftirqd/", b"napi/"];
+    proc.push(pid.to_string());
+    proc.push("comm");
+    buf.clear();
+    let read = File::open(&*proc).and_then(|mut f| f.read_to_end(buf));
+    proc.pop();
+    proc.pop();
+    read.ok()?;
+    let comm = buf.strip_suffix(b"\n").unwrap_or(buf);
+    Some(
+        PREFIXES
+            .iter()
+            .any(|p| comm.starts_with(p))
+            .then(|| String::from_utf8_lossy(comm).into_owned()),
+    )
+}
+
+/// [`list_packet_threads`] for a sampler that asks again and again: only kernel
+/// threads can be packet threads, and every kernel thread is a child of `kthreadd`
+/// (pid 2), so one read of `/proc/2/task/2/children` lists the candidates; and a
+/// thread seen in the previous scan keeps its name, so only pids handed out since then
+/// (from the last pid of `/proc/loadavg`) have their `comm` read. Profiled, the full
+/// scan (a `comm` read per process on the host) was the sampler's dearest part when
+/// amortised over its 10-second period; this costs one read plus one per new kernel
+/// thread. Kernels without `CONFIG_PROC_CHILDREN` (and fixture trees) get the full scan.
+#[derive(Debug, Default)]
+pub struct PacketThreadScan {
+    /// Kernel threads of the last scan: pid -> comm if it is a packet thread.
+    seen: HashMap<u32, Option<String>>,
+    /// `/proc/loadavg`'s last pid at the last scan.
+    last_pid: Option<u32>,
+}
+
+impl PacketThreadScan {
+    /// The packet threads now, sorted by pid. `last_pid` is the last pid the kernel
+    /// handed out (`/proc/loadavg`), `None` if unknown (then every `comm` is read).
+    pub fn scan(
+        &mut self,
+        root: &Path,
+        last_pid: Option<u32>,
+    ) -> Result<Vec<KernelThread>, ProcError> {
+        let previous_last_pid = std::mem::replace(&mut self.last_pid, last_pid);
+        let Ok(children) = read_text(root, "proc/2/task/2/children") else {
+            self.seen.clear();
+            return list_packet_threads(root);
+        };
+        let mut proc = root.join("proc");
+        let mut buf = Vec::with_capacity(32);
+        let mut seen = HashMap::with_capacity(self.seen.len());
+        let mut threads = Vec::new();
+        for pid in children.split_ascii_whitespace().filter_map(parse_dec_u32) {
+            let reused = match (previous_last_pid, last_pid) {
+                (Some(from), Some(to)) => handed_out_between(pid, from, to),
+                _ => true,
+            };
+            let known = if reused { None } else { self.seen.remove(&pid) };
+            let Some(comm) = known.or_else(|| packet_thread_comm(&mut proc, pid, &mut buf)) else {
+                continue;
+            };
+            if let Some(comm) = &comm {
+                threads.push(KernelThread {
+                    pid,
+                    comm: comm.clone(),
+                });
+            }
+            seen.insert(pid, comm);
+        }
+        self.seen = seen;
+        threads.sort_unstable_by_key(|t| t.pid);
+        Ok(threads)
+    }
+}
+
+/// Whether `pid` may have been handed out after the last pid was `from` and up to its
+/// being `to`: the kernel hands pids out in increasing order and wraps around at
+/// `pid_max`. (A complete wrap between two scans would go unseen; that takes
+/// `pid_max` (at least 32768) process creations within one rescan period.)
+fn handed_out_between(pid: u32, from: u32, to: u32) -> bool {
+    if from <= to {
+        pid > from && pid <= to
+    } else {
+        pid > from || pid <= to
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fixture tree whose kthreadd has children `pids` named `comms`.
+    fn kthreads(dir: &Path, pids: &[u32], comms: &[&str]) {
+        let children: Vec<String> = pids.iter().map(u32::to_string).collect();
+        let _ = std::fs::create_dir_all(dir.join("proc/2/task/2"));
+        assert!(std::fs::write(dir.join("proc/2/task/2/children"), children.join(" ")).is_ok());
+        for (pid, comm) in pids.iter().zip(comms) {
+            let _ = std::fs::create_dir_all(dir.join(format!("proc/{pid}")));
+            assert!(
+                std::fs::write(dir.join(format!("proc/{pid}/comm")), format!("{comm}\n")).is_ok()
+            );
+        }
+    }
+
+    #[test]
+    fn a_rescan_reads_only_the_kernel_threads_created_since() {
+        let dir = std::env::temp_dir().join(format!("napilab-kthreads-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        kthreads(
+            &dir,
+            &[3, 14, 500],
+            &["kworker/0:0", "ksoftirqd/0", "napi/eth0-8193"],
+        );
+        let mut scan = PacketThreadScan::default();
+        let names =
+            |t: Vec<KernelThread>| t.into_iter().map(|t| (t.pid, t.comm)).collect::<Vec<_>>();
+        assert_eq!(
+            names(scan.scan(&dir, Some(600)).expect("scan")),
+            vec![(14, "ksoftirqd/0".into()), (500, "napi/eth0-8193".into())]
+        );
+        // pid 3's comm changes on disk but it was not handed out again (last pid 600 ->
+        // 700): its name is not read again. pid 650 is new and read; 500 is gone.
+        kthreads(
+            &dir,
+            &[3, 14, 650],
+            &["napi/not-read", "ksoftirqd/0", "napi/eth1-8194"],
+        );
+        assert_eq!(
+            names(scan.scan(&dir, Some(700)).expect("scan")),
+            vec![(14, "ksoftirqd/0".into()), (650, "napi/eth1-8194".into())]
+        );
+        // pid 14 was handed out again (the last pid wrapped past it): read again.
+        kthreads(&dir, &[3, 14], &["kworker/0:0", "napi/eth2-8195"]);
+        assert_eq!(
+            names(scan.scan(&dir, Some(20)).expect("scan")),
+            vec![(14, "napi/eth2-8195".into())]
+        );
+        // Without the children file: the full scan of every process.
+        assert!(std::fs::remove_file(dir.join("proc/2/task/2/children")).is_ok());
+        assert_eq!(
+            names(scan.scan(&dir, Some(20)).expect("scan")),
+            names(list_packet_threads(&dir).expect("full scan"))
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_kthreadd_scan_finds_what_the_full_scan_finds_on_this_host() {
+        let root = Path::new("/");
+        // Other tests may create NAPI threads meanwhile: a few tries.
+        for _ in 0..5 {
+            let full = list_packet_threads(root).expect("full scan");
+            let fast = PacketThreadScan::default().scan(root, None).expect("scan");
+            if full == fast {
+                if !full.iter().any(|t| t.comm.starts_with("ksoftirqd/")) {
+                    eprintln!("SKIPPED the_kthreadd_scan_finds_what_the_full_scan_finds_on_this_host: no ksoftirqd thread is visible (a PID namespace?)");
+                }
+                return;
+            }
+        }
+        panic!("the kthreadd scan and the full scan disagree five times in a row");
+    }
+
+    #[test]
+    fn pids_handed_out_wrap_around() {
+        assert!(handed_out_between(11, 10, 20));
+        assert!(handed_out_between(20, 10, 20));
+        assert!(!handed_out_between(10, 10, 20));
+        assert!(!handed_out_between(21, 10, 20));
+        assert!(!handed_out_between(15, 20, 20));
+        // Wrapped at pid_max: above the old last pid or up to the new one.
+        assert!(handed_out_between(32000, 30000, 400));
+        assert!(handed_out_between(301, 30000, 400));
+        assert!(!handed_out_between(500, 30000, 400));
+    }
 
     const KSOFTIRQD: &str = "14 (ksoftirqd/0) S 2 0 0 0 -1 69238848 0 0 0 0 2 0 0 0 20 0 1 0 14 0 0 18446744073709551615 0 0 0 0 0 0 0 2147483647 0 1 0 0 17 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n";
 
