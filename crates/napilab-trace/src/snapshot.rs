@@ -292,7 +292,10 @@ mod tests {
             },
         );
         let t = trace_interval(&prev, &cur, 0.5);
-        assert_eq!(t.lost_polls, 5, "polls the full slot table lost in the interval");
+        assert_eq!(
+            t.lost_polls, 5,
+            "polls the full slot table lost in the interval"
+        );
         assert_eq!(t.napi.len(), 1);
         assert_eq!(t.napi[0].polls, 20);
         assert_eq!(t.napi[0].packets, 30);

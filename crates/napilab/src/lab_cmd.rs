@@ -123,7 +123,13 @@ fn run_scenario(a: RunArgs) -> Result<()> {
         run_id: None,
     };
     let started = std::time::Instant::now();
-    let outcome = napilab_lab::run(&opts)?;
+    let mut outcome = napilab_lab::run(&opts)?;
+    // The twin beside the lab (issue 16): its predictions go into the record, so every
+    // report of the run shows them.
+    if !a.json {
+        eprintln!("running the twin on the scenario for the twin-vs-lab table...");
+    }
+    outcome.record.twin = napilab_sim::twin_vs_lab::compare(&outcome.record);
     // The report and the store, beside the record: results/<run_id>/report.html,
     // points.csv, run.json and results/napilab.db.
     let dir = outcome.path.parent().unwrap_or(&a.out).to_path_buf();
@@ -303,6 +309,7 @@ pub fn summary(r: &RunRecord) -> String {
     }
     out.push_str(&crate::lab_requests::tables(r));
     out.push_str(&maxima_table(r));
+    out.push_str(&crate::twin_table::tables(r));
     for n in &r.notices {
         out.push_str(&format!("note: {}: {}\n", n.what, n.why));
     }

@@ -88,12 +88,15 @@ struct CalibrateArgs {
     /// The lab run's record (results/<run id>/run.json of `napilab lab run`).
     #[arg(long, value_name = "RUN_JSON")]
     lab: PathBuf,
-    /// The configuration to fit on: threaded NAPI without RPS, with a maximum-throughput
-    /// search whose points carry Observations (not --no-observe); the run's other
-    /// threaded configurations give the generator's batch cost.
+    /// Fit on this one configuration only (the earlier single-configuration fit):
+    /// threaded NAPI without RPS, with a maximum-throughput search whose points carry
+    /// Observations (not --no-observe); the run's other threaded configurations give
+    /// the generator's batch cost. Default: the joint fit over every searched
+    /// configuration (docs/sim.md "The veth-lab profile and its calibration").
     #[arg(long, value_name = "NAME")]
-    config: String,
-    /// Configurations to predict (comma-separated); default: every other searched one.
+    config: Option<String>,
+    /// With --config: configurations to predict (comma-separated); default: every
+    /// other searched one.
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
     predict: Vec<String>,
     /// Profile to start from (its assumed numbers are kept): a file or a shipped name.
@@ -461,6 +464,7 @@ fn run_twin(args: &RunArgs) -> Result<()> {
             requests: None,
         }],
         notices: Vec::new(),
+        twin: None,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&record)?);
@@ -736,6 +740,7 @@ fn run_scenario(args: &RunArgs, text: &str) -> Result<()> {
         interrupted: false,
         configurations,
         notices,
+        twin: None,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&record)?);
@@ -914,17 +919,20 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<()> {
         );
     }
     let base = load_profile(&args.base)?;
+    let Some(config) = args.config.clone() else {
+        return run_joint_calibrate(args, &record, &file, &base);
+    };
     eprintln!(
         "fitting on {} of run {} (the twin re-runs the configuration at each load and bisects its search: about a minute)",
-        args.config, record.run_id
+        config, record.run_id
     );
-    let cal = calibrate::calibrate(&record, &file, &args.config, &base)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let cal =
+        calibrate::calibrate(&record, &file, &config, &base).map_err(|e| anyhow::anyhow!("{e}"))?;
     let names: Vec<String> = if args.predict.is_empty() {
         record
             .configurations
             .iter()
-            .filter(|c| c.max_throughput.is_some() && c.name != args.config)
+            .filter(|c| c.max_throughput.is_some() && c.name != config)
             .map(|c| c.name.clone())
             .collect()
     } else {
@@ -940,7 +948,7 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<()> {
         let command = format!(
             "napilab sim calibrate --lab {} --config {} --out {}{}",
             file,
-            args.config,
+            config,
             out.display(),
             if args.base == calibrate::VETH_LAB_NAME {
                 String::new()
@@ -956,7 +964,7 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<()> {
         let json = serde_json::json!({
             "run_id": record.run_id,
             "scenario": record.scenario_name,
-            "calibration_configuration": args.config,
+            "calibration_configuration": config,
             "lab_max_pps": cal.figures.max_pps,
             "lab_search_stopped": cal.figures.stopped,
             "search_engine": cal.figures.engine,
@@ -976,7 +984,7 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<()> {
     }
     println!(
         "calibrated on {} of run {} ({}): lab maximum {:.0} pkt/s, twin {:.0} pkt/s",
-        args.config, record.run_id, record.scenario_name, cal.figures.max_pps, cal.twin_max_pps
+        config, record.run_id, record.scenario_name, cal.figures.max_pps, cal.twin_max_pps
     );
     for n in &cal.notes {
         println!("  {n}");
@@ -1014,5 +1022,121 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<()> {
     if !predictions.is_empty() {
         println!("predictions with the fitted profile\n{t}");
     }
+    Ok(())
+}
+
+/// `napilab sim calibrate` without --config: the joint fit, its parameters with their
+/// ranges, the fitted maxima and the leave-one-out predictions.
+fn run_joint_calibrate(
+    args: &CalibrateArgs,
+    record: &RunRecord,
+    file: &str,
+    base: &LabProfile,
+) -> Result<()> {
+    eprintln!(
+        "fitting jointly on run {} (the twin searches every configuration's maximum at each trial delay: a few minutes)",
+        record.run_id
+    );
+    let joint =
+        calibrate::calibrate_joint(record, file, base).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let loo: Vec<calibrate::Prediction> = joint
+        .leave_one_out
+        .iter()
+        .filter_map(|l| l.prediction.clone())
+        .collect();
+    if let Some(out) = &args.out {
+        let command = format!(
+            "napilab sim calibrate --lab {file} --out {}{}",
+            out.display(),
+            if args.base == calibrate::VETH_LAB_NAME {
+                String::new()
+            } else {
+                format!(" --base {}", args.base)
+            }
+        );
+        std::fs::write(out, joint.calibration.to_toml(&command, record, &loo))
+            .with_context(|| format!("cannot write {}", out.display()))?;
+        eprintln!("profile written to {}", out.display());
+    }
+    let cal = &joint.calibration;
+    if args.json {
+        let json = serde_json::json!({
+            "run_id": record.run_id,
+            "scenario": record.scenario_name,
+            "fit": "joint",
+            "cost_configuration": cal.figures.name,
+            "targets": joint.targets,
+            "lower_bounds": joint.lower_bounds,
+            "parameters": joint.parameters,
+            "profile": cal.lab.profile,
+            "testbed": cal.lab.testbed,
+            "how_fitted": cal.notes,
+            "fitted": joint.fitted,
+            "leave_one_out": joint.leave_one_out,
+        });
+        println!("{}", serde_json::to_string_pretty(&json)?);
+        return Ok(());
+    }
+    println!(
+        "joint fit on run {} ({}): costs from the CPU figures of {}; wake-up delay fitted to the DUT-limited maxima of {}; lower bounds only: {}",
+        record.run_id,
+        record.scenario_name,
+        cal.figures.name,
+        if joint.targets.is_empty() { "none".to_string() } else { joint.targets.join(", ") },
+        if joint.lower_bounds.is_empty() { "none".to_string() } else { joint.lower_bounds.join(", ") },
+    );
+    for n in &cal.notes {
+        println!("  {n}");
+    }
+    let mut t = Table::new();
+    t.load_style(UTF8_BORDERS_ONLY);
+    t.set_header(vec![
+        "parameter",
+        "value",
+        "physical range",
+        "status",
+        "how",
+    ]);
+    for p in &joint.parameters {
+        t.add_row(vec![
+            p.name.clone(),
+            format!("{:.0}", p.value),
+            format!("{:.0} .. {:.0}", p.bound.min, p.bound.max),
+            format!("{:?}", p.status),
+            p.how.clone(),
+        ]);
+    }
+    println!("parameters (ranges and their reasons: --json)\n{t}");
+    let mut t = Table::new();
+    t.load_style(UTF8_BORDERS_ONLY);
+    t.set_header(vec![
+        "configuration",
+        "lab max kpps",
+        "lab search stopped",
+        "twin, joint fit (in-sample)",
+        "error",
+        "twin, leave-one-out",
+        "error (a prediction)",
+    ]);
+    for x in &joint.fitted {
+        let loo = joint.leave_one_out.iter().find(|l| l.name == x.name);
+        let (loo_max, loo_err) = match loo {
+            Some(l) => match &l.prediction {
+                Some(p) => (format!("{:.1}", p.twin_max_pps / 1e3), p.verdict()),
+                None => ("-".into(), l.why_none.clone().unwrap_or_default()),
+            },
+            None => ("-".into(), "lower bound: not a target".into()),
+        };
+        t.add_row(vec![
+            x.name.clone(),
+            format!("{:.1}", x.lab_max_pps / 1e3),
+            x.lab_stopped.clone(),
+            format!("{:.1}", x.twin_max_pps / 1e3),
+            x.verdict(),
+            loo_max,
+            loo_err,
+        ]);
+    }
+    println!("maxima\n{t}");
     Ok(())
 }
