@@ -35,6 +35,11 @@ pub struct TwinMaximum {
     /// The lab's maximum is the generator's or the sink's, not the DUT's: the DUT's
     /// is at least that, and the twin is judged only by "at least".
     pub lab_lower_bound: bool,
+    /// The twin lacks a mechanism that only lowers this maximum (a threaded poller
+    /// sharing its CPU with the engines, which have no threads in the twin): its
+    /// maximum is an upper bound, also judged by "twin >= lab".
+    #[serde(default)]
+    pub twin_upper_bound: bool,
     pub twin_pps: f64,
     /// (twin - lab) / lab.
     pub relative_error: f64,

@@ -740,9 +740,41 @@ pub struct Prediction {
     /// DUT's: its maximum is a lower bound on the DUT's, and a prediction is compared
     /// with it only as "at least" (issue 16 item 5).
     pub lab_lower_bound: bool,
+    /// The twin lacks a mechanism that can only lower this configuration's maximum
+    /// (see [`twin_is_upper_bound`]): its maximum is an upper bound on the lab's, and
+    /// it too is compared only as "twin >= lab".
+    pub twin_upper_bound: bool,
+}
+
+/// Whether the twin's maximum of `conf` is only an upper bound: a threaded poller that
+/// shares its CPU with the generator or the sink. The twin has no threads for the
+/// engines (their cost is folded into the poll, docs/sim.md "How a scenario maps onto
+/// the twin"), so it cannot show the DUT's kthread waiting behind them, which in the
+/// lab loses packets at veth's ring with the CPU not full.
+pub fn twin_is_upper_bound(conf: &TwinConfiguration) -> bool {
+    conf.napi == crate::config::NapiContext::Threaded
+        && (conf.engines_on_poller.generator || conf.engines_on_poller.sink)
 }
 
 impl Prediction {
+    /// The comparison of the twin's `twin` pkt/s with the lab's maximum `lab_pps`
+    /// (stopped for `stopped`) of configuration `name`.
+    pub fn new(name: &str, lab_pps: f64, stopped: &str, twin: f64, twin_upper_bound: bool) -> Self {
+        Prediction {
+            name: name.to_string(),
+            lab_max_pps: lab_pps,
+            lab_stopped: stopped.to_string(),
+            twin_max_pps: twin,
+            relative_error: if lab_pps > 0.0 {
+                (twin - lab_pps) / lab_pps
+            } else {
+                f64::NAN
+            },
+            lab_lower_bound: Self::is_lower_bound(stopped),
+            twin_upper_bound,
+        }
+    }
+
     /// Whether the lab maximum is the testbed's, not the DUT's.
     pub fn is_lower_bound(stopped: &str) -> bool {
         stopped.contains("generator_limited")
@@ -774,14 +806,19 @@ impl Prediction {
                 )
             };
         }
-        if self.lab_lower_bound {
+        if self.lab_lower_bound || self.twin_upper_bound {
             let holds = if self.twin_max_pps >= self.lab_max_pps {
                 "holds"
             } else {
                 "BROKEN"
             };
+            let why = if self.lab_lower_bound {
+                "lab is a lower bound"
+            } else {
+                "twin is an upper bound (no engine threads)"
+            };
             format!(
-                "lab is a lower bound: twin >= lab {holds} ({:+.1}%)",
+                "{why}: twin >= lab {holds} ({:+.1}%)",
                 self.relative_error * 100.0
             )
         } else {
@@ -817,18 +854,13 @@ pub fn predict(
                 )
             })?;
         let twin = twin_max(&plan, conf, lab)?;
-        out.push(Prediction {
-            name: c.name.clone(),
-            lab_max_pps: m.pps,
-            lab_stopped: m.stopped.clone(),
-            lab_lower_bound: Prediction::is_lower_bound(&m.stopped),
-            twin_max_pps: twin,
-            relative_error: if m.pps > 0.0 {
-                (twin - m.pps) / m.pps
-            } else {
-                f64::NAN
-            },
-        });
+        out.push(Prediction::new(
+            &c.name,
+            m.pps,
+            &m.stopped,
+            twin,
+            twin_is_upper_bound(conf),
+        ));
     }
     for n in names {
         if !out.iter().any(|p| &p.name == n) {
@@ -942,8 +974,9 @@ pub struct JointCalibration {
     pub calibration: Calibration,
     /// Configurations whose DUT-limited maximum the fit matches.
     pub targets: Vec<String>,
-    /// Configurations whose maximum is the generator's or the sink's: the twin is held
-    /// at or above it, never fitted to it.
+    /// Configurations the twin is held at or above, never fitted to: the lab's maximum
+    /// is the generator's or the sink's, or the twin's is an upper bound
+    /// ([`twin_is_upper_bound`]).
     pub lower_bounds: Vec<String>,
     pub parameters: Vec<FittedParameter>,
     /// Every searched configuration with the fitted profile (in-sample for targets).
@@ -1043,45 +1076,66 @@ impl MaximaByDelay<'_> {
         &mut self,
         targets: &[usize],
         bounds: &[usize],
-    ) -> Result<Option<(u64, f64)>, ConfigError> {
+    ) -> Result<Option<DelayFit>, ConfigError> {
         if !targets.iter().any(|&i| self.confs[i].2) {
             return Ok(None);
         }
-        let mut scored = Vec::new();
+        let mut tried = Vec::new();
         for d in DELAY_GRID_NS {
-            scored.push((d, self.misfit(targets, bounds, d as u64)?));
+            tried.push((d, self.misfit(targets, bounds, d as u64)?));
         }
-        let best = (0..scored.len())
-            .min_by(|&a, &b| scored[a].1.total_cmp(&scored[b].1))
+        let best = (0..tried.len())
+            .min_by(|&a, &b| tried[a].1.total_cmp(&tried[b].1))
             .unwrap_or(0);
         let (mut lo, mut hi) = (
-            scored[best.saturating_sub(1)].0,
-            scored[(best + 1).min(scored.len() - 1)].0,
+            tried[best.saturating_sub(1)].0,
+            tried[(best + 1).min(tried.len() - 1)].0,
         );
-        let mut found = scored[best];
         let phi = 0.5 * (5f64.sqrt() - 1.0);
+        let round = |x: f64| (x / 1e3).round() * 1e3;
         for _ in 0..10 {
             if hi - lo <= 2_000.0 {
                 break;
             }
-            let a = hi - phi * (hi - lo);
-            let b = lo + phi * (hi - lo);
-            let round = |x: f64| (x / 1e3).round() * 1e3;
-            let fa = self.misfit(targets, bounds, round(a) as u64)?;
-            let fb = self.misfit(targets, bounds, round(b) as u64)?;
-            for (x, f) in [(round(a), fa), (round(b), fb)] {
-                if f < found.1 {
-                    found = (x, f);
-                }
-            }
+            let (a, b) = (round(hi - phi * (hi - lo)), round(lo + phi * (hi - lo)));
+            let fa = self.misfit(targets, bounds, a as u64)?;
+            let fb = self.misfit(targets, bounds, b as u64)?;
+            tried.extend([(a, fa), (b, fb)]);
             if fa <= fb {
                 hi = b;
             } else {
                 lo = a;
             }
         }
-        Ok(Some((found.0 as u64, found.1)))
+        let found = tried
+            .iter()
+            .copied()
+            .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.total_cmp(&b.0)))
+            .unwrap_or((0.0, f64::INFINITY));
+        // Every delay tried that fits as well (within a 1% miss on one maximum): the
+        // maxima fix the delay no closer than that.
+        let equally = tried.iter().filter(|t| t.1 <= found.1 + DELAY_FLAT_MISFIT);
+        let low = equally.clone().map(|t| t.0).fold(f64::INFINITY, f64::min);
+        let high = equally.map(|t| t.0).fold(0.0, f64::max);
+        Ok(Some(DelayFit {
+            delay_ns: found.0 as u64,
+            misfit: found.1,
+            equally_good_ns: (low, high),
+        }))
     }
+}
+
+/// A misfit this much above the best (a 1% miss on one maximum) fits as well.
+const DELAY_FLAT_MISFIT: f64 = 1e-4;
+
+/// The wake-up delay the maxima ask for.
+struct DelayFit {
+    delay_ns: u64,
+    /// Sum of squared relative misses (and shortfalls below the constraints).
+    misfit: f64,
+    /// The range of the delays tried that fit as well: when it reaches 0 the maxima
+    /// only bound the delay from above (the CPU sets them, not the delay).
+    equally_good_ns: (f64, f64),
 }
 
 /// The configuration whose CPU figures fix the costs: threaded NAPI without RPS and
@@ -1223,7 +1277,7 @@ pub fn calibrate_joint(
             m.pps,
             conf.napi == crate::config::NapiContext::Threaded,
         ));
-        if Prediction::is_lower_bound(&m.stopped) {
+        if Prediction::is_lower_bound(&m.stopped) || twin_is_upper_bound(conf) {
             bounds.push(i);
         } else {
             targets.push(i);
@@ -1249,42 +1303,57 @@ pub fn calibrate_joint(
     };
     let base_delay = base.profile.latency_ns.irq_delivery;
     let delay = match maxima.fit(&targets, &bounds)? {
-        Some((d, misfit)) => {
+        Some(fit) => {
+            let d = fit.delay_ns;
             let (kept, note) = WAKEUP_DELAY_NS.clamp("latency_ns.irq_delivery", d as f64, "ns");
+            let (low, high) = fit.equally_good_ns;
             let how = format!(
-                "least squares of the twin's relative miss over the DUT-limited maxima of {} (rms {:.1}%), the twin held at or above the testbed-limited ones of {}",
+                "least squares of the twin's relative miss over the DUT-limited maxima of {} (rms {:.1}%; delays from {:.0} to {:.0} us fit as well), the twin held at or above the maxima of {} (testbed-limited, or where the twin can only overestimate)",
                 target_names.join(", "),
-                (misfit / targets.len().max(1) as f64).sqrt() * 100.0,
-                if bound_names.is_empty() { "none".to_string() } else { bound_names.join(", ") }
+                (fit.misfit / targets.len().max(1) as f64).sqrt() * 100.0,
+                low / 1e3,
+                high / 1e3,
+                if bound_names.is_empty() {
+                    "none".to_string()
+                } else {
+                    bound_names.join(", ")
+                }
             );
             let at_bound = d as f64 >= WAKEUP_DELAY_NS.max;
+            let unfixed = low <= 0.0 && high > 0.0;
+            let status = if note.is_some() || at_bound {
+                ParameterStatus::AtBound
+            } else if unfixed {
+                ParameterStatus::NotFixed
+            } else {
+                ParameterStatus::Fixed
+            };
+            let said = match status {
+                ParameterStatus::AtBound => format!(
+                    "; at the bound of {:.0} ns ({})",
+                    WAKEUP_DELAY_NS.max, WAKEUP_DELAY_NS.why
+                ),
+                ParameterStatus::NotFixed => format!(
+                    "; the data cannot fix it: any delay up to {:.0} us gives the same maxima (the CPU sets them, not the delay), so it is only bounded from above",
+                    high / 1e3
+                ),
+                ParameterStatus::Fixed => String::new(),
+            };
             parameters.push(FittedParameter {
                 name: "latency_ns.irq_delivery".into(),
                 value: kept,
                 bound: WAKEUP_DELAY_NS,
-                status: if note.is_some() || at_bound {
-                    ParameterStatus::AtBound
-                } else {
-                    ParameterStatus::Fixed
-                },
-                how: how.clone(),
+                status,
+                how: format!("{how}{said}"),
             });
             notes.push(format!(
-                "latency_ns.irq_delivery = {kept:.0} ns: {how}{}",
-                if at_bound {
-                    format!(
-                        "; at the bound of {:.0} ns ({})",
-                        WAKEUP_DELAY_NS.max, WAKEUP_DELAY_NS.why
-                    )
-                } else {
-                    String::new()
-                }
+                "latency_ns.irq_delivery = {kept:.0} ns: {how}{said}"
             ));
             kept as u64
         }
         None => {
             let how = format!(
-                "the data cannot fix it: no DUT-limited maximum of a threaded configuration (the only ones it affects); kept from the base profile ({base_delay} ns)"
+                "the data cannot fix it: no DUT-limited maximum of a threaded configuration the twin models fully (the only ones it affects); kept from the base profile ({base_delay} ns)"
             );
             parameters.push(FittedParameter {
                 name: "latency_ns.irq_delivery".into(),
@@ -1308,15 +1377,13 @@ pub fn calibrate_joint(
         let stopped = c
             .and_then(|c| c.max_throughput.as_ref())
             .map_or(String::new(), |m| m.stopped.clone());
-        let lab_pps = confs[i].1;
-        Prediction {
-            name: confs[i].0.name.clone(),
-            lab_max_pps: lab_pps,
-            lab_lower_bound: Prediction::is_lower_bound(&stopped),
-            lab_stopped: stopped,
-            twin_max_pps: twin,
-            relative_error: (twin - lab_pps) / lab_pps,
-        }
+        Prediction::new(
+            &confs[i].0.name,
+            confs[i].1,
+            &stopped,
+            twin,
+            twin_is_upper_bound(confs[i].0),
+        )
     };
     let fitted: Vec<Prediction> = all.iter().map(|&i| prediction(i, twin_all[i])).collect();
     // Leave one out: each target predicted by the delay the others fix.
@@ -1335,8 +1402,8 @@ pub fn calibrate_joint(
             }
         } else {
             match maxima.fit(&others, &bounds)? {
-                Some((d, _)) => {
-                    let d = d.min(WAKEUP_DELAY_NS.max as u64);
+                Some(fit) => {
+                    let d = fit.delay_ns.min(WAKEUP_DELAY_NS.max as u64);
                     let twin = maxima.at(&[t], d)?[0];
                     LeaveOneOut {
                         name: confs[t].0.name.clone(),
@@ -1501,6 +1568,7 @@ mod tests {
             twin_max_pps: twin,
             relative_error: (twin - lab) / lab,
             lab_lower_bound: Prediction::is_lower_bound(stopped),
+            twin_upper_bound: false,
         }
     }
 

@@ -63,7 +63,7 @@ pub fn compare_with(record: &RunRecord, lab: &LabProfile) -> Result<TwinVsLab, C
                 .iter()
                 .map(|&conf| {
                     let plan = &plan;
-                    s.spawn(move || twin_of(plan, conf, lab))
+                    s.spawn(move || twin_of(plan, conf, lab, several_classes))
                 })
                 .collect();
             handles
@@ -89,23 +89,19 @@ pub fn compare_with(record: &RunRecord, lab: &LabProfile) -> Result<TwinVsLab, C
             continue;
         };
         if let (Some(m), Some(twin)) = (&lab_c.max_throughput, twin_max) {
-            let p = Prediction {
-                name: conf.name.clone(),
-                lab_max_pps: m.pps,
-                lab_stopped: m.stopped.clone(),
-                lab_lower_bound: Prediction::is_lower_bound(&m.stopped),
-                twin_max_pps: twin,
-                relative_error: if m.pps > 0.0 {
-                    (twin - m.pps) / m.pps
-                } else {
-                    f64::NAN
-                },
-            };
+            let p = Prediction::new(
+                &conf.name,
+                m.pps,
+                &m.stopped,
+                twin,
+                calibrate::twin_is_upper_bound(conf),
+            );
             out.maxima.push(TwinMaximum {
                 configuration: p.name.clone(),
                 lab_pps: p.lab_max_pps,
                 lab_stopped: p.lab_stopped.clone(),
                 lab_lower_bound: p.lab_lower_bound,
+                twin_upper_bound: p.twin_upper_bound,
                 twin_pps: p.twin_max_pps,
                 relative_error: p.relative_error,
                 verdict: p.verdict(),
@@ -143,7 +139,7 @@ pub fn compare_with(record: &RunRecord, lab: &LabProfile) -> Result<TwinVsLab, C
     }
     if several_classes && lab.profile.latency_ns.irq_delivery > 0 {
         out.notes.push(format!(
-            "the twin's latencies in threaded configurations include the profile's fitted wake-up delay ({} us on every wake-up of the poller), a stand-in for the lab's ring overflows at the maximum: they show how the classes rank, not what the lab's latency is",
+            "the class rows run the twin without the profile's fitted wake-up delay ({} us): it stands for veth's ring overflowing while the poller waits at the maximum, and paid on every wake-up it would swamp the latencies; the twin's class latencies say how the classes rank, not what the lab's clocks read (the twin has no threads for the generator and the sink, whose scheduling the lab's latencies include)",
             lab.profile.latency_ns.irq_delivery / 1000
         ));
     }
@@ -169,20 +165,34 @@ fn loss(sent: u64, received: u64) -> f64 {
 }
 
 /// The twin's maximum of one configuration (the scenario's search after its sweep, as
-/// `calibrate::twin_max` runs it) and its sweep points (first seed only).
+/// `calibrate::twin_max` runs it) and, for `classes`, its sweep points (first seed
+/// only) run without the lab profile's wake-up delay: the delay stands for veth's
+/// ring overflowing while the poller waits at the maximum (docs/sim.md), and paid on
+/// every wake-up it would swamp the latencies the classes are compared by.
 fn twin_of(
     plan: &TwinPlan,
     conf: &TwinConfiguration,
     lab: &LabProfile,
+    classes: bool,
 ) -> Result<(Option<f64>, Vec<PointResult>), ConfigError> {
-    let profile = conf.profile_for(&lab.profile, lab.testbed.as_ref());
     let mut plan = plan.clone();
     plan.seeds.truncate(1);
-    if plan.search.is_none() && plan.loads.is_empty() {
-        return Ok((None, Vec::new()));
+    let mut max = None;
+    if plan.search.is_some() {
+        let profile = conf.profile_for(&lab.profile, lab.testbed.as_ref());
+        let (_, m) = from_scenario::run_configuration(&plan, conf, |batch| {
+            from_scenario::run_serial(batch, &profile)
+        })?;
+        max = m.map(|m| m.pps);
     }
-    let (points, max) = from_scenario::run_configuration(&plan, conf, |batch| {
-        from_scenario::run_serial(batch, &profile)
-    })?;
-    Ok((max.map(|m| m.pps), points))
+    let mut points = Vec::new();
+    if classes && !plan.loads.is_empty() {
+        let mut profile = conf.profile_for(&lab.profile, lab.testbed.as_ref());
+        profile.latency_ns.irq_delivery = 0;
+        plan.search = None;
+        (points, _) = from_scenario::run_configuration(&plan, conf, |batch| {
+            from_scenario::run_serial(batch, &profile)
+        })?;
+    }
+    Ok((max, points))
 }

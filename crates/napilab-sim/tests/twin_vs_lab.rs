@@ -49,22 +49,32 @@ fn joint_fit_never_uses_a_lower_bound_maximum_as_a_target() {
     let record = shortened(record);
     let base = LabProfile::load("veth-lab").expect("base");
     let joint = calibrate::calibrate_joint(&record, &file, &base).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(joint.lower_bounds, ["one-cpu/softirq", "two-cpu/softirq"]);
-    assert_eq!(joint.targets, ["one-cpu/threaded", "two-cpu/threaded"]);
+    // The softirq maxima are the generator's; one-cpu/threaded's poller shares CPU 0
+    // with the engines, which the twin has no threads for: its maximum is an upper
+    // bound. Only two-cpu/threaded is a target.
+    assert_eq!(
+        joint.lower_bounds,
+        ["one-cpu/softirq", "one-cpu/threaded", "two-cpu/softirq"]
+    );
+    assert_eq!(joint.targets, ["two-cpu/threaded"]);
     for p in &joint.fitted {
         assert_eq!(
-            p.lab_lower_bound,
+            p.lab_lower_bound || p.twin_upper_bound,
             joint.lower_bounds.contains(&p.name),
             "{p:?}"
         );
     }
-    // Every target is predicted by a fit without it: the other threaded maximum fixes
-    // the delay.
-    assert_eq!(joint.leave_one_out.len(), 2);
-    for l in &joint.leave_one_out {
-        assert!(!l.fitted_on.contains(&l.name), "{l:?}");
-        assert!(l.prediction.is_some(), "{l:?}");
-    }
+    // With one threaded target nothing is left to predict it from, and the fit says so
+    // rather than predicting it from itself.
+    assert_eq!(joint.leave_one_out.len(), 1);
+    let l = &joint.leave_one_out[0];
+    assert!(l.fitted_on.is_empty() && l.prediction.is_none(), "{l:?}");
+    assert!(
+        l.why_none
+            .as_deref()
+            .is_some_and(|w| w.contains("fixes the wake-up delay")),
+        "{l:?}"
+    );
     let mut weaker = record.clone();
     for c in &mut weaker.configurations {
         if let Some(m) = c.max_throughput.as_mut() {
@@ -92,7 +102,7 @@ fn joint_fit_recovers_known_parameters_from_a_twin_generated_run() {
     let (record, file) = fixture("lab-run.json");
     let mut record = shortened(record);
     let mut truth = LabProfile::load("veth-lab").expect("veth-lab");
-    truth.profile.latency_ns.irq_delivery = 150_000;
+    truth.profile.latency_ns.irq_delivery = 400_000;
     let sink_cycles = truth.testbed.expect("testbed").sink_cycles_per_packet;
     let (_, plan) = calibrate::plan_of(&record, &file).unwrap_or_else(|e| panic!("{e}"));
     let mut plan = plan;
@@ -127,7 +137,15 @@ fn joint_fit_recovers_known_parameters_from_a_twin_generated_run() {
     record.kind = RunKind::Lab;
     let mut base = truth.clone();
     base.profile.latency_ns.irq_delivery = 0;
-    base.profile.stage_cycles.poll *= 2.0;
+    // A wrong per-packet cost in the base (the split between the stages is kept: no
+    // lab figure fixes it, docs/sim.md).
+    for c in [
+        &mut base.profile.stage_cycles.poll,
+        &mut base.profile.stage_cycles.ip_stack,
+        &mut base.profile.stage_cycles.xmit,
+    ] {
+        *c *= 1.5;
+    }
     let joint = calibrate::calibrate_joint(&record, &file, &base).unwrap_or_else(|e| panic!("{e}"));
     let got = &joint.calibration.lab;
     let per_packet = |p: &napilab_sim::Profile| {
@@ -144,14 +162,20 @@ fn joint_fit_recovers_known_parameters_from_a_twin_generated_run() {
         "sink cycles: fitted {sink}, truth {sink_cycles}"
     );
     let delay = got.profile.latency_ns.irq_delivery as f64;
+    let fitted = joint
+        .parameters
+        .iter()
+        .find(|p| p.name == "latency_ns.irq_delivery")
+        .expect("delay");
+    assert_eq!(fitted.status, ParameterStatus::Fixed, "{fitted:?}");
     assert!(
-        (delay - 150e3).abs() <= 0.35 * 150e3,
-        "wake-up delay: fitted {delay} ns, truth 150000; {:?}",
+        (delay - 400e3).abs() <= 0.25 * 400e3,
+        "wake-up delay: fitted {delay} ns, truth 400000; {:?}",
         joint.calibration.notes
     );
-    // The twin's own maxima are DUT-limited: all four are targets, and the fitted
-    // profile reproduces them.
-    assert!(joint.lower_bounds.is_empty(), "{:?}", joint.lower_bounds);
+    // The twin's own maxima are DUT-limited: all are targets but one-cpu/threaded,
+    // where the twin is an upper bound; the fitted profile reproduces them all.
+    assert_eq!(joint.lower_bounds, ["one-cpu/threaded"]);
     for p in &joint.fitted {
         assert!(p.relative_error.abs() <= 0.1, "{p:?}");
     }
@@ -203,4 +227,57 @@ fn a_lab_runs_record_gets_the_twin_vs_lab_table() {
     let back: RunRecord =
         serde_json::from_str(&serde_json::to_string(&with).expect("json")).expect("record");
     assert_eq!(back.twin, Some(t));
+}
+
+/// The ingress-qos lab scenario's stock-kernel mechanism on the twin (issue 16 item
+/// 6): the RT and BE queues' NAPI kthreads share CPU 1 (the BE sender too). Beyond
+/// CPU 1's capacity (1.5 Mpps offered, 10% RT) BE's ring stays full and BE loses
+/// packets, while the RT kthread gets CPU 1 at the BE poller's next poll boundary: RT
+/// waits a poll, BE a ring. The twin finds the same with the RT kthread at SCHED_FIFO
+/// 50 as at equal priority: its fair scheduler already lets the less-served RT
+/// kthread in at that boundary (the lab's BE sender thread, which could take CPU 1
+/// from a SCHED_OTHER RT poller, has no thread in the twin). The lab profile's
+/// wake-up delay is left out, as the twin-vs-lab class rows leave it out: it stands
+/// for ring overflows at the maximum, not a latency.
+#[test]
+fn ingress_qos_on_the_twin_ranks_rt_below_be_latency() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/ingress-qos.toml");
+    let text = std::fs::read_to_string(&path).expect("scenario");
+    let file = path.display().to_string();
+    let s = napilab_core::scenario::parse(&text, &file, Some(2)).unwrap_or_else(|e| panic!("{e}"));
+    let plan = from_scenario::plan(&s, &file).unwrap_or_else(|e| panic!("{e}"));
+    let mut lab = LabProfile::load("veth-lab").expect("veth-lab");
+    lab.profile.latency_ns.irq_delivery = 0;
+    // (RT mean us, RT lost, BE mean us, BE lost) of one configuration at `pps`.
+    let run = |conf_name: &str, pps: f64| {
+        let conf = plan
+            .configurations
+            .iter()
+            .find(|c| c.name == conf_name)
+            .expect("configuration");
+        let profile = conf.profile_for(&lab.profile, lab.testbed.as_ref());
+        let p = from_scenario::run_serial(&[(conf.at(pps), 1, PointRole::Sweep)], &profile)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .remove(0);
+        let class = |n: &str| {
+            let c = p.classes.iter().find(|c| c.name == n).expect("class");
+            let mean = c.latency.as_ref().expect("latency").mean_us;
+            (mean, c.sent.saturating_sub(c.received))
+        };
+        let (rt, be) = (class("rt"), class("be"));
+        (rt.0, rt.1, be.0, be.1)
+    };
+    for name in ["equal-priority", "rt-fifo"] {
+        let (rt, rt_lost, be, be_lost) = run(name, 1.5e6);
+        assert!(
+            rt_lost == 0 && be_lost > 0,
+            "{name}: RT lost {rt_lost}, BE {be_lost}"
+        );
+        assert!(rt * 4.0 < be, "{name}: RT {rt} us, BE {be} us");
+    }
+    // The scenario's own loads (20-100 kpps) leave CPU 1 mostly idle: no loss, and
+    // neither class waits behind the other for long.
+    let (rt, rt_lost, be, be_lost) = run("rt-fifo", 100e3);
+    assert_eq!((rt_lost, be_lost), (0, 0));
+    assert!(rt < 10.0 && be < 10.0, "RT {rt} us, BE {be} us");
 }
