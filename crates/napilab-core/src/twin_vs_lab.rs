@@ -40,11 +40,28 @@ pub struct TwinMaximum {
     /// maximum is an upper bound, also judged by "twin >= lab".
     #[serde(default)]
     pub twin_upper_bound: bool,
+    /// The lab's search did not finish (time limit, interruption, no answer): its
+    /// maximum is neither the DUT's nor a bound on it; the row is for information.
+    #[serde(default)]
+    pub lab_unfinished: bool,
     pub twin_pps: f64,
     /// (twin - lab) / lab.
     pub relative_error: f64,
     /// The comparison in words: a signed error, or whether "twin >= lab" holds.
     pub verdict: String,
+}
+
+impl TwinMaximum {
+    /// What set the lab's maximum, in a word or two.
+    pub fn limiter(&self) -> &'static str {
+        if self.lab_unfinished {
+            "unfinished"
+        } else if self.lab_lower_bound {
+            "testbed: lower bound"
+        } else {
+            "DUT"
+        }
+    }
 }
 
 /// One class at one sweep load of one configuration, lab and twin.

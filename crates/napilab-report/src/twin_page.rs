@@ -31,11 +31,11 @@ pub fn twin_section(out: &mut String, run: &RunRecord) {
         for m in &t.maxima {
             let _ = writeln!(
                 out,
-                "<tr><td>{}</td><td class=\"num\">{}</td><td>{}{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td class=\"num\">{}</td><td>{} ({})</td><td class=\"num\">{}</td><td>{}</td></tr>",
                 esc(&m.configuration),
                 grouped(m.lab_pps),
                 esc(&m.lab_stopped),
-                if m.lab_lower_bound { " (testbed: lower bound)" } else { " (DUT)" },
+                m.limiter(),
                 grouped(m.twin_pps),
                 esc(&m.verdict)
             );
@@ -63,5 +63,67 @@ pub fn twin_section(out: &mut String, run: &RunRecord) {
     }
     for n in &t.notes {
         let _ = writeln!(out, "<p class=\"sub\">{}</p>", esc(n));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use napilab_core::{RunKind, TwinClassPoint, TwinMaximum, TwinVsLab};
+
+    use crate::synthetic::SyntheticRun;
+
+    /// A lab run that carries the twin's predictions shows them in its report: each
+    /// configuration's maximum with the lab's limiter and the verdict, each class's
+    /// latencies side by side; a run without them has no such section.
+    #[test]
+    fn the_report_shows_the_twin_beside_the_lab() {
+        let mut run = SyntheticRun::new(RunKind::Lab).build();
+        let html = crate::report_html(&run).expect("report");
+        assert!(!html.contains("<h2 id=\"twin\">"));
+        run.twin = Some(TwinVsLab {
+            profile: "veth-lab".into(),
+            basis: "predicted with the shipped veth-lab profile".into(),
+            maxima: vec![TwinMaximum {
+                configuration: "two-cpu/softirq".into(),
+                lab_pps: 1_000_000.0,
+                lab_stopped: "converged_generator_limited".into(),
+                lab_lower_bound: true,
+                twin_upper_bound: false,
+                lab_unfinished: false,
+                twin_pps: 1_043_750.0,
+                relative_error: 0.04375,
+                verdict: "lab is a lower bound: twin >= lab holds (+4.4%)".into(),
+            }],
+            classes: vec![TwinClassPoint {
+                configuration: "rt-fifo".into(),
+                requested_pps: 100_000.0,
+                class: "rt".into(),
+                lab_p50_us: Some(31.0),
+                lab_p99_us: Some(88.0),
+                lab_loss: 0.0,
+                twin_p50_us: Some(1.0),
+                twin_p99_us: Some(2.0),
+                twin_loss: 0.0,
+            }],
+            notes: vec!["a note".into()],
+        });
+        let html = crate::report_html(&run).expect("report");
+        let at = html
+            .find("<h2 id=\"twin\">Twin vs lab</h2>")
+            .expect("section");
+        let section = &html[at..];
+        for want in [
+            "predicted with the shipped veth-lab profile",
+            "two-cpu/softirq",
+            "1,000,000",
+            "converged_generator_limited (testbed: lower bound)",
+            "1,043,750",
+            "twin &gt;= lab holds (+4.4%)",
+            "rt-fifo",
+            "31 / 88",
+            "a note",
+        ] {
+            assert!(section.contains(want), "{want:?} missing from {section}");
+        }
     }
 }

@@ -786,7 +786,10 @@ impl Prediction {
     /// answer): its maximum is neither the DUT's nor a bound on it, so a fit does not
     /// use it and a comparison with it is for information only.
     pub fn is_unfinished(stopped: &str, pps: f64) -> bool {
-        !(pps > 0.0) || stopped.contains("time_limit") || stopped.contains("interrupted")
+        pps.is_nan()
+            || pps <= 0.0
+            || stopped.contains("time_limit")
+            || stopped.contains("interrupted")
     }
 
     /// How the prediction compares: a signed error against a DUT-limited maximum;
@@ -1308,9 +1311,9 @@ pub fn calibrate_joint(
             let (kept, note) = WAKEUP_DELAY_NS.clamp("latency_ns.irq_delivery", d as f64, "ns");
             let (low, high) = fit.equally_good_ns;
             let how = format!(
-                "least squares of the twin's relative miss over the DUT-limited maxima of {} (rms {:.1}%; delays from {:.0} to {:.0} us fit as well), the twin held at or above the maxima of {} (testbed-limited, or where the twin can only overestimate)",
+                "least squares of the twin's relative miss over the DUT-limited maxima of {} (root of the misfit {:.1}%, shortfalls below the constraints included; delays from {:.0} to {:.0} us fit as well), the twin held at or above the maxima of {} (testbed-limited, or where the twin can only overestimate)",
                 target_names.join(", "),
-                (fit.misfit / targets.len().max(1) as f64).sqrt() * 100.0,
+                fit.misfit.sqrt() * 100.0,
                 low / 1e3,
                 high / 1e3,
                 if bound_names.is_empty() {

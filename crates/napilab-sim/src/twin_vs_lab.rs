@@ -57,28 +57,34 @@ pub fn compare_with(record: &RunRecord, lab: &LabProfile) -> Result<TwinVsLab, C
         .filter_map(|c| plan.configurations.iter().find(|t| t.name == c.name))
         .collect();
     // One thread per configuration: each runs its own search on the twin.
-    let results: Vec<Result<(Option<f64>, Vec<PointResult>), ConfigError>> =
-        std::thread::scope(|s| {
-            let handles: Vec<_> = confs
-                .iter()
-                .map(|&conf| {
-                    let plan = &plan;
-                    s.spawn(move || twin_of(plan, conf, lab, several_classes))
+    let results: Vec<Result<TwinFigures, ConfigError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = confs
+            .iter()
+            .map(|&conf| {
+                let plan = &plan;
+                s.spawn(move || twin_of(plan, conf, lab, several_classes))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(ConfigError::new(&file, "(twin)", "a twin thread panicked"))
                 })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(ConfigError::new(&file, "(twin)", "a twin thread panicked"))
-                    })
-                })
-                .collect()
-        });
+            })
+            .collect()
+    });
+    // The shipped profile names the run it was fitted on: on that run its rows are a
+    // fit, not a prediction.
+    let own = if lab.profile.description.contains(&record.run_id) {
+        "; this is the run the profile was FITTED on, so its calibration configuration's row is in-sample, not a prediction"
+    } else {
+        "; no figure of this run went into it"
+    };
     let mut out = TwinVsLab {
         profile: lab.profile.name.clone(),
         basis: format!(
-            "predicted with the shipped {} profile ({}); no figure of this run went into it. `napilab sim calibrate --lab run.json` fits this run jointly and predicts each DUT-limited maximum from the others",
+            "predicted with the shipped {} profile ({}){own}. `napilab sim calibrate --lab run.json` fits this run jointly and predicts each DUT-limited maximum from the others",
             lab.profile.name, lab.profile.description
         ),
         ..TwinVsLab::default()
@@ -102,6 +108,7 @@ pub fn compare_with(record: &RunRecord, lab: &LabProfile) -> Result<TwinVsLab, C
                 lab_stopped: p.lab_stopped.clone(),
                 lab_lower_bound: p.lab_lower_bound,
                 twin_upper_bound: p.twin_upper_bound,
+                lab_unfinished: Prediction::is_unfinished(&p.lab_stopped, p.lab_max_pps),
                 twin_pps: p.twin_max_pps,
                 relative_error: p.relative_error,
                 verdict: p.verdict(),
@@ -164,6 +171,10 @@ fn loss(sent: u64, received: u64) -> f64 {
     }
 }
 
+/// One configuration on the twin: its maximum (with a search) and its sweep points
+/// (several-class scenarios).
+type TwinFigures = (Option<f64>, Vec<PointResult>);
+
 /// The twin's maximum of one configuration (the scenario's search after its sweep, as
 /// `calibrate::twin_max` runs it) and, for `classes`, its sweep points (first seed
 /// only) run without the lab profile's wake-up delay: the delay stands for veth's
@@ -174,7 +185,7 @@ fn twin_of(
     conf: &TwinConfiguration,
     lab: &LabProfile,
     classes: bool,
-) -> Result<(Option<f64>, Vec<PointResult>), ConfigError> {
+) -> Result<TwinFigures, ConfigError> {
     let mut plan = plan.clone();
     plan.seeds.truncate(1);
     let mut max = None;

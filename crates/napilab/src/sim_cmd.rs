@@ -30,10 +30,11 @@ enum SimCommand {
     /// on a twin configuration (crates/napilab-sim/scenarios/, docs/sim.md): one point
     /// per offered load, run in parallel across CPUs.
     Run(RunArgs),
-    /// Fit a lab profile (per-packet, per-poll and testbed costs, the poller's
-    /// wake-up delay) from one configuration of a lab run, and predict the run's other
-    /// configurations' maxima with it (docs/sim.md, "Lab scenarios and the veth-lab
-    /// profile").
+    /// Fit a lab profile (per-packet, per-wake-up and testbed costs, the poller's
+    /// wake-up delay) on a lab run: jointly over every searched configuration (the
+    /// generator- or sink-limited maxima only as "at least" constraints, every number
+    /// within a physical range), with leave-one-out predictions; or, with --config,
+    /// on one configuration (docs/sim.md, "Lab scenarios and the veth-lab profile").
     Calibrate(CalibrateArgs),
     /// Advise settings from the studies' rules, checked on the twin.
     #[command(subcommand)]
@@ -109,6 +110,11 @@ struct CalibrateArgs {
     /// the predictions) as JSON instead of the text summary.
     #[arg(long)]
     json: bool,
+    /// No fit: the twin-vs-lab table that `napilab lab run` adds to a run (the shipped
+    /// veth-lab profile's predictions beside the lab's figures), for a run recorded
+    /// before it did or on another machine.
+    #[arg(long, conflicts_with_all = ["config", "out", "predict"])]
+    twin_vs_lab: bool,
 }
 
 #[derive(clap::Args)]
@@ -918,6 +924,18 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<()> {
             record.run_id
         );
     }
+    if args.twin_vs_lab {
+        let mut record = record;
+        record.twin = napilab_sim::twin_vs_lab::compare(&record);
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&record.twin)?);
+        } else if record.twin.is_none() {
+            bail!("{file}: run {} has no twin-vs-lab table: the twin compares finished lab runs of packet topologies", record.run_id);
+        } else {
+            print!("{}", crate::twin_table::tables(&record));
+        }
+        return Ok(());
+    }
     let base = load_profile(&args.base)?;
     let Some(config) = args.config.clone() else {
         return run_joint_calibrate(args, &record, &file, &base);
@@ -1125,7 +1143,7 @@ fn run_joint_calibrate(
                 Some(p) => (format!("{:.1}", p.twin_max_pps / 1e3), p.verdict()),
                 None => ("-".into(), l.why_none.clone().unwrap_or_default()),
             },
-            None => ("-".into(), "lower bound: not a target".into()),
+            None => ("-".into(), "a constraint, not a target".into()),
         };
         t.add_row(vec![
             x.name.clone(),

@@ -37,11 +37,7 @@ pub fn tables(r: &RunRecord) -> String {
             m.add_row(vec![
                 x.configuration.clone(),
                 format!("{:.1}", x.lab_pps / 1e3),
-                format!(
-                    "{} ({})",
-                    x.lab_stopped,
-                    if x.lab_lower_bound { "testbed" } else { "DUT" }
-                ),
+                format!("{} ({})", x.lab_stopped, x.limiter()),
                 format!("{:.1}", x.twin_pps / 1e3),
                 x.verdict.clone(),
             ]);
@@ -77,4 +73,46 @@ pub fn tables(r: &RunRecord) -> String {
         out.push_str(&format!("twin note: {n}\n"));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use napilab_core::{RunKind, TwinMaximum, TwinVsLab};
+    use napilab_report::synthetic::SyntheticRun;
+
+    /// The text report of a lab run with the twin's predictions lists each
+    /// configuration's lab maximum, its limiter, the twin's and the verdict.
+    #[test]
+    fn the_text_report_lists_the_twin_beside_the_lab() {
+        let mut run = SyntheticRun::new(RunKind::Lab).build();
+        assert_eq!(super::tables(&run), "");
+        run.twin = Some(TwinVsLab {
+            profile: "veth-lab".into(),
+            basis: "predicted with the shipped veth-lab profile".into(),
+            maxima: vec![TwinMaximum {
+                configuration: "two-cpu/threaded".into(),
+                lab_pps: 968_750.0,
+                lab_stopped: "converged".into(),
+                lab_lower_bound: false,
+                twin_upper_bound: false,
+                lab_unfinished: false,
+                twin_pps: 959_375.0,
+                relative_error: -0.0097,
+                verdict: "-1.0%".into(),
+            }],
+            ..TwinVsLab::default()
+        });
+        let text = super::tables(&run);
+        for want in [
+            "twin vs lab: predicted with the shipped veth-lab profile",
+            "two-cpu/threaded",
+            "968.8",
+            "converged (DUT)",
+            "959.4",
+            "-1.0%",
+        ] {
+            assert!(text.contains(want), "{want:?} missing from\n{text}");
+        }
+        assert!(crate::lab_cmd::summary(&run).contains("twin vs lab"));
+    }
 }
