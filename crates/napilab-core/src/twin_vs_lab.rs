@@ -45,8 +45,9 @@ pub struct TwinMaximum {
     #[serde(default)]
     pub lab_unfinished: bool,
     pub twin_pps: f64,
-    /// (twin - lab) / lab.
-    pub relative_error: f64,
+    /// (twin - lab) / lab; absent when the lab's search found no answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relative_error: Option<f64>,
     /// The comparison in words: a signed error, or whether "twin >= lab" holds.
     pub verdict: String,
 }

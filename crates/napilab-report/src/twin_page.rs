@@ -91,7 +91,7 @@ mod tests {
                 twin_upper_bound: false,
                 lab_unfinished: false,
                 twin_pps: 1_043_750.0,
-                relative_error: 0.04375,
+                relative_error: Some(0.04375),
                 verdict: "lab is a lower bound: twin >= lab holds (+4.4%)".into(),
             }],
             classes: vec![TwinClassPoint {

@@ -110,7 +110,7 @@ pub fn compare_with(record: &RunRecord, lab: &LabProfile) -> Result<TwinVsLab, C
                 twin_upper_bound: p.twin_upper_bound,
                 lab_unfinished: Prediction::is_unfinished(&p.lab_stopped, p.lab_max_pps),
                 twin_pps: p.twin_max_pps,
-                relative_error: p.relative_error,
+                relative_error: p.relative_error.is_finite().then_some(p.relative_error),
                 verdict: p.verdict(),
             });
         }

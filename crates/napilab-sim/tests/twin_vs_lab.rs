@@ -227,6 +227,24 @@ fn a_lab_runs_record_gets_the_twin_vs_lab_table() {
     let back: RunRecord =
         serde_json::from_str(&serde_json::to_string(&with).expect("json")).expect("record");
     assert_eq!(back.twin, Some(t));
+    // A search without an answer (a disturbed machine) gives a row without an error,
+    // and the record still loads.
+    let mut unanswered = record.clone();
+    for c in &mut unanswered.configurations {
+        if let Some(m) = c.max_throughput.as_mut() {
+            m.pps = 0.0;
+            m.stopped = "time_limit".into();
+        }
+    }
+    let t = twin_vs_lab::compare(&unanswered).expect("a lab run");
+    for m in &t.maxima {
+        assert!(m.lab_unfinished && m.relative_error.is_none(), "{m:?}");
+        assert!(m.verdict.contains("no answer"), "{m:?}");
+    }
+    unanswered.twin = Some(t);
+    let text = serde_json::to_string(&unanswered).expect("json");
+    let back: RunRecord = serde_json::from_str(&text).expect("record with unanswered rows");
+    assert_eq!(back.twin, unanswered.twin);
 }
 
 /// The ingress-qos lab scenario's stock-kernel mechanism on the twin (issue 16 item

@@ -97,7 +97,7 @@ mod tests {
                 twin_upper_bound: false,
                 lab_unfinished: false,
                 twin_pps: 959_375.0,
-                relative_error: -0.0097,
+                relative_error: Some(-0.0097),
                 verdict: "-1.0%".into(),
             }],
             ..TwinVsLab::default()
