@@ -10,16 +10,9 @@ use napilab_sim::calibrate::{self, LabProfile, ParameterStatus};
 use napilab_sim::from_scenario;
 use napilab_sim::twin_vs_lab;
 
-fn fixture(name: &str) -> (RunRecord, String) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name);
-    let text = std::fs::read_to_string(&path).expect("fixture");
-    (
-        serde_json::from_str(&text).expect("run record"),
-        path.display().to_string(),
-    )
-}
+mod common;
+
+use common::lab_run_fixture as fixture;
 
 /// The fixture's scenario with one-second windows: the joint fit runs the twin's
 /// search of every configuration at many delays, and the twin needs no long window.
