@@ -36,6 +36,10 @@ pub struct RunRecord {
     pub interrupted: bool,
     pub configurations: Vec<ConfigurationResult>,
     pub notices: Vec<Notice>,
+    /// The twin's predictions beside the lab's figures (lab runs of packet topologies;
+    /// absent in older runs and in the twin's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub twin: Option<crate::twin_vs_lab::TwinVsLab>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

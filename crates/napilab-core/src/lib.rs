@@ -18,6 +18,7 @@ pub mod time;
 pub mod topology;
 pub mod trace;
 pub mod tunnel_workload;
+pub mod twin_vs_lab;
 pub mod uncertainty;
 pub mod units;
 
@@ -38,4 +39,5 @@ pub use topology::{
     Device, EthtoolInfo, IrqInfo, IrqMatch, Napi, ObservedPolling, Poller, QdiscInfo, RxQueue,
     ThreadInfo, TopologyMap, TxQueue,
 };
+pub use twin_vs_lab::{TwinClassPoint, TwinMaximum, TwinVsLab};
 pub use units::Unit;

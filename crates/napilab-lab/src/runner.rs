@@ -396,6 +396,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
         interrupted: interrupted || error.is_some(),
         configurations: results,
         notices: ctx.notices,
+        twin: None,
     };
     let dir = opts.out_dir.join(&run_id);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;

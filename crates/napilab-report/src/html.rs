@@ -174,11 +174,12 @@ pub fn report_html(run: &RunRecord) -> Result<String> {
     );
     header(&mut out, run, &l);
     out.push_str(
-        "<nav><a href=\"#max\">Maximum throughput</a><a href=\"#throughput\">Throughput and loss</a>\
+        "<nav><a href=\"#max\">Maximum throughput</a><a href=\"#twin\">Twin vs lab</a><a href=\"#throughput\">Throughput and loss</a>\
          <a href=\"#per-configuration\">Latency, CPU, IRQs</a><a href=\"#headroom\">Engine headroom</a>\
          <a href=\"#requests\">Request load</a><a href=\"#many-napi\">Many NAPI</a><a href=\"#findings\">Findings</a><a href=\"#notices\">Notices</a><a href=\"#scenario\">Scenario</a></nav>\n",
     );
     max_throughput(&mut out, run, &l);
+    crate::twin_page::twin_section(&mut out, run);
     crate::server_page::requests_section(&mut out, run)?;
     crate::many_napi_page::section(&mut out, run);
     configurations(&mut out, run);

@@ -18,6 +18,7 @@ mod series;
 mod server_page;
 mod store;
 pub mod synthetic;
+mod twin_page;
 
 use std::path::{Path, PathBuf};
 

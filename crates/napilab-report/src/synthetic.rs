@@ -124,6 +124,7 @@ impl SyntheticRun {
                 why: "BPF tracepoints were not requested: softirq time is tick-sampled only"
                     .into(),
             }],
+            twin: None,
         }
     }
 

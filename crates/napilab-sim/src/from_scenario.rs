@@ -536,6 +536,15 @@ impl TwinConfiguration {
     pub fn at(&self, pps: f64) -> SimConfig {
         let mut c = self.config.clone();
         c.traffic.rate_pps = pps;
+        // The no-completion stand-in (a completion timer past the run) keeps every
+        // packet of the point on the egress ring, which the plan sized for the
+        // scenario's own loads; a load given instead (`sim run --loads`) may be higher,
+        // and the ring must still hold it, or the twin drops what veth never would.
+        if c.egress.tx_usecs == u32::MAX {
+            let window_s = (c.measurement.warmup_ms + c.measurement.duration_ms) / 1e3 + 0.1;
+            let needed = (pps * window_s).ceil().min(f64::from(u32::MAX - 4096)) as u32 + 4096;
+            c.egress.tx_ring_size = c.egress.tx_ring_size.max(needed);
+        }
         c
     }
 }

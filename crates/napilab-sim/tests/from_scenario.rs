@@ -5,6 +5,8 @@
 
 use std::path::PathBuf;
 
+mod common;
+
 use napilab_core::scenario::{self, Scenario};
 use napilab_core::RunRecord;
 use napilab_sim::calibrate::{self, LabProfile};
@@ -296,14 +298,7 @@ fn engines_on_the_pollers_cpu_lower_the_twins_maximum() {
 const FIXTURES: [&str; 2] = ["lab-run.json", "lab-run-2.json"];
 
 fn fixture_named(name: &str) -> (RunRecord, String) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name);
-    let text = std::fs::read_to_string(&path).expect("fixture");
-    (
-        serde_json::from_str(&text).expect("run record"),
-        path.display().to_string(),
-    )
+    common::lab_run_fixture(name)
 }
 
 fn fixture() -> (RunRecord, String) {

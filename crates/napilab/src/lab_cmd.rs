@@ -126,6 +126,13 @@ fn run_scenario(a: RunArgs) -> Result<()> {
     let mut outcome = napilab_lab::run(&opts)?;
     // A server run gets the twin's maximum per mode beside the lab's.
     crate::sim_calibrate_server::beside_lab(&mut outcome.record, &opts.scenario_file);
+    // The twin beside the lab (issue 16): its predictions go into the record, so every
+    // report of the run shows them.
+    let packet_run = outcome.record.configurations.iter().all(|c| c.requests.is_none());
+    if !a.json && packet_run {
+        eprintln!("running the twin on the scenario for the twin-vs-lab table...");
+    }
+    outcome.record.twin = napilab_sim::twin_vs_lab::compare(&outcome.record);
     // The report and the store, beside the record: results/<run_id>/report.html,
     // points.csv, run.json and results/napilab.db.
     let dir = outcome.path.parent().unwrap_or(&a.out).to_path_buf();
@@ -306,6 +313,7 @@ pub fn summary(r: &RunRecord) -> String {
     out.push_str(&crate::lab_requests::tables(r));
     out.push_str(&many_napi_table(r));
     out.push_str(&maxima_table(r));
+    out.push_str(&crate::twin_table::tables(r));
     for n in &r.notices {
         out.push_str(&format!("note: {}: {}\n", n.what, n.why));
     }

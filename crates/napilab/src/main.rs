@@ -16,6 +16,7 @@ mod sim_cmd;
 mod timed_run;
 mod tune_cmd;
 mod tunnel_cmd;
+mod twin_table;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

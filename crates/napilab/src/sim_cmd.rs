@@ -31,12 +31,14 @@ enum SimCommand {
     /// on a twin configuration (crates/napilab-sim/scenarios/, docs/sim.md): one point
     /// per offered load, run in parallel across CPUs.
     Run(RunArgs),
-    /// Fit a lab profile (per-packet, per-poll and testbed costs, the poller's
-    /// wake-up delay) from one configuration of a lab run, and predict the run's other
-    /// configurations' maxima with it (docs/sim.md, "Lab scenarios and the veth-lab
-    /// profile"). On a server-topology run: fit the server's costs per request (its
-    /// CPU in no-coalescing and threaded, busy-wait's pass) and set the twin's maximum
-    /// per mode beside the lab's (docs/sim.md, "Calibration from a server run").
+    /// Fit a lab profile (per-packet, per-wake-up and testbed costs, the poller's
+    /// wake-up delay) on a lab run: jointly over every searched configuration (the
+    /// generator- or sink-limited maxima only as "at least" constraints, every number
+    /// within a physical range), with leave-one-out predictions; or, with --config,
+    /// on one configuration (docs/sim.md, "Lab scenarios and the veth-lab profile"). On a
+    /// server-topology run: fit the server's costs per request (its CPU in no-coalescing
+    /// and threaded, busy-wait's pass) and set the twin's maximum per mode beside the
+    /// lab's (docs/sim.md, "Calibration from a server run").
     Calibrate(CalibrateArgs),
     /// Advise settings from the studies' rules, checked on the twin.
     #[command(subcommand)]
@@ -91,14 +93,15 @@ struct CalibrateArgs {
     /// The lab run's record (results/<run id>/run.json of `napilab lab run`).
     #[arg(long, value_name = "RUN_JSON")]
     lab: PathBuf,
-    /// The configuration to fit on (packet runs; a server run's fit uses its modes):
+    /// Packet runs: fit on this one configuration only (the earlier single-configuration fit):
     /// threaded NAPI without RPS, with a maximum-throughput search whose points carry
     /// Observations (not --no-observe); the run's other threaded configurations give
-    /// the generator's batch cost.
+    /// the generator's batch cost. Default: the joint fit over every searched
+    /// configuration (docs/sim.md "The veth-lab profile and its calibration").
     #[arg(long, value_name = "NAME")]
     config: Option<String>,
-    /// Configurations to predict (comma-separated; packet runs); default: every other
-    /// searched one. A server run predicts all its searched modes.
+    /// With --config: configurations to predict (comma-separated); default: every
+    /// other searched one.
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
     predict: Vec<String>,
     /// Profile to start from (its assumed numbers are kept): a file or a shipped name.
@@ -111,6 +114,11 @@ struct CalibrateArgs {
     /// the predictions) as JSON instead of the text summary.
     #[arg(long)]
     json: bool,
+    /// No fit: the twin-vs-lab table that `napilab lab run` adds to a run (the shipped
+    /// veth-lab profile's predictions beside the lab's figures), for a run recorded
+    /// before it did or on another machine.
+    #[arg(long, conflicts_with_all = ["config", "out", "predict"])]
+    twin_vs_lab: bool,
 }
 
 #[derive(clap::Args)]
@@ -468,6 +476,7 @@ fn run_twin(args: &RunArgs) -> Result<()> {
             requests: None,
         }],
         notices: Vec::new(),
+        twin: None,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&record)?);
@@ -765,6 +774,7 @@ fn run_scenario(args: &RunArgs, text: &str) -> Result<()> {
         interrupted: false,
         configurations,
         notices,
+        twin: None,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&record)?);
@@ -936,6 +946,18 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<()> {
     let text = std::fs::read_to_string(&args.lab).with_context(|| format!("cannot read {file}"))?;
     let record: RunRecord = serde_json::from_str(&text)
         .with_context(|| format!("{file}: not a run record (results/<run id>/run.json)"))?;
+    if args.twin_vs_lab {
+        let mut record = record;
+        record.twin = napilab_sim::twin_vs_lab::compare(&record);
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&record.twin)?);
+        } else if record.twin.is_none() {
+            bail!("{file}: run {} has no twin-vs-lab table: the twin compares finished lab runs of packet topologies", record.run_id);
+        } else {
+            print!("{}", crate::twin_table::tables(&record));
+        }
+        return Ok(());
+    }
     let base = load_profile(&args.base)?;
     if crate::sim_calibrate_server::is_server_run(&record) {
         if args.config.is_some() || !args.predict.is_empty() {
@@ -950,20 +972,20 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<()> {
             args.json,
         );
     }
-    let Some(config) = &args.config else {
-        bail!("{file}: a packet run needs --config NAME, the threaded configuration to fit on");
+    let Some(config) = args.config.clone() else {
+        return run_joint_calibrate(args, &record, &file, &base);
     };
     eprintln!(
         "fitting on {} of run {} (the twin re-runs the configuration at each load and bisects its search: about a minute)",
         config, record.run_id
     );
     let cal =
-        calibrate::calibrate(&record, &file, config, &base).map_err(|e| anyhow::anyhow!("{e}"))?;
+        calibrate::calibrate(&record, &file, &config, &base).map_err(|e| anyhow::anyhow!("{e}"))?;
     let names: Vec<String> = if args.predict.is_empty() {
         record
             .configurations
             .iter()
-            .filter(|c| c.max_throughput.is_some() && &c.name != config)
+            .filter(|c| c.max_throughput.is_some() && c.name != config)
             .map(|c| c.name.clone())
             .collect()
     } else {
@@ -1053,5 +1075,121 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<()> {
     if !predictions.is_empty() {
         println!("predictions with the fitted profile\n{t}");
     }
+    Ok(())
+}
+
+/// `napilab sim calibrate` without --config: the joint fit, its parameters with their
+/// ranges, the fitted maxima and the leave-one-out predictions.
+fn run_joint_calibrate(
+    args: &CalibrateArgs,
+    record: &RunRecord,
+    file: &str,
+    base: &LabProfile,
+) -> Result<()> {
+    eprintln!(
+        "fitting jointly on run {} (the twin searches every configuration's maximum at each trial delay: a few minutes)",
+        record.run_id
+    );
+    let joint =
+        calibrate::calibrate_joint(record, file, base).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let loo: Vec<calibrate::Prediction> = joint
+        .leave_one_out
+        .iter()
+        .filter_map(|l| l.prediction.clone())
+        .collect();
+    if let Some(out) = &args.out {
+        let command = format!(
+            "napilab sim calibrate --lab {file} --out {}{}",
+            out.display(),
+            if args.base == calibrate::VETH_LAB_NAME {
+                String::new()
+            } else {
+                format!(" --base {}", args.base)
+            }
+        );
+        std::fs::write(out, joint.calibration.to_toml(&command, record, &loo))
+            .with_context(|| format!("cannot write {}", out.display()))?;
+        eprintln!("profile written to {}", out.display());
+    }
+    let cal = &joint.calibration;
+    if args.json {
+        let json = serde_json::json!({
+            "run_id": record.run_id,
+            "scenario": record.scenario_name,
+            "fit": "joint",
+            "cost_configuration": cal.figures.name,
+            "targets": joint.targets,
+            "lower_bounds": joint.lower_bounds,
+            "parameters": joint.parameters,
+            "profile": cal.lab.profile,
+            "testbed": cal.lab.testbed,
+            "how_fitted": cal.notes,
+            "fitted": joint.fitted,
+            "leave_one_out": joint.leave_one_out,
+        });
+        println!("{}", serde_json::to_string_pretty(&json)?);
+        return Ok(());
+    }
+    println!(
+        "joint fit on run {} ({}): costs from the CPU figures of {}; wake-up delay fitted to the DUT-limited maxima of {}; lower bounds only: {}",
+        record.run_id,
+        record.scenario_name,
+        cal.figures.name,
+        if joint.targets.is_empty() { "none".to_string() } else { joint.targets.join(", ") },
+        if joint.lower_bounds.is_empty() { "none".to_string() } else { joint.lower_bounds.join(", ") },
+    );
+    for n in &cal.notes {
+        println!("  {n}");
+    }
+    let mut t = Table::new();
+    t.load_style(UTF8_BORDERS_ONLY);
+    t.set_header(vec![
+        "parameter",
+        "value",
+        "physical range",
+        "status",
+        "how",
+    ]);
+    for p in &joint.parameters {
+        t.add_row(vec![
+            p.name.clone(),
+            format!("{:.0}", p.value),
+            format!("{:.0} .. {:.0}", p.bound.min, p.bound.max),
+            format!("{:?}", p.status),
+            p.how.clone(),
+        ]);
+    }
+    println!("parameters (ranges and their reasons: --json)\n{t}");
+    let mut t = Table::new();
+    t.load_style(UTF8_BORDERS_ONLY);
+    t.set_header(vec![
+        "configuration",
+        "lab max kpps",
+        "lab search stopped",
+        "twin, joint fit (in-sample)",
+        "error",
+        "twin, leave-one-out",
+        "error (a prediction)",
+    ]);
+    for x in &joint.fitted {
+        let loo = joint.leave_one_out.iter().find(|l| l.name == x.name);
+        let (loo_max, loo_err) = match loo {
+            Some(l) => match &l.prediction {
+                Some(p) => (format!("{:.1}", p.twin_max_pps / 1e3), p.verdict()),
+                None => ("-".into(), l.why_none.clone().unwrap_or_default()),
+            },
+            None => ("-".into(), "a constraint, not a target".into()),
+        };
+        t.add_row(vec![
+            x.name.clone(),
+            format!("{:.1}", x.lab_max_pps / 1e3),
+            x.lab_stopped.clone(),
+            format!("{:.1}", x.twin_max_pps / 1e3),
+            x.verdict(),
+            loo_max,
+            loo_err,
+        ]);
+    }
+    println!("maxima\n{t}");
     Ok(())
 }

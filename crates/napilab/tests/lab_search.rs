@@ -1,7 +1,8 @@
 //! `napilab lab run` with MLRsearch on a veth router: a short search (two repeats,
 //! 0.5 s trials) ends with each goal's conditional throughput between its relevant
 //! bounds, every trial recorded with what the machine took away from it, and an
-//! interval over the repeats. Needs root (namespaces, BPF); without it the test prints
+//! interval over the repeats; the record and the report carry the twin's prediction
+//! beside the lab's maximum. Needs root (namespaces, BPF); without it the test prints
 //! why it was skipped.
 
 use std::path::PathBuf;
@@ -108,6 +109,19 @@ fn a_short_mlrsearch_gives_bounded_answers_with_their_trials() {
             }
         }
     }
+    // The twin beside the lab (issue 16): the record and the report carry its
+    // prediction of the configuration's maximum, with the lab's limiter.
+    let twin = &record["twin"]["maxima"][0];
+    assert_eq!(twin["configuration"], "threaded", "{}", record["twin"]);
+    assert_eq!(twin["lab_stopped"], max["stopped"], "{twin}");
+    assert!(twin["twin_pps"].as_f64().is_some_and(|x| x > 0.0), "{twin}");
+    assert!(
+        twin["verdict"].as_str().is_some_and(|v| !v.is_empty()),
+        "{twin}"
+    );
+    let run_id = record["run_id"].as_str().expect("run id");
+    let html = std::fs::read_to_string(dir.join(run_id).join("report.html")).expect("report");
+    assert!(html.contains("<h2 id=\"twin\">Twin vs lab</h2>"));
     // The goals over the repeats: NDR's maximum is not above PDR's in any repeat.
     let goals = max["goals"].as_array().expect("goal summaries");
     assert_eq!(goals.len(), 2);

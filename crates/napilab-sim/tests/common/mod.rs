@@ -40,3 +40,16 @@ pub fn strategy_config(
     c.measurement.warmup_ms = 10.0;
     c
 }
+
+/// A recorded lab run under tests/fixtures (the default scenario measured on the lab
+/// machine, docs/sim.md) and its path, for errors.
+pub fn lab_run_fixture(name: &str) -> (napilab_core::RunRecord, String) {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    let text = std::fs::read_to_string(&path).expect("fixture");
+    (
+        serde_json::from_str(&text).expect("run record"),
+        path.display().to_string(),
+    )
+}
