@@ -111,17 +111,20 @@ pub struct TwinMaxQps {
     /// `client-limited` / `search_max_qps` (then the lab's maximum is a lower bound).
     pub lab_limiter: String,
     pub lab_lower_bound: bool,
-    /// (twin - lab) / lab.
-    pub relative_error: f64,
+    /// (twin - lab) / lab; None when the lab met the objective at no rate (a NaN here
+    /// was written as JSON null, which then did not load).
+    #[serde(default)]
+    pub relative_error: Option<f64>,
 }
 
 impl TwinMaxQps {
     /// A signed error against a server-limited maximum; against a lower bound, whether
     /// the twin's maximum is at least the lab's.
     pub fn verdict(&self) -> String {
-        if self.lab_max_qps <= 0.0 {
-            "the lab met the objective at no rate searched: nothing to compare".to_string()
-        } else if self.lab_lower_bound {
+        let Some(error) = self.relative_error.filter(|_| self.lab_max_qps > 0.0) else {
+            return "the lab met the objective at no rate searched: nothing to compare".to_string();
+        };
+        if self.lab_lower_bound {
             format!(
                 "lab is a lower bound: twin >= lab {} ({:+.1}%)",
                 if self.twin_max_qps >= self.lab_max_qps {
@@ -129,10 +132,10 @@ impl TwinMaxQps {
                 } else {
                     "BROKEN"
                 },
-                self.relative_error * 100.0
+                error * 100.0
             )
         } else {
-            format!("{:+.1}%", self.relative_error * 100.0)
+            format!("{:+.1}%", error * 100.0)
         }
     }
 
@@ -470,5 +473,26 @@ mod tests {
         // 2026-11-22 04:55:09.123 UTC
         assert_eq!(run_id(1_795_323_309_123, 0x1234), "20261122-045509-124f");
         assert_eq!(run_id(951_782_400_000, 1), "20000229-000000-0001");
+    }
+
+    /// A server run whose lab met the objective at no rate has no error: its record
+    /// must load again (a NaN error was written as null and broke `napilab report`
+    /// and `sim calibrate` on such runs).
+    #[test]
+    fn a_twin_row_without_a_lab_maximum_round_trips() {
+        let row = super::TwinMaxQps {
+            twin_max_qps: 90_625.0,
+            lab_limiter: "client-limited".into(),
+            lab_lower_bound: true,
+            ..Default::default()
+        };
+        let text = serde_json::to_string(&row).expect("serialize");
+        let back: super::TwinMaxQps = serde_json::from_str(&text).expect("loads again");
+        assert_eq!(back, row);
+        assert!(
+            back.verdict().contains("nothing to compare"),
+            "{}",
+            back.verdict()
+        );
     }
 }

@@ -268,7 +268,7 @@ mod tests {
             }
             .into(),
             lab_lower_bound: lower,
-            relative_error: (twin - 40_000.0) / 40_000.0,
+            relative_error: Some((twin - 40_000.0) / 40_000.0),
         };
         run.configurations[0].requests = Some(RequestResults {
             engine: "napilab".into(),

@@ -926,11 +926,7 @@ pub fn predict(
                 lab_max_qps: lab_max.qps,
                 lab_limiter: limiter.to_string(),
                 lab_lower_bound: lower_bound,
-                relative_error: if lab_max.qps > 0.0 {
-                    (twin_max - lab_max.qps) / lab_max.qps
-                } else {
-                    f64::NAN
-                },
+                relative_error: (lab_max.qps > 0.0).then(|| (twin_max - lab_max.qps) / lab_max.qps),
             },
         ));
     }

@@ -128,7 +128,11 @@ fn run_scenario(a: RunArgs) -> Result<()> {
     crate::sim_calibrate_server::beside_lab(&mut outcome.record, &opts.scenario_file);
     // The twin beside the lab (issue 16): its predictions go into the record, so every
     // report of the run shows them.
-    let packet_run = outcome.record.configurations.iter().all(|c| c.requests.is_none());
+    let packet_run = outcome
+        .record
+        .configurations
+        .iter()
+        .all(|c| c.requests.is_none());
     if !a.json && packet_run {
         eprintln!("running the twin on the scenario for the twin-vs-lab table...");
     }
