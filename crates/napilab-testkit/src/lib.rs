@@ -175,3 +175,15 @@ pub fn lab_namespaces(run_id: &str) -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+/// Runs `cmd`, asserts that it succeeded (printing its stderr otherwise) and parses its
+/// standard output as JSON: the step every `--json` CLI test starts with.
+pub fn stdout_json(cmd: &mut Command) -> serde_json::Value {
+    let out = cmd.output().expect("run the command");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON on standard output")
+}

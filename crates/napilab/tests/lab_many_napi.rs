@@ -9,7 +9,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use napilab_testkit::{lab_namespaces, lab_run_id_of, LabRunGuard};
-use serde_json::Value;
 
 const INSTANCES: u64 = 8;
 
@@ -108,15 +107,10 @@ fn many_napi_spreads_over_the_instances_counts_kthreads_and_cleans_up() {
         return;
     }
     let dir = scratch("napilab-lab-many-napi");
-    let out = run_lab(&dir, &scenario("napi_instances = 8", 8000, SHORT))
-        .output()
-        .expect("run napilab");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let record: Value = serde_json::from_slice(&out.stdout).expect("RunRecord JSON");
+    let record = napilab_testkit::stdout_json(&mut run_lab(
+        &dir,
+        &scenario("napi_instances = 8", 8000, SHORT),
+    ));
     let run_id = record["run_id"].as_str().expect("run id").to_string();
     let configs = record["configurations"].as_array().expect("configurations");
     assert_eq!(configs.len(), 3);

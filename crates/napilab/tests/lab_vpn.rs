@@ -72,18 +72,12 @@ fn vpn_points_are_decrypted_and_polled_where_the_context_says() {
     std::fs::create_dir_all(&dir).expect("scratch directory");
     let scenario = dir.join("vpn-short.toml");
     std::fs::write(&scenario, SCENARIO).expect("scenario");
-    let out = Command::new(env!("CARGO_BIN_EXE_napilab"))
-        .args(["lab", "run", "--json", "--out"])
-        .arg(&dir)
-        .arg(&scenario)
-        .output()
-        .expect("run napilab");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let record = napilab_testkit::stdout_json(
+        Command::new(env!("CARGO_BIN_EXE_napilab"))
+            .args(["lab", "run", "--json", "--out"])
+            .arg(&dir)
+            .arg(&scenario),
     );
-    let record: Value = serde_json::from_slice(&out.stdout).expect("RunRecord JSON");
     let run_id = record["run_id"].as_str().expect("run id").to_string();
     for (c, want) in record["configurations"]
         .as_array()

@@ -16,16 +16,7 @@ fn fixture() -> PathBuf {
 /// Runs napilab with `args` and returns its JSON output; panics with its stderr when
 /// it fails.
 fn napilab_json(args: &[&std::ffi::OsStr]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_napilab"))
-        .args(args)
-        .output()
-        .expect("run napilab");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON")
+    napilab_testkit::stdout_json(Command::new(env!("CARGO_BIN_EXE_napilab")).args(args))
 }
 
 #[test]

@@ -4,8 +4,6 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use serde_json::Value;
-
 fn scenario() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../napilab-sim/scenarios/ap-e2w-single-core.toml")
@@ -22,18 +20,12 @@ fn sim_run_json_and_text_carry_every_parameters_source() {
         "8300",
         "--no-report",
     ];
-    let out = Command::new(env!("CARGO_BIN_EXE_napilab"))
-        .args(base)
-        .arg(scenario())
-        .arg("--json")
-        .output()
-        .expect("run napilab");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let v = napilab_testkit::stdout_json(
+        Command::new(env!("CARGO_BIN_EXE_napilab"))
+            .args(base)
+            .arg(scenario())
+            .arg("--json"),
     );
-    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let settings = v["configurations"][0]["settings"]
         .as_array()
         .expect("settings");
