@@ -118,7 +118,7 @@ bench-sim: deps
 # Cost of the always-on tracing tier and of 1 kHz stage sampling on a veth router,
 # alternating A/B rounds in one run (root).
 bench-trace: deps
-	$(CARGO) run --release -p napilab-trace --example overhead -- 40 0.25
+	$(CARGO) run --release -p napilab-trace --example overhead -- 48 0.5
 
 # Cost of the per-packet tier (--trace-packets) on a saturated veth router, six modes in
 # rotating order, 6 rounds of 3 s: untraced / always-on / per-packet on every packet /

@@ -15,19 +15,31 @@
 //!    at its first check (no socket, no ICMP, no iptables or XDP). The forwarded count
 //!    is the sink veth's RX packet counter.
 //!
-//! Rounds alternate A (untraced) and B (always-on tier attached), the order flipping
-//! every pair (AB, BA, AB, ...) so a drift in background load cancels out. It prints
-//! every round, the mean B/A ratio and its spread, then one extra round with the
-//! kernel's BPF run-time statistics on (kept out of B because the statistics add two
-//! clock reads per program run): runs per forwarded packet and ns per run of each
-//! program, and the tier's ns per forwarded packet against the DUT's ns per packet.
+//! Each round measures eight arms, one window each, in the order of one row of a
+//! Williams square (every arm in every position, after every other arm, equally
+//! often): A nothing attached; a nothing attached again (the benchmark's own bias: its
+//! "cost" should be zero); F empty `tp_btf` programs on exactly the tier's hooks (the
+//! floor: what a program run there costs before it does anything); K the same with one
+//! clock read in `softirq_entry` and `softirq_exit` (the floor of timing every softirq
+//! run exactly, as the tier does); R the tier without `softirq_raise`; B the always-on
+//! tier as shipped (`softirq_raise` attached in 100 ms windows of every second); E the
+//! tier with `softirq_raise` attached all the time (as before issue 18); C 1 kHz stage
+//! sampling alone. Each window reports the DUT's CPU per forwarded packet; a is compared
+//! with A, every other arm with the round's two untraced windows merged (median and mean
+//! of the pair ratios, pooled ns per packet). B's windows start with the raise window
+//! open (the thread opens one at once), so B sees the hook for about a fifth of its
+//! time instead of a tenth: its figure is an upper bound. The pooled
+//! figures are put side by side: the tier, its floor, the tier above its floor, the
+//! share of `softirq_raise`. Then one window with the kernel's BPF run-time statistics
+//! on (kept out of B because the statistics add two clock reads per program run): runs
+//! per forwarded packet and ns per run of each program.
 //! Needs root and two online CPUs.
 //!
 //! NICE (default 0: unchanged) sets the nice value of the generator threads and of the
 //! DUT's kthread, e.g. -20 so that other load on the machine takes less CPU from them
 //! while the benchmark runs (the figures in docs/trace.md say which was used).
 //!
-//!     cargo run --release -p napilab-trace --example overhead -- [PAIRS] [SECONDS] [SENDERS] [NICE]
+//!     cargo run --release -p napilab-trace --example overhead -- [ROUNDS=48] [SECONDS=0.25] [SENDERS=1] [NICE=0]
 
 use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
@@ -37,7 +49,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use napilab_trace::always_on::{enable_run_time_stats, possible_cpus};
-use napilab_trace::{AlwaysOn, TraceOptions};
+use napilab_trace::floor::FloorProbe;
+use napilab_trace::{AlwaysOn, RaiseTiming, TraceOptions};
 
 /// CPU of the generator (and of this process), and CPU of the DUT's NAPI kthread.
 const GEN_CPU: usize = 0;
@@ -442,6 +455,25 @@ struct Window {
     seconds: f64,
 }
 
+impl Window {
+    /// Two windows as one (their packets, CPU and time added).
+    fn merged(&self, other: &Window) -> Window {
+        let packets = self.packets + other.packets;
+        let cpu_ns = self.cpu_ns + other.cpu_ns;
+        let seconds = self.seconds + other.seconds;
+        Window {
+            offered: (self.offered * self.seconds + other.offered * other.seconds)
+                / seconds.max(1e-9),
+            forwarded: packets as f64 / seconds.max(1e-9),
+            cost: cpu_ns as f64 / packets.max(1) as f64,
+            busy: cpu_ns as f64 / (seconds * 1e9).max(1.0),
+            packets,
+            cpu_ns,
+            seconds,
+        }
+    }
+}
+
 fn window(router: &Router, seconds: f64) -> Result<Window, String> {
     let (o0, f0) = router.counts()?;
     let c0 = router.dut_cpu_ns()?;
@@ -555,38 +587,185 @@ fn stats_window(router: &Router, tracer: &mut AlwaysOn, seconds: f64) -> Result<
     Ok(())
 }
 
-fn summary(a: &[&Window], b: &[&Window]) {
+/// One arm of the benchmark: what is attached during its windows.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Arm {
+    /// Nothing attached.
+    Untraced,
+    /// Nothing attached either: a second untraced arm, whose "cost" against the first is
+    /// what the benchmark itself shows as cost when there is none (order and switch
+    /// effects plus noise).
+    UntracedAgain,
+    /// Empty `tp_btf` programs on exactly the tier's hooks: the floor, what running a
+    /// program there costs before it does anything.
+    Floor,
+    /// The floor, with one clock read in `softirq_entry` and `softirq_exit`: what timing
+    /// every softirq run exactly costs at the least.
+    FloorWithClock,
+    /// The tier without `softirq_raise` (its raise-to-entry latency).
+    TierWithoutRaise,
+    /// The always-on tier as shipped (`softirq_raise` attached in its windows).
+    Tier,
+    /// The always-on tier with `softirq_raise` attached all the time (before issue 18).
+    TierEveryRaise,
+    /// 1 kHz stage sampling (`observe --stages`) alone.
+    StageSampling,
+}
+
+const ARMS: usize = 8;
+
+impl Arm {
+    const ALL: [Arm; ARMS] = [
+        Arm::Untraced,
+        Arm::UntracedAgain,
+        Arm::Floor,
+        Arm::FloorWithClock,
+        Arm::TierWithoutRaise,
+        Arm::Tier,
+        Arm::TierEveryRaise,
+        Arm::StageSampling,
+    ];
+
+    fn letter(self) -> char {
+        match self {
+            Arm::Untraced => 'A',
+            Arm::UntracedAgain => 'a',
+            Arm::Floor => 'F',
+            Arm::FloorWithClock => 'K',
+            Arm::TierWithoutRaise => 'R',
+            Arm::Tier => 'B',
+            Arm::TierEveryRaise => 'E',
+            Arm::StageSampling => 'C',
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Arm::Untraced => "nothing attached",
+            Arm::UntracedAgain => "nothing attached, a second time (the benchmark's own bias and noise)",
+            Arm::Floor => "empty tp_btf programs on the tier's hooks (the floor)",
+            Arm::FloorWithClock => {
+                "the floor with one clock read in softirq_entry and softirq_exit (the floor of exact softirq time)"
+            }
+            Arm::TierWithoutRaise => "the always-on tier without softirq_raise",
+            Arm::Tier => "the always-on tier as shipped (softirq_raise in 100 ms windows of every second)",
+            Arm::TierEveryRaise => "the always-on tier with softirq_raise attached all the time",
+            Arm::StageSampling => "1 kHz stage sampling alone",
+        }
+    }
+}
+
+/// Round `i`'s order of the arms: row `i mod n` of a Williams square (first row 0, 1,
+/// n-1, 2, n-2, ...; row r adds r), read backwards in the second n rounds of every 2n,
+/// so over 2n rounds every arm takes every position equally often and follows every
+/// other arm equally often (for an odd n too): a drift in load, or what one arm's
+/// switch leaves behind for the next window, hits every arm alike.
+fn williams_order(i: usize, n: usize) -> Vec<usize> {
+    let mut first = vec![0];
+    let (mut low, mut high) = (1, n.saturating_sub(1));
+    while first.len() < n {
+        first.push(low);
+        low += 1;
+        if first.len() < n {
+            first.push(high);
+            high = high.saturating_sub(1);
+        }
+    }
+    let mut row: Vec<usize> = first.into_iter().map(|x| (x + i) % n).collect();
+    if (i / n) % 2 == 1 {
+        row.reverse();
+    }
+    row
+}
+
+/// Pooled figures of a set of windows: (pkt/s, DUT ns/pkt).
+fn pooled(w: &[&Window]) -> (f64, f64) {
+    let packets: f64 = w.iter().map(|w| w.packets as f64).sum();
+    let seconds: f64 = w.iter().map(|w| w.seconds).sum();
+    let cpu: f64 = w.iter().map(|w| w.cpu_ns as f64).sum();
+    (packets / seconds.max(1e-9), cpu / packets.max(1.0))
+}
+
+/// X against A, pair by pair (the same round): rate ratios and rate per DUT CPU second.
+/// Returns X's pooled extra ns per packet.
+fn summary(a: &[&Window], x: &[&Window]) -> f64 {
     let rate: Vec<f64> = a
         .iter()
-        .zip(b)
-        .map(|(a, b)| b.forwarded / a.forwarded.max(1.0))
+        .zip(x)
+        .map(|(a, x)| x.forwarded / a.forwarded.max(1.0))
         .collect();
     let cost: Vec<f64> = a
         .iter()
-        .zip(b)
-        .map(|(a, b)| a.cost / b.cost.max(1e-9))
+        .zip(x)
+        .map(|(a, x)| a.cost / x.cost.max(1e-9))
         .collect();
-    let sum = |w: &[&Window], f: fn(&Window) -> f64| w.iter().map(|w| f(w)).sum::<f64>();
-    let pooled_a = sum(a, |w| w.packets as f64) / sum(a, |w| w.seconds);
-    let pooled_b = sum(b, |w| w.packets as f64) / sum(b, |w| w.seconds);
-    let cost_a = sum(a, |w| w.cpu_ns as f64) / sum(a, |w| w.packets as f64);
-    let cost_b = sum(b, |w| w.cpu_ns as f64) / sum(b, |w| w.packets as f64);
+    let (rate_a, cost_a) = pooled(a);
+    let (rate_x, cost_x) = pooled(x);
     let (mean, se) = mean_se(&rate);
     println!(
-        "  forwarding rate: median of pair ratios {:.4}, mean {mean:.4} +- {se:.4} (standard error); pooled {pooled_a:.0} against {pooled_b:.0} pkt/s, ratio {:.4}",
+        "  forwarding rate: median of pair ratios {:.4}, mean {mean:.4} +- {se:.4} (standard error); pooled {rate_a:.0} against {rate_x:.0} pkt/s, ratio {:.4}",
         median(&rate),
-        pooled_b / pooled_a.max(1.0)
+        rate_x / rate_a.max(1.0)
     );
     let (mean, se) = mean_se(&cost);
     println!(
-        "  forwarding rate per DUT CPU second (ns/pkt ratio): median of pair ratios {:.4}, mean {mean:.4} +- {se:.4} (standard error); pooled {cost_a:.1} against {cost_b:.1} ns/pkt: costs {:.1} ns/pkt = {:.2}%",
+        "  forwarding rate per DUT CPU second (ns/pkt ratio): median of pair ratios {:.4}, mean {mean:.4} +- {se:.4} (standard error); pooled {cost_a:.1} against {cost_x:.1} ns/pkt: costs {:.1} ns/pkt = {:.2}%",
         median(&cost),
-        cost_b - cost_a,
-        100.0 * (cost_b - cost_a) / cost_a.max(1e-9)
+        cost_x - cost_a,
+        100.0 * (cost_x - cost_a) / cost_a.max(1e-9)
     );
+    cost_x - cost_a
 }
 
-fn run(pairs: usize, seconds: f64, senders: usize, nice: i32) -> Result<(), String> {
+/// Switches the machine to `arm`'s state: attaches or detaches the tier and the floor,
+/// starts stage sampling (returned: it stops when dropped).
+fn switch_to(
+    arm: Arm,
+    tracer: &mut AlwaysOn,
+    floor: &mut Option<(Arm, FloorProbe)>,
+    hooks: &[&'static str],
+) -> Result<Option<napilab_trace::stages::StageSampler>, String> {
+    let shipped = RaiseTiming::default();
+    match arm {
+        Arm::Tier => {
+            tracer.set_raise_timing(shipped);
+            tracer.reattach_without(&[]);
+        }
+        Arm::TierEveryRaise => {
+            tracer.set_raise_timing(RaiseTiming::Always);
+            tracer.reattach_without(&[]);
+        }
+        Arm::TierWithoutRaise => {
+            tracer.reattach_without(&["softirq_raise"]);
+        }
+        _ => tracer.detach(),
+    }
+    tracer.set_raise_timing(shipped);
+    if matches!(arm, Arm::Floor | Arm::FloorWithClock) {
+        if floor.as_ref().map(|(a, _)| *a) != Some(arm) {
+            *floor = None;
+            let clocked: &[&str] = if arm == Arm::FloorWithClock {
+                &["softirq_entry", "softirq_exit"]
+            } else {
+                &[]
+            };
+            let probe = FloorProbe::start_on(hooks, clocked)
+                .map_err(|e| format!("cannot attach the floor's empty programs: {e}"))?;
+            *floor = Some((arm, probe));
+        }
+    } else {
+        *floor = None;
+    }
+    if arm == Arm::StageSampling {
+        let cpus: Vec<u32> = (0..possible_cpus() as u32).collect();
+        return napilab_trace::stages::StageSampler::start(&cpus, 1000)
+            .map(Some)
+            .map_err(|e| format!("stage sampling cannot start: {e}"));
+    }
+    Ok(None)
+}
+
+fn run(rounds: usize, seconds: f64, senders: usize, nice: i32) -> Result<(), String> {
     if possible_cpus() < 2 {
         return Err("needs two CPUs: the generator on CPU 0, the DUT on CPU 1".into());
     }
@@ -595,97 +774,100 @@ fn run(pairs: usize, seconds: f64, senders: usize, nice: i32) -> Result<(), Stri
     router.nice = nice;
     router.pin_dut()?;
     println!(
-        "generator: {senders} AF_PACKET sendmmsg thread(s) on CPU {GEN_CPU}; DUT: threaded NAPI of {} on CPU {DUT_CPU}; sink: drop as PACKET_OTHERHOST; nice {nice}; {pairs} pairs of {seconds} s windows",
-        router.ingress
+        "generator: {senders} AF_PACKET sendmmsg thread(s) on CPU {GEN_CPU}; DUT: threaded NAPI of {} on CPU {DUT_CPU}; sink: drop as PACKET_OTHERHOST; nice {nice}; {rounds} rounds of {} windows of {seconds} s",
+        router.ingress,
+        Arm::ALL.len()
     );
-    // The object is loaded and verified once; A windows detach its programs, B windows
-    // attach them, so switching takes milliseconds and A and B alternate quickly
-    // enough that changes in the machine's other load hit both alike.
+    for arm in Arm::ALL {
+        println!("  {} = {}", arm.letter(), arm.describe());
+    }
+    // The object is loaded and verified once; untraced windows detach its programs,
+    // traced ones attach them, so switching takes milliseconds and the arms alternate
+    // quickly enough that changes in the machine's other load hit all of them alike.
     let mut tracer = start_tracer()?;
+    let hooks = tracer.hooks();
+    println!("  the tier's hooks here: {}", hooks.join(", "));
     tracer.detach();
-    // Three windows per group, each with a settle pause and counter reads, then the
-    // statistics window; the senders stop on their own after this bound.
-    let total = pairs as f64 * 3.0 * (seconds + 0.2) + seconds.max(2.0) + 30.0;
+    let mut floor: Option<(Arm, FloorProbe)> = None;
+    // Every window has a settle pause and counter reads, then the statistics window;
+    // the senders stop on their own after this bound.
+    let total = rounds as f64 * Arm::ALL.len() as f64 * (seconds + 0.2) + seconds.max(2.0) + 32.0;
     let flood = Flood::start(&router, senders, Duration::from_secs_f64(total));
-    std::thread::sleep(Duration::from_millis(500)); // warm-up: rings full, caches hot
-                                                    // C: 1 kHz stage sampling (`observe --stages`) alone, for its own cost.
-    let cpus: Vec<u32> = (0..possible_cpus() as u32).collect();
-    let mut sampling = true;
-    let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
-    for i in 0..pairs {
-        // A B C, then C B A, ...: a steady drift in load hits A, B and C alike.
-        let order = if i % 2 == 0 { "ABC" } else { "CBA" };
-        let mut got: [Option<Window>; 3] = [None, None, None];
-        for mode in order.chars() {
-            let sampler = if mode == 'C' && sampling {
-                match napilab_trace::stages::StageSampler::start(&cpus, 1000) {
-                    Ok(s) => Some(s),
-                    Err(e) => {
-                        println!("stage sampling not measured: {e}");
-                        sampling = false;
-                        None
-                    }
-                }
-            } else {
-                None
-            };
-            if mode == 'C' && sampler.is_none() {
-                continue;
-            }
-            if mode == 'B' {
-                tracer.reattach();
-            } else {
-                tracer.detach();
-            }
+    // Warm-up: rings full, caches hot, the DUT's kthread settled on its CPU (the first
+    // window after 0.5 s still cost 10-15% more per packet).
+    std::thread::sleep(Duration::from_secs(2));
+    let mut kept: Vec<[Window; ARMS]> = Vec::new();
+    for i in 0..rounds {
+        let order = williams_order(i, Arm::ALL.len());
+        let mut got: [Option<Window>; ARMS] = Default::default();
+        for &k in &order {
+            let arm = Arm::ALL[k];
+            let sampler = switch_to(arm, &mut tracer, &mut floor, &hooks)?;
             std::thread::sleep(Duration::from_millis(20)); // let the switch settle
-            let w = window(&router, seconds)?;
+            got[k] = Some(window(&router, seconds)?);
             drop(sampler);
-            got[(mode as u8 - b'A') as usize] = Some(w);
         }
-        let [Some(wa), Some(wb), wc] = got else {
+        let letters: String = order.iter().map(|&k| Arm::ALL[k].letter()).collect();
+        let measured: Option<Vec<Window>> = got.into_iter().collect();
+        let Some(Ok(windows)) = measured.map(<[Window; ARMS]>::try_from) else {
             return Err("a window was not measured".into());
         };
         // A window without traffic has no cost per packet: the generator got no CPU
-        // (other load on CPU 0). The group is left out, and says so.
-        if wa.packets == 0 || wb.packets == 0 || wc.as_ref().is_some_and(|w| w.packets == 0) {
-            println!("{i:>3} {order}: left out, a window forwarded nothing (generator starved)");
+        // (other load on CPU 0). The round is left out, and says so.
+        if windows.iter().any(|w| w.packets == 0) {
+            println!("{i:>3} {letters}: left out, a window forwarded nothing (generator starved)");
             continue;
         }
+        let a = &windows[0];
+        let per_arm: Vec<String> = Arm::ALL
+            .iter()
+            .zip(&windows)
+            .skip(1)
+            .map(|(arm, w)| format!("{} {:.4}", arm.letter(), a.cost / w.cost.max(1e-9)))
+            .collect();
         println!(
-            "{i:>3} {order}: A {:>7.0} pkt/s (offered {:>7.0}, DUT busy {:>3.0}%, {:>5.0} ns/pkt)  B {:>7.0} pkt/s ({:>3.0}%, {:>5.0} ns/pkt)  B/A rate {:.4}, per DUT CPU second {:.4}{}",
-            wa.forwarded,
-            wa.offered,
-            100.0 * wa.busy,
-            wa.cost,
-            wb.forwarded,
-            100.0 * wb.busy,
-            wb.cost,
-            wb.forwarded / wa.forwarded.max(1.0),
-            wa.cost / wb.cost.max(1e-9),
-            wc.as_ref()
-                .map(|w| format!(
-                    "  C/A rate {:.4}, per DUT CPU second {:.4}",
-                    w.forwarded / wa.forwarded.max(1.0),
-                    wa.cost / w.cost.max(1e-9)
-                ))
-                .unwrap_or_default()
+            "{i:>3} {letters}: A {:>7.0} pkt/s (offered {:>7.0}, DUT busy {:>3.0}%, {:>5.0} ns/pkt); per DUT CPU second against A: {}",
+            a.forwarded,
+            a.offered,
+            100.0 * a.busy,
+            a.cost,
+            per_arm.join(", ")
         );
-        a.push(wa);
-        b.push(wb);
-        if let Some(wc) = wc {
-            c.push(wc);
+        kept.push(windows);
+    }
+    drop(floor);
+    let arm_windows = |k: usize| -> Vec<&Window> { kept.iter().map(|w| &w[k]).collect() };
+    if !kept.is_empty() {
+        // The bias check: the two untraced arms against each other.
+        println!("a = {}, against A:", Arm::UntracedAgain.describe());
+        let bias = summary(&arm_windows(0), &arm_windows(1));
+        // Every other arm against both untraced windows of its round, merged: twice the
+        // untraced packets, so half the noise of the baseline.
+        let untraced: Vec<Window> = kept.iter().map(|w| w[0].merged(&w[1])).collect();
+        let untraced: Vec<&Window> = untraced.iter().collect();
+        let mut extra = [0.0; ARMS];
+        for (k, arm) in Arm::ALL.iter().enumerate().skip(2) {
+            println!(
+                "{} = {}, against A+a (nothing attached, both windows of the round):",
+                arm.letter(),
+                arm.describe()
+            );
+            extra[k] = summary(&untraced, &arm_windows(k));
         }
-    }
-    let a: Vec<&Window> = a.iter().collect();
-    let b: Vec<&Window> = b.iter().collect();
-    let c: Vec<&Window> = c.iter().collect();
-    if !a.is_empty() {
-        println!("B = the always-on tier attached, A = nothing:");
-        summary(&a, &b);
-    }
-    if !c.is_empty() {
-        println!("C = 1 kHz stage sampling alone, A = nothing:");
-        summary(&a[..c.len().min(a.len())], &c);
+        let (_, cost_a) = pooled(&untraced);
+        let share = |ns: f64| 100.0 * ns / cost_a.max(1e-9);
+        let [_, _, floor_ns, clocked_ns, without_raise, tier, every_raise, _] = extra;
+        println!(
+            "pooled, of the DUT's {cost_a:.1} ns/pkt untraced: the tier {tier:.1} ns/pkt ({:.2}%; with softirq_raise all the time {every_raise:.1} = {:.2}%, without it {without_raise:.1} = {:.2}%); its floor (empty programs on its hooks) {floor_ns:.1} ({:.2}%); the floor with exact softirq timing {clocked_ns:.1} ({:.2}%); the tier above that {:.1} ({:.2}%); untraced against itself (a - A) {bias:.1} ({:.2}%)",
+            share(tier),
+            share(every_raise),
+            share(without_raise),
+            share(floor_ns),
+            share(clocked_ns),
+            tier - clocked_ns,
+            share(tier - clocked_ns),
+            share(bias)
+        );
     }
     stats_window(&router, &mut tracer, seconds.max(2.0))?;
     drop(tracer);
@@ -694,12 +876,12 @@ fn run(pairs: usize, seconds: f64, senders: usize, nice: i32) -> Result<(), Stri
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let pairs: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(40);
+    let rounds: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(48);
     let seconds: f64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(0.25);
     let senders: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(1);
     let nice: i32 = args.next().and_then(|s| s.parse().ok()).unwrap_or(0);
     if let Err(e) = run(
-        pairs.min(10_000),
+        rounds.min(10_000),
         seconds.clamp(0.05, 60.0),
         senders.clamp(1, 16),
         nice.clamp(-20, 19),

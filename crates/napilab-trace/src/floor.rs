@@ -1,11 +1,12 @@
-//! The floor of per-packet tracing: one empty `tp_btf` program on
-//! `net:netif_receive_skb` (`bpf/floor.bpf.c`). The per-packet cost benchmark loads it
-//! beside the real tiers so the fixed price of one program run per packet on the
-//! running kernel is measured in the same run (docs/trace.md, "Per-packet tier").
+//! The floor of tracing: empty `tp_btf` programs (`bpf/floor.bpf.c`, one per
+//! tracepoint, named `floor_<tracepoint>`). The cost benchmarks attach them beside the
+//! real tiers so the fixed price of a program run on the running kernel is measured in
+//! the same run: on `net:netif_receive_skb` for the per-packet tier (docs/trace.md,
+//! "Per-packet tier"), on the always-on tier's own hooks for that tier ("Overhead").
 
 use std::mem::MaybeUninit;
 
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, OpenObject};
 
 use crate::always_on::StartError;
@@ -22,29 +23,82 @@ mod skel {
     include!(concat!(env!("OUT_DIR"), "/floor.skel.rs"));
 }
 
-/// The loaded and attached empty program; dropping it detaches and unloads it.
+/// The loaded and attached empty programs; dropping it detaches and unloads them.
 pub struct FloorProbe {
-    // Field order matters: the link detaches before the object closes.
-    _link: Link,
+    // Field order matters: the links detach before the object closes.
+    links: Vec<Link>,
     _skel: skel::FloorSkel<'static>,
 }
 
+const PREFIX: &str = "floor_";
+const CLOCKED_PREFIX: &str = "floor_clock_";
+
 impl FloorProbe {
+    /// One empty program on `net:netif_receive_skb`: one run per received packet.
     pub fn start() -> Result<FloorProbe, StartError> {
+        FloorProbe::start_on(&["netif_receive_skb"], &[])
+    }
+
+    /// Empty programs on each of `tracepoints` (names without their group, as the
+    /// always-on tier's [`crate::AlwaysOn::hooks`] gives them); those also in `clocked`
+    /// read the clock once (`floor_clock_<tracepoint>`, only where the object has one).
+    /// Only these are loaded, so a tracepoint this kernel lacks fails only when asked
+    /// for, naming it.
+    pub fn start_on(tracepoints: &[&str], clocked: &[&str]) -> Result<FloorProbe, StartError> {
         // As in packets.rs: one small allocation per start is leaked so the loaded
         // object can be owned by the returned value.
         let storage: &'static mut MaybeUninit<OpenObject> =
             Box::leak(Box::new(MaybeUninit::uninit()));
-        let open = skel::FloorSkelBuilder::default()
+        let mut open = skel::FloorSkelBuilder::default()
             .open(storage)
             .map_err(|e| StartError::Load(e.to_string()))?;
-        let skel = open.load().map_err(|e| StartError::Load(e.to_string()))?;
-        let link = skel.progs.floor_netif_receive_skb.attach().map_err(|e| {
-            StartError::Load(format!("cannot attach tp_btf/netif_receive_skb: {e}"))
+        // The program each tracepoint gets: its clocked one if asked for, else the empty one.
+        let wanted: Vec<String> = tracepoints
+            .iter()
+            .map(|t| {
+                if clocked.contains(t) {
+                    format!("{CLOCKED_PREFIX}{t}")
+                } else {
+                    format!("{PREFIX}{t}")
+                }
+            })
+            .collect();
+        let mut missing = wanted.clone();
+        for mut prog in open.open_object_mut().progs_mut() {
+            let name = prog.name().to_string_lossy().into_owned();
+            let load = wanted.contains(&name);
+            missing.retain(|w| *w != name);
+            prog.set_autoload(load);
+        }
+        if let Some(missing) = missing.first() {
+            return Err(StartError::Load(format!(
+                "floor.bpf.c has no program {missing} (add a FLOOR or FLOOR_CLOCK line for its tracepoint)"
+            )));
+        }
+        let skel = open.load().map_err(|e| {
+            StartError::Load(format!(
+                "cannot load empty programs on {}: {e}",
+                tracepoints.join(", ")
+            ))
         })?;
-        Ok(FloorProbe {
-            _link: link,
-            _skel: skel,
-        })
+        let mut links = Vec::new();
+        for prog in skel.object().progs_mut() {
+            if !prog.autoload() {
+                continue;
+            }
+            let link = prog.attach().map_err(|e| {
+                StartError::Load(format!(
+                    "cannot attach {}: {e}",
+                    prog.name().to_string_lossy()
+                ))
+            })?;
+            links.push(link);
+        }
+        Ok(FloorProbe { links, _skel: skel })
+    }
+
+    /// Number of attached empty programs.
+    pub fn attached(&self) -> usize {
+        self.links.len()
     }
 }

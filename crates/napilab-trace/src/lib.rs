@@ -16,7 +16,7 @@ pub mod snapshot;
 pub mod stages;
 pub mod windows;
 
-pub use always_on::{AlwaysOn, StartError, TraceOptions};
+pub use always_on::{AlwaysOn, RaiseTiming, StartError, TraceOptions};
 pub use packets::{PacketOptions, PacketTrace};
 pub use snapshot::{trace_interval, Snapshot};
 pub use windows::Windows;

@@ -539,7 +539,12 @@ impl PacketTrace {
                 };
                 let control = dup(skel.maps.control.as_fd())?;
                 let events = dup(skel.maps.window_events.as_fd())?;
-                Some(WindowDriver::start(plan, window_programs, control, events))
+                Some(WindowDriver::start(
+                    plan,
+                    window_programs,
+                    Some(control),
+                    Some(events),
+                ))
             }
             None => None,
         };

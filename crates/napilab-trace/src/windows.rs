@@ -194,18 +194,21 @@ fn attach(program: &WindowProgram) -> Result<OwnedFd, String> {
 }
 
 impl WindowDriver {
-    /// Starts the thread; the first window opens at once.
+    /// Starts the thread; the first window opens at once. `control` (the per-packet
+    /// tier's `struct pk_control` map) is written at each window's opening and close,
+    /// `events` (its `window_events` per-CPU counter) read at each close, when given;
+    /// the always-on tier's raise windows have neither.
     pub(crate) fn start(
         plan: Windows,
         programs: Vec<WindowProgram>,
-        control: OwnedFd,
-        events: OwnedFd,
+        control: Option<OwnedFd>,
+        events: Option<OwnedFd>,
     ) -> WindowDriver {
         let shared = Arc::new(Shared::default());
         let inner = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("napilab-windows".into())
-            .spawn(move || run(plan, &programs, &control, &events, &inner))
+            .spawn(move || run(plan, &programs, control.as_ref(), events.as_ref(), &inner))
             .ok();
         if thread.is_none() {
             if let Ok(mut e) = shared.error.lock() {
@@ -307,15 +310,20 @@ fn read_events(map_fd: i32, buf: &mut [u64]) -> Option<u64> {
 fn run(
     plan: Windows,
     programs: &[WindowProgram],
-    control: &OwnedFd,
-    events: &OwnedFd,
+    control: Option<&OwnedFd>,
+    events: Option<&OwnedFd>,
     shared: &Shared,
 ) {
-    let map_fd = control.as_raw_fd();
+    let control_fd = control.map(|c| c.as_raw_fd());
     let cpus = libbpf_rs::num_possible_cpus().unwrap_or(1).max(1);
     let mut buf = vec![0u64; cpus];
-    let mut events_before = read_events(events.as_raw_fd(), &mut buf);
-    if let Err(e) = write_control(map_fd, 0, true) {
+    let read_all_events = |buf: &mut [u64]| events.and_then(|e| read_events(e.as_raw_fd(), buf));
+    let mut events_before = read_all_events(&mut buf);
+    let control_write = |start_ns: u64, between: bool| match control_fd {
+        Some(fd) => write_control(fd, start_ns, between),
+        None => Ok(()),
+    };
+    if let Err(e) = control_write(0, true) {
         note_error(shared, e);
     }
     let mut next = Instant::now();
@@ -332,7 +340,7 @@ fn run(
         // every packet state an earlier window left, so those count as stale.
         let opened = Instant::now();
         let opened_ns = monotonic_ns();
-        if let Err(e) = write_control(map_fd, opened_ns, false) {
+        if let Err(e) = control_write(opened_ns, false) {
             note_error(shared, e);
         }
         if let Ok(mut clock) = shared.clock.lock() {
@@ -340,9 +348,9 @@ fn run(
         }
         shared.windows.fetch_add(1, Ordering::Relaxed);
         let stopped = wait_until(shared, opened + plan.window);
-        let _ = write_control(map_fd, 0, true);
+        let _ = control_write(0, true);
         let window_ns = monotonic_ns().saturating_sub(opened_ns);
-        let events_now = read_events(events.as_raw_fd(), &mut buf);
+        let events_now = read_all_events(&mut buf);
         if let Ok(mut clock) = shared.clock.lock() {
             clock.closed_ns += window_ns;
             clock.open_since_ns = 0;

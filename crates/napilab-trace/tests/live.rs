@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use napilab_core::trace::{ExecContext, TraceInterval};
 use napilab_testkit::VethPair;
 use napilab_trace::always_on::own_programs_loaded;
-use napilab_trace::{trace_interval, AlwaysOn, TraceOptions};
+use napilab_trace::{trace_interval, AlwaysOn, RaiseTiming, TraceOptions, Windows};
 
 /// The tests share the kernel's tracepoints and CPU time: run them one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -249,9 +249,16 @@ fn napi_poll_packets_equal_packets_received() {
 fn softirq_runs_and_raise_latency_are_counted_without_losses() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let name = "softirq_runs_and_raise_latency_are_counted_without_losses";
-    let Some((pair, trace)) = setup(name, "raise", false) else {
+    // softirq_raise attached all the time: every millisecond's run can be timed.
+    let options = TraceOptions {
+        raise_timing: RaiseTiming::Always,
+        ..TraceOptions::default()
+    };
+    let Some((pair, trace)) = setup_with(name, "raise", false, &options) else {
         return;
     };
+    assert_eq!(trace.attached(), trace.hooks().len());
+    assert!(trace.raise_windows().is_none());
     const N: usize = 5_000;
     let (t, received, napi_id) = measured_flood(&trace, &pair, N, false, 50, 200);
     assert_eq!(napi_packets(&t, napi_id), received as u64);
@@ -285,6 +292,60 @@ fn softirq_runs_and_raise_latency_are_counted_without_losses() {
         "polls lost for want of a NAPI slot"
     );
     assert_eq!(snap.irq_lost, 0, "IRQ runs lost");
+    assert_unloaded(trace);
+}
+
+/// The shipped timing: `softirq_raise` is not among the hooks attached all the time; a
+/// thread attaches it in windows, and raises inside them are timed.
+#[test]
+fn raise_latency_is_sampled_in_windows() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let name = "raise_latency_is_sampled_in_windows";
+    let options = TraceOptions {
+        raise_timing: RaiseTiming::InWindows(Windows {
+            window: Duration::from_millis(50),
+            period: Duration::from_millis(200),
+        }),
+        ..TraceOptions::default()
+    };
+    let Some((pair, mut trace)) = setup_with(name, "raisew", false, &options) else {
+        return;
+    };
+    assert!(
+        trace.hooks().contains(&"softirq_raise"),
+        "this kernel's plan has no softirq_raise: {:?}",
+        trace.hooks()
+    );
+    assert_eq!(
+        trace.attached(),
+        trace.hooks().len() - 1,
+        "softirq_raise is attached all the time"
+    );
+    // About a second of traffic: 1000 bursts of 10, 1 ms apart, over five periods.
+    const N: usize = 10_000;
+    let (t, received, _) = measured_flood(&trace, &pair, N, false, 10, 1000);
+    assert!(received > 0, "nothing arrived");
+    let net_rx: Vec<_> = t.softirqs.iter().filter(|s| s.name == "NET_RX").collect();
+    let runs: u64 = net_rx.iter().map(|s| s.count).sum();
+    let timed: u64 = net_rx.iter().map(|s| s.raised_runs).sum();
+    let (windows, error) = trace.raise_windows().expect("the raise windows' thread");
+    assert_eq!(error, None, "the raise windows' thread failed");
+    assert!(
+        windows >= 3,
+        "{windows} raise windows in a second of traffic"
+    );
+    assert!(
+        timed > 0 && timed <= runs,
+        "{timed} timed raises for {runs} NET_RX runs: {net_rx:#?}"
+    );
+    // Detached, nothing is attached, the window thread included; reattached, the same
+    // hooks and the thread again.
+    trace.detach();
+    assert_eq!(trace.attached(), 0);
+    assert!(trace.raise_windows().is_none());
+    trace.reattach();
+    assert_eq!(trace.attached(), trace.hooks().len() - 1);
+    assert!(trace.raise_windows().is_some());
     assert_unloaded(trace);
 }
 

@@ -169,6 +169,16 @@ fn observe_live(options: &Options) -> Result<Observation> {
             format!("{e}; the stages it names were not traced in some windows"),
         );
     }
+    if let Some((_, Some(e))) = tracer
+        .live
+        .as_ref()
+        .and_then(|(always_on, _, _)| always_on.raise_windows())
+    {
+        analysis.add_notice(
+            "softirq raise windows",
+            format!("{e}; the raise-to-entry latency was not sampled in some windows"),
+        );
+    }
     // Detach and unload the BPF programs before reporting (also after Ctrl-C).
     drop(tracer);
     analysis.merge_notices(&sampler.notices);
