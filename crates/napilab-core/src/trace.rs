@@ -265,7 +265,9 @@ pub struct SoftirqTrace {
     /// Runs whose raise (`softirq_raise` on this CPU) was timed, and the summed time from
     /// that first raise to the start of the run: mean latency = sum / raised_runs. Above
     /// 1000 runs/s per CPU and vector only about one run per millisecond is timed (the
-    /// clock read is the tier's main cost), so this is a sample, not every run.
+    /// clock read is the tier's main cost), and by default `softirq_raise` is attached
+    /// only for 100 ms of every second (docs/trace.md, "Overhead"), so this is a sample
+    /// of the runs raised inside those windows, not every run.
     pub raised_runs: u64,
     pub raise_to_entry_ns: u64,
 }
