@@ -101,7 +101,7 @@ fn irq_delta_on_cpu(
     let (p, c) = (prev.interrupts.as_ref()?, cur.interrupts.as_ref()?);
     let (pcol, ccol) = (p.column(cpu)?, c.column(cpu)?);
     let mut sum = 0u64;
-    for line in &c.lines {
+    for (index, line) in c.lines.iter().enumerate() {
         if !line.number.is_some_and(&keep) {
             continue;
         }
@@ -110,7 +110,10 @@ fn irq_delta_on_cpu(
         };
         // An IRQ registered since the previous sample has no baseline: its count since
         // boot is not activity of this interval.
-        let Some(before) = p.line(&line.id).and_then(|l| l.counts.get(pcol)) else {
+        let Some(before) = p
+            .line_near(index, &line.id)
+            .and_then(|l| l.counts.get(pcol))
+        else {
             continue;
         };
         sum += delta32(*before, *now).unwrap_or(0);
@@ -134,6 +137,7 @@ fn derive_cpus(
     cpu_ids(cur)
         .into_iter()
         .map(|cpu| {
+            let ksoftirqd = format!("ksoftirqd/{cpu}");
             let rate = |d: Option<u64>| {
                 d.and_then(|d| Metric::rate(d, seconds, Unit::PerSecond, Source::Proc))
             };
@@ -180,9 +184,7 @@ fn derive_cpus(
                 flow_limit: pkt_rate(softnet(|r| r.flow_limit_count)),
                 received_rps: pkt_rate(softnet(|r| r.received_rps)),
                 time: derive_time_shares(prev, cur, cpu, ctx.accounting),
-                ksoftirqd: thread_share(prev, cur, ctx.user_hz, seconds, |t| {
-                    t.comm == format!("ksoftirqd/{cpu}")
-                }),
+                ksoftirqd: thread_share(prev, cur, ctx.user_hz, seconds, |t| t.comm == ksoftirqd),
             }
         })
         .collect()
@@ -292,9 +294,10 @@ fn derive_irqs(
     };
     c.lines
         .iter()
-        .filter_map(|line| {
+        .enumerate()
+        .filter_map(|(index, line)| {
             let number = line.number?;
-            let before = p.line(&line.id)?;
+            let before = p.line_near(index, &line.id)?;
             let per_cpu: Vec<(u32, Metric)> = c
                 .cpus
                 .iter()
