@@ -42,6 +42,16 @@ fn delta32(prev: u64, cur: u64) -> Option<u64> {
     }
 }
 
+/// The element of `items` that `is` accepts, tried first at `index`: the kernel lists
+/// devices and queues in the same order from one sample to the next, so matching the
+/// previous sample by position keeps a pass over thousands of devices linear.
+fn find_near<T>(items: &[T], index: usize, is: impl Fn(&T) -> bool) -> Option<&T> {
+    match items.get(index) {
+        Some(item) if is(item) => Some(item),
+        _ => items.iter().find(|item| is(item)),
+    }
+}
+
 fn ratio(num: Option<&Metric>, den: Option<&Metric>, how: &str) -> Option<Metric> {
     let (num, den) = (num?, den?);
     (den.value > 0.0).then(|| {
@@ -356,13 +366,12 @@ fn derive_queues(
     cur.qstats
         .iter()
         .flatten()
-        .filter(|q| q.ifindex == link.ifindex)
-        .map(|q| {
-            let before = prev
-                .qstats
-                .iter()
-                .flatten()
-                .find(|p| p.ifindex == q.ifindex && p.kind == q.kind && p.queue == q.queue);
+        .enumerate()
+        .filter(|(_, q)| q.ifindex == link.ifindex)
+        .map(|(index, q)| {
+            let before = find_near(prev.qstats.as_deref().unwrap_or_default(), index, |p| {
+                p.ifindex == q.ifindex && p.kind == q.kind && p.queue == q.queue
+            });
             let rate = |f: fn(&QueueStats) -> Option<u64>, unit: Unit, scale: u64| {
                 let d = delta(f(before?)?, f(q)?)?;
                 Metric::rate(d.saturating_mul(scale), seconds, unit, Source::Proc)
@@ -408,12 +417,11 @@ fn derive_devices(
     };
     links
         .iter()
-        .map(|link| {
-            let before = prev
-                .links
-                .iter()
-                .flatten()
-                .find(|p| p.ifindex == link.ifindex && p.name == link.name);
+        .enumerate()
+        .map(|(index, link)| {
+            let before = find_near(prev.links.as_deref().unwrap_or_default(), index, |p| {
+                p.ifindex == link.ifindex && p.name == link.name
+            });
             let rate = |f: fn(&LinkStats) -> u64, unit: Unit, scale: u64| {
                 let d = delta(f(before?), f(link))?;
                 Metric::rate(d.saturating_mul(scale), seconds, unit, Source::Proc)
