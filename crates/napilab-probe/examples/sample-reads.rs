@@ -2,7 +2,7 @@
 //!
 //!     cargo run --release -p napilab-probe --example sample-reads -- SECONDS [INTERVAL_MS=1000]
 //!
-//! Samples like `observe --for SECONDS --interval INTERVAL_MS`: one `Sampler::sample()`
+//! Samples like `observe --for SECONDS --interval INTERVAL_MS`: one `Sampler::sample_into()`
 //! at the start and one per interval after it (SECONDS / interval + 1 in all), the
 //! thread rescan every 10 s as observe does, sleeping in between. No parsing, no
 //! deriving, no output: what is left is what this kernel charges for reading exactly
@@ -41,6 +41,8 @@ fn main() {
     let mut sampler = Sampler::new(Path::new("/"), true);
     let start = Instant::now();
     let mut last_rescan = start;
+    // As observe does: one RawSample refilled each step.
+    let mut raw = napilab_probe::sample::RawSample::default();
     for step in 0..=steps {
         let deadline = start + interval * u32::try_from(step).unwrap_or(u32::MAX);
         std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
@@ -48,7 +50,8 @@ fn main() {
             sampler.refresh_threads();
             last_rescan = Instant::now();
         }
-        std::hint::black_box(sampler.sample());
+        sampler.sample_into(&mut raw);
+        std::hint::black_box(&raw);
     }
     for notice in &sampler.notices.0 {
         eprintln!("sample-reads: {}: {}", notice.what, notice.why);
