@@ -9,7 +9,7 @@
 #  - napilab observe --interval 1s: user+system CPU of its process (wait4's rusage, in
 #    microseconds). Its start-up (map, ethtool, kernel config) is paid once, so its
 #    per-sample figure is the marginal cost: (run of N+1 samples - run of 2 samples)
-#    / (N - 1).
+#    / (N - 1), the short run's CPU the median of three runs after the long one.
 #  - reads only (the floor): the sample-reads example (napilab-probe) runs napilab's
 #    own Sampler::sample() like observe (same interval, same thread rescan) and does
 #    nothing else: no parsing, no deriving, no output. Measured like napilab (marginal
@@ -57,6 +57,14 @@ _, _, usage = os.wait4(child.pid, 0)
 print("%.6f" % (usage.ru_utime + usage.ru_stime))' "$@" > "$out"
 }
 
+# The median of three runs of a short command (start-up + 2 samples): the start-up
+# varies by about a millisecond from run to run, as much as 30 samples differ.
+cpu_of_median3() {
+    local out=$1; shift
+    for i in 1 2 3; do cpu_of "$out.$i" "$@"; done
+    sort -g "$out.1" "$out.2" "$out.3" | sed -n 2p > "$out"
+}
+
 # utime+stime of a process in seconds.
 proc_cpu() {
     awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.6f\n", ($12 + $13) / hz }' "/proc/$1/stat"
@@ -93,10 +101,10 @@ for i in $(seq "$N"); do
 done
 ne_after=$(proc_cpu "$ne_pid")
 wait $p1 $p2 $p3 $p4
-cpu_of "$tmp/napilab_short" "$BIN" observe --for 1s --interval 1s --json
-cpu_of "$tmp/floor_short" "$FLOOR" 1 1000
+cpu_of_median3 "$tmp/napilab_short" "$BIN" observe --for 1s --interval 1s --json
+cpu_of_median3 "$tmp/floor_short" "$FLOOR" 1 1000
 if [ -n "$BASELINE" ]; then
-    cpu_of "$tmp/baseline_short" "$BASELINE" observe --for 1s --interval 1s --json
+    cpu_of_median3 "$tmp/baseline_short" "$BASELINE" observe --for 1s --interval 1s --json
     awk -v n="$N" -v long="$(cat "$tmp/baseline_long")" -v short="$(cat "$tmp/baseline_short")" -v cur_long="$(cat "$tmp/napilab_long")" -v cur_short="$(cat "$tmp/napilab_short")" -v base="$BASELINE" 'BEGIN {
         per = (long - short) / (n - 1); if (per < 0) per = 0;
         cur = (cur_long - cur_short) / (n - 1); if (cur < 0) cur = 0;
@@ -114,7 +122,7 @@ awk -v n="$N" -v long="$(cat "$tmp/napilab_long")" -v short="$(cat "$tmp/napilab
     floor = (floor_long - floor_short) / (n - 1); if (floor < 0) floor = 0;
     printf "napilab: %.1f ms CPU in total for %d samples, %.1f ms once (start-up + 2 samples)\n", long*1000, n+1, short*1000;
     printf "napilab: %.3f ms CPU per 1-second sample (goal: <= 0.5 ms)\n", per*1000;
-    printf "reads only (the floor): %.3f ms CPU per 1-second sample (sample-reads: Sampler::sample alone)\n", floor*1000;
+    printf "reads only (the floor): %.3f ms CPU per 1-second sample (sample-reads: the same reads, nothing else)\n", floor*1000;
     printf "sar -A:  %.1f ms CPU in total, %.3f ms per 1-second sample\n", sar*1000, sar_per*1000;
     printf "node_exporter: %.1f ms CPU for %d scrapes (%d series each), %.3f ms per scrape\n", ne*1000, n, lines, ne_per*1000;
     if (sar_per > 0) printf "ratio napilab/sar per sample: %.2f (goal: <= 0.5)\n", per/sar_per;
