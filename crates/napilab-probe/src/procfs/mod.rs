@@ -284,10 +284,16 @@ mod tests {
 mod kept_files_tests {
     use super::*;
 
+    /// A fresh `<tmp>/<name>-<pid>/proc` tree for one test; the test removes it.
+    fn proc_tree(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(dir.join("proc"));
+        dir
+    }
+
     #[test]
     fn a_kept_file_is_read_anew_each_time() {
-        let dir = std::env::temp_dir().join(format!("napilab-kept-{}", std::process::id()));
-        let _ = std::fs::create_dir_all(dir.join("proc"));
+        let dir = proc_tree("napilab-kept");
         let path = dir.join("proc/stat");
         let mut files = KeptFiles::default();
         std::fs::write(&path, "cpu  1 2 3\n").ok();
@@ -312,8 +318,7 @@ mod kept_files_tests {
 
     #[test]
     fn read_into_reuses_the_string_whatever_the_length() {
-        let dir = std::env::temp_dir().join(format!("napilab-kept-into-{}", std::process::id()));
-        let _ = std::fs::create_dir_all(dir.join("proc"));
+        let dir = proc_tree("napilab-kept-into");
         let path = dir.join("proc/interrupts");
         let mut files = KeptFiles::default();
         let mut text = String::from("stale text of an earlier sample");
