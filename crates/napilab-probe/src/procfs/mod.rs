@@ -90,12 +90,11 @@ impl KeptFiles {
     }
 
     /// Reads the whole file into `bytes` (empty on entry), straight into its spare
-    /// capacity: last sample's capacity usually holds this one's text, so one pread
-    /// fills it and a second returns 0 (a short read is not the end of a seq_file, so
-    /// the loop reads until 0).
+    /// capacity, which is neither zeroed nor copied: last sample's capacity usually
+    /// holds this one's text, so one pread fills it and a second returns 0 (a short
+    /// read is not the end of a seq_file, so the loop reads until 0).
     fn read_bytes(&mut self, root: &Path, rel: &str, bytes: &mut Vec<u8>) -> Result<(), ProcError> {
         use std::collections::hash_map::Entry;
-        use std::os::unix::fs::FileExt as _;
         /// The smallest read: a fresh buffer starts here and grows by doubling.
         const MIN_READ: usize = 4096;
         /// Bounded: a file that keeps growing is cut at 64 MiB rather than read forever.
@@ -112,27 +111,28 @@ impl KeptFiles {
             },
         };
         while bytes.len() < LIMIT {
-            let filled = bytes.len();
-            let want = (bytes.capacity() - filled)
-                .max(MIN_READ)
-                .min(LIMIT - filled);
-            bytes.resize(filled + want, 0);
-            let read = file.read_at(bytes.get_mut(filled..).unwrap_or_default(), filled as u64);
-            bytes.truncate(filled + read.as_ref().map_or(0, |n| *n));
-            match read {
+            if bytes.capacity() == bytes.len() {
+                bytes.reserve(MIN_READ);
+            }
+            let offset = bytes.len() as u64;
+            match rustix::io::pread(&*file, rustix::buffer::spare_capacity(bytes), offset) {
                 Ok(0) => break,
                 Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(source) => {
+                Err(rustix::io::Errno::INTR) => {}
+                Err(errno) => {
                     self.files.remove(&path);
-                    return Err(if source.raw_os_error() == Some(libc::ESRCH) {
+                    return Err(if errno == rustix::io::Errno::SRCH {
                         ProcError::Missing { path }
                     } else {
-                        ProcError::Io { path, source }
+                        ProcError::Io {
+                            path,
+                            source: errno.into(),
+                        }
                     });
                 }
             }
         }
+        bytes.truncate(LIMIT);
         Ok(())
     }
 
