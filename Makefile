@@ -96,6 +96,7 @@ test: deps lint unit fuzz
 
 # Sampling cost per 1-second sample, side by side with sar and node_exporter (see README).
 bench-sampling: build
+	$(CARGO) build --release -p napilab-probe --example sample-reads
 	bash bench/sampling-cost.sh
 
 # napilab export's CPU per second (proc tier, --trace with its BPF run time) beside

@@ -112,10 +112,13 @@ fn main() {
     println!("  PacketThreadScan::scan (rescan)   {us:>8.1}  ({threads} threads)");
     let header = describe_host(root, true);
     let mut sampler = Sampler::new(root, true);
+    // As observe does: one RawSample refilled each time.
+    let mut raw = napilab_probe::sample::RawSample::default();
     let us = per_call(n, &mut || {
-        std::hint::black_box(sampler.sample());
+        sampler.sample_into(&mut raw);
+        std::hint::black_box(&raw);
     });
-    println!("  Sampler::sample (all reads)       {us:>8.1}");
+    println!("  Sampler::sample_into (all reads)  {us:>8.1}");
     let raws: Vec<_> = (0..n).map(|_| sampler.sample()).collect();
     let mut analysis = Analysis::new(header);
     let mut raws = raws.into_iter();

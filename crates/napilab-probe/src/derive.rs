@@ -42,6 +42,16 @@ fn delta32(prev: u64, cur: u64) -> Option<u64> {
     }
 }
 
+/// The element of `items` that `is` accepts, tried first at `index`: the kernel lists
+/// devices and queues in the same order from one sample to the next, so matching the
+/// previous sample by position keeps a pass over thousands of devices linear.
+fn find_near<T>(items: &[T], index: usize, is: impl Fn(&T) -> bool) -> Option<&T> {
+    match items.get(index) {
+        Some(item) if is(item) => Some(item),
+        _ => items.iter().find(|item| is(item)),
+    }
+}
+
 fn ratio(num: Option<&Metric>, den: Option<&Metric>, how: &str) -> Option<Metric> {
     let (num, den) = (num?, den?);
     (den.value > 0.0).then(|| {
@@ -101,7 +111,7 @@ fn irq_delta_on_cpu(
     let (p, c) = (prev.interrupts.as_ref()?, cur.interrupts.as_ref()?);
     let (pcol, ccol) = (p.column(cpu)?, c.column(cpu)?);
     let mut sum = 0u64;
-    for line in &c.lines {
+    for (index, line) in c.lines.iter().enumerate() {
         if !line.number.is_some_and(&keep) {
             continue;
         }
@@ -110,7 +120,10 @@ fn irq_delta_on_cpu(
         };
         // An IRQ registered since the previous sample has no baseline: its count since
         // boot is not activity of this interval.
-        let Some(before) = p.line(&line.id).and_then(|l| l.counts.get(pcol)) else {
+        let Some(before) = p
+            .line_near(index, &line.id)
+            .and_then(|l| l.counts.get(pcol))
+        else {
             continue;
         };
         sum += delta32(*before, *now).unwrap_or(0);
@@ -134,6 +147,7 @@ fn derive_cpus(
     cpu_ids(cur)
         .into_iter()
         .map(|cpu| {
+            let ksoftirqd = format!("ksoftirqd/{cpu}");
             let rate = |d: Option<u64>| {
                 d.and_then(|d| Metric::rate(d, seconds, Unit::PerSecond, Source::Proc))
             };
@@ -180,9 +194,7 @@ fn derive_cpus(
                 flow_limit: pkt_rate(softnet(|r| r.flow_limit_count)),
                 received_rps: pkt_rate(softnet(|r| r.received_rps)),
                 time: derive_time_shares(prev, cur, cpu, ctx.accounting),
-                ksoftirqd: thread_share(prev, cur, ctx.user_hz, seconds, |t| {
-                    t.comm == format!("ksoftirqd/{cpu}")
-                }),
+                ksoftirqd: thread_share(prev, cur, ctx.user_hz, seconds, |t| t.comm == ksoftirqd),
             }
         })
         .collect()
@@ -292,9 +304,10 @@ fn derive_irqs(
     };
     c.lines
         .iter()
-        .filter_map(|line| {
+        .enumerate()
+        .filter_map(|(index, line)| {
             let number = line.number?;
-            let before = p.line(&line.id)?;
+            let before = p.line_near(index, &line.id)?;
             let per_cpu: Vec<(u32, Metric)> = c
                 .cpus
                 .iter()
@@ -353,13 +366,12 @@ fn derive_queues(
     cur.qstats
         .iter()
         .flatten()
-        .filter(|q| q.ifindex == link.ifindex)
-        .map(|q| {
-            let before = prev
-                .qstats
-                .iter()
-                .flatten()
-                .find(|p| p.ifindex == q.ifindex && p.kind == q.kind && p.queue == q.queue);
+        .enumerate()
+        .filter(|(_, q)| q.ifindex == link.ifindex)
+        .map(|(index, q)| {
+            let before = find_near(prev.qstats.as_deref().unwrap_or_default(), index, |p| {
+                p.ifindex == q.ifindex && p.kind == q.kind && p.queue == q.queue
+            });
             let rate = |f: fn(&QueueStats) -> Option<u64>, unit: Unit, scale: u64| {
                 let d = delta(f(before?)?, f(q)?)?;
                 Metric::rate(d.saturating_mul(scale), seconds, unit, Source::Proc)
@@ -405,12 +417,11 @@ fn derive_devices(
     };
     links
         .iter()
-        .map(|link| {
-            let before = prev
-                .links
-                .iter()
-                .flatten()
-                .find(|p| p.ifindex == link.ifindex && p.name == link.name);
+        .enumerate()
+        .map(|(index, link)| {
+            let before = find_near(prev.links.as_deref().unwrap_or_default(), index, |p| {
+                p.ifindex == link.ifindex && p.name == link.name
+            });
             let rate = |f: fn(&LinkStats) -> u64, unit: Unit, scale: u64| {
                 let d = delta(f(before?), f(link))?;
                 Metric::rate(d.saturating_mul(scale), seconds, unit, Source::Proc)

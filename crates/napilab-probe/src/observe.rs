@@ -12,7 +12,7 @@ use crate::map;
 use crate::netlink::Netlink;
 use crate::procfs;
 use crate::record::{RecordingHeader, RECORDING_SCHEMA};
-use crate::sample::{Notices, RawSample, Sample};
+use crate::sample::{Notices, RawSample, Sample, SampleParser};
 use crate::sysctl;
 
 /// Milliseconds since the Unix epoch (0 if the clock is before it).
@@ -90,6 +90,7 @@ fn is_root() -> bool {
 pub struct Analysis {
     header: RecordingHeader,
     previous: Option<Sample>,
+    parser: SampleParser,
     first_t_ns: Option<u64>,
     intervals: Vec<Interval>,
     notices: Notices,
@@ -101,6 +102,7 @@ impl Analysis {
         Analysis {
             header,
             previous: None,
+            parser: SampleParser::default(),
             first_t_ns: None,
             intervals: Vec::new(),
             notices,
@@ -113,7 +115,9 @@ impl Analysis {
 
     /// Adds a sample; returns the interval it closes, if any.
     pub fn push(&mut self, raw: &RawSample) -> Option<&Interval> {
-        let sample = raw.parse(&self.header.online_cpus, &mut self.notices);
+        let sample = self
+            .parser
+            .parse(raw, &self.header.online_cpus, &mut self.notices);
         let first = *self.first_t_ns.get_or_insert(sample.t_ns);
         let previous = self.previous.replace(sample);
         let (Some(prev), Some(cur)) = (previous, self.previous.as_ref()) else {
@@ -124,7 +128,9 @@ impl Analysis {
                 "sample timestamps",
                 "a sample was not later than the one before it and was skipped",
             );
-            self.previous = Some(prev);
+            if let Some(skipped) = self.previous.replace(prev) {
+                self.parser.recycle(skipped);
+            }
             return None;
         }
         let ctx = DeriveContext {
@@ -134,6 +140,7 @@ impl Analysis {
         };
         let start_s = prev.t_ns.saturating_sub(first) as f64 / 1e9;
         let interval = derive_interval(&prev, cur, &ctx, self.intervals.len(), start_s);
+        self.parser.recycle(prev);
         self.intervals.push(interval);
         self.intervals.last()
     }

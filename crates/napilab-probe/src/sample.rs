@@ -8,9 +8,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::netlink::{LinkStats, Netlink, QdiscStats, QueueStats};
-use crate::procfs::{
-    self, Interrupts, KernelThread, ProcError, ProcStat, Softirqs, SoftnetRow, TaskStat,
-};
+use crate::procfs::{self, Interrupts, ProcError, ProcStat, Softirqs, SoftnetRow, TaskStat};
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RawSample {
@@ -81,33 +79,58 @@ impl RawSample {
     /// Parses every text; `online_cpus` places softnet rows of kernels without a CPU
     /// column.
     pub fn parse(&self, online_cpus: &[u32], notices: &mut Notices) -> Sample {
-        let softnet = parse_or_note(&self.softnet, "/proc/net/softnet_stat", notices, |t| {
+        SampleParser::default().parse(self, online_cpus, notices)
+    }
+}
+
+/// Parses the raw samples of one host in turn, re-using what does not change between
+/// them: the layout of /proc/interrupts (its lines and their names, parsed once;
+/// [`procfs::InterruptsParser`]) and the allocations of a sample handed back with
+/// [`SampleParser::recycle`]. The result is always what [`RawSample::parse`] returns.
+#[derive(Debug, Default)]
+pub struct SampleParser {
+    interrupts: procfs::InterruptsParser,
+    /// The parsed /proc/interrupts of a sample that is no longer needed.
+    spare_interrupts: Option<Interrupts>,
+}
+
+impl SampleParser {
+    pub fn parse(&mut self, raw: &RawSample, online_cpus: &[u32], notices: &mut Notices) -> Sample {
+        let softnet = parse_or_note(&raw.softnet, "/proc/net/softnet_stat", notices, |t| {
             procfs::parse_softnet(t, online_cpus)
         });
+        let mut interrupts = self.spare_interrupts.take().unwrap_or_default();
+        let parser = &mut self.interrupts;
+        let interrupts = parse_or_note(&raw.interrupts, "/proc/interrupts", notices, |t| {
+            parser.parse_into(t, &mut interrupts).map(|()| interrupts)
+        });
         Sample {
-            t_ns: self.t_ns,
-            interrupts: parse_or_note(
-                &self.interrupts,
-                "/proc/interrupts",
-                notices,
-                procfs::parse_interrupts,
-            ),
+            t_ns: raw.t_ns,
+            interrupts,
             softirqs: parse_or_note(
-                &self.softirqs,
+                &raw.softirqs,
                 "/proc/softirqs",
                 notices,
                 procfs::parse_softirqs,
             ),
-            stat: parse_or_note(&self.stat, "/proc/stat", notices, procfs::parse_stat),
+            stat: parse_or_note(&raw.stat, "/proc/stat", notices, procfs::parse_stat),
             softnet,
-            threads: self
+            threads: raw
                 .threads
                 .iter()
                 .filter_map(|(_, text)| procfs::parse_task_stat(text).ok())
                 .collect(),
-            links: self.links.clone(),
-            qdiscs: self.qdiscs.clone(),
-            qstats: self.qstats.clone(),
+            links: raw.links.clone(),
+            qdiscs: raw.qdiscs.clone(),
+            qstats: raw.qstats.clone(),
+        }
+    }
+
+    /// Hands back a parsed sample that is no longer needed, so the next parse fills
+    /// its allocations instead of making new ones.
+    pub fn recycle(&mut self, sample: Sample) {
+        if sample.interrupts.is_some() {
+            self.spare_interrupts = sample.interrupts;
         }
     }
 }
@@ -118,7 +141,9 @@ pub struct Sampler {
     root: PathBuf,
     netlink: Option<Netlink>,
     qstats_offered: bool,
-    threads: Vec<KernelThread>,
+    /// The packet threads' `proc/<pid>/stat` paths (relative to `root`), from the last
+    /// scan: formatted once per scan, not once per sample.
+    thread_stat_paths: Vec<(u32, String)>,
     epoch: Instant,
     files: procfs::KeptFiles,
     /// The last pid the kernel had handed out at the last thread scan (/proc/loadavg).
@@ -134,7 +159,7 @@ impl Sampler {
             root: root.to_path_buf(),
             netlink: use_netlink.then(Netlink::new),
             qstats_offered: use_netlink,
-            threads: Vec::new(),
+            thread_stat_paths: Vec::new(),
             epoch: Instant::now(),
             files: procfs::KeptFiles::default(),
             scanned_at_pid: None,
@@ -175,7 +200,10 @@ impl Sampler {
                         .and_then(|pid| pid.to_str()?.parse::<u32>().ok())
                         .is_none_or(|pid| listed.contains(&pid))
                 });
-                self.threads = threads;
+                self.thread_stat_paths = threads
+                    .iter()
+                    .map(|t| (t.pid, format!("proc/{}/stat", t.pid)))
+                    .collect();
             }
             Err(e) => self.notices.add(
                 "packet threads (ksoftirqd, napi/*)",
@@ -184,38 +212,54 @@ impl Sampler {
         }
     }
 
-    fn read(&mut self, rel: &str, what_is_lost: &str) -> Option<String> {
-        match self.files.read_text(&self.root, rel) {
-            Ok(text) => Some(text),
-            Err(e) => {
-                self.notices
-                    .add(format!("/{rel}"), format!("{e}; {what_is_lost}"));
-                None
-            }
+    /// Reads `rel` into `slot`, reusing the string it held (see [`Sampler::sample_into`]).
+    fn read_into(&mut self, rel: &str, what_is_lost: &str, slot: &mut Option<String>) {
+        let mut text = slot.take().unwrap_or_default();
+        match self.files.read_into(&self.root, rel, &mut text) {
+            Ok(()) => *slot = Some(text),
+            Err(e) => self
+                .notices
+                .add(format!("/{rel}"), format!("{e}; {what_is_lost}")),
         }
     }
 
     pub fn sample(&mut self) -> RawSample {
-        let t_ns = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        let unix_ms = SystemTime::now()
+        let mut raw = RawSample::default();
+        self.sample_into(&mut raw);
+        raw
+    }
+
+    /// [`Sampler::sample`] into `raw`, reusing the strings of the sample it held: a loop
+    /// that passes the same `RawSample` each time allocates no text in the steady state.
+    /// Every field is overwritten; nothing of the previous sample is left.
+    pub fn sample_into(&mut self, raw: &mut RawSample) {
+        raw.t_ns = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        raw.unix_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(0))
             .unwrap_or(0);
-        let interrupts = self.read("proc/interrupts", "hard IRQ counts are left out");
-        let softirqs = self.read("proc/softirqs", "softirq counts are left out");
-        let stat = self.read("proc/stat", "CPU time shares are left out");
-        let softnet = self.read(
+        self.read_into(
+            "proc/interrupts",
+            "hard IRQ counts are left out",
+            &mut raw.interrupts,
+        );
+        self.read_into(
+            "proc/softirqs",
+            "softirq counts are left out",
+            &mut raw.softirqs,
+        );
+        self.read_into("proc/stat", "CPU time shares are left out", &mut raw.stat);
+        self.read_into(
             "proc/net/softnet_stat",
             "per-CPU processed/dropped/time_squeeze are left out",
+            &mut raw.softnet,
         );
-        let mut threads = Vec::with_capacity(self.threads.len());
-        for thread in &self.threads {
+        let mut spare: Vec<String> = raw.threads.drain(..).map(|(_, text)| text).collect();
+        for (pid, rel) in &self.thread_stat_paths {
+            let mut text = spare.pop().unwrap_or_default();
             // A thread that exited since the last scan is simply absent from this sample.
-            if let Ok(text) = self
-                .files
-                .read_text(&self.root, &format!("proc/{}/stat", thread.pid))
-            {
-                threads.push((thread.pid, text));
+            if self.files.read_into(&self.root, rel, &mut text).is_ok() {
+                raw.threads.push((*pid, text));
             }
         }
         let (mut links, mut qdiscs, mut qstats) = (None, None, None);
@@ -248,17 +292,8 @@ impl Sampler {
                 }
             }
         }
-        RawSample {
-            t_ns,
-            unix_ms,
-            interrupts,
-            softirqs,
-            stat,
-            softnet,
-            threads,
-            links,
-            qdiscs,
-            qstats,
-        }
+        raw.links = links;
+        raw.qdiscs = qdiscs;
+        raw.qstats = qstats;
     }
 }

@@ -5,10 +5,11 @@ use napilab_core::{
     CpuAccounting, HostFacts, Hz, IrqInfo, IrqMatch, Observation, Origin, OriginKind, Settings,
     TopologyMap,
 };
+use napilab_probe::derive::{derive_interval, DeriveContext};
 use napilab_probe::netlink::LinkStats;
 use napilab_probe::observe::Analysis;
 use napilab_probe::record::{RecordingHeader, RECORDING_SCHEMA};
-use napilab_probe::sample::RawSample;
+use napilab_probe::sample::{Notices, RawSample};
 
 fn header(topology: TopologyMap) -> RecordingHeader {
     RecordingHeader {
@@ -293,4 +294,83 @@ fn non_increasing_timestamps_are_skipped() {
     );
     assert_eq!(obs.intervals.len(), 1);
     assert_eq!(obs.intervals[0].duration_s, 1.0);
+}
+
+/// The analysis caches /proc/interrupts' layout and recycles parsed samples between
+/// pushes; its intervals must be exactly those of parsing every sample afresh, also
+/// while IRQ lines appear, are renamed, CPUs change and devices reorder.
+#[test]
+fn cached_parsing_gives_the_intervals_of_fresh_parsing() {
+    let mut counters = Vec::new();
+    for step in 0..8u64 {
+        let mut c = base();
+        c.irq38 = vec![step * 10, 100 + step * 30];
+        c.net_rx = vec![10 + step, 200 + step * 7];
+        c.processed = vec![50 + step * 3, 1_000 + step * 11];
+        c.links = vec![("eth0", 2, 1_000 + step * 5), ("veth9", 7, 5 + step)];
+        if step == 3 || step == 4 {
+            c.links.reverse();
+        }
+        if step == 6 {
+            c.cpus = vec![0, 3];
+        }
+        counters.push(c);
+    }
+    let mut samples: Vec<RawSample> = counters
+        .iter()
+        .enumerate()
+        .map(|(i, c)| sample(i as u64 * 1_000, c))
+        .collect();
+    let add_irq = |s: &mut RawSample, line: &str| {
+        if let Some(text) = s.interrupts.as_mut() {
+            *text = text.replacen("LOC:", &format!("{line}\nLOC:"), 1);
+        }
+    };
+    // An IRQ line appears, stays, is renamed, goes away; one sample cannot be parsed.
+    add_irq(
+        &mut samples[2],
+        " 39:          1          2  PCI-MSIX-0000:00:03.0   2-edge      virtio2-output.0",
+    );
+    add_irq(
+        &mut samples[3],
+        " 39:          4          9  PCI-MSIX-0000:00:03.0   2-edge      virtio2-output.0",
+    );
+    add_irq(
+        &mut samples[4],
+        " 39:          8         19  PCI-MSIX-0000:00:03.0   2-edge      eth0-tx-0",
+    );
+    samples[5].interrupts = Some("garbage\n".into());
+    let topology = net_topology();
+    let cached = run(&samples, topology.clone());
+    let header = header(topology);
+    let ctx = DeriveContext {
+        topology: &header.topology,
+        accounting: header.host.accounting,
+        user_hz: header.host.user_hz,
+    };
+    let mut notices = Notices::default();
+    let fresh: Vec<_> = samples
+        .windows(2)
+        .enumerate()
+        .map(|(index, pair)| {
+            let (prev, cur) = (
+                pair[0].parse(&header.online_cpus, &mut notices),
+                pair[1].parse(&header.online_cpus, &mut notices),
+            );
+            let start_s = prev.t_ns as f64 / 1e9;
+            derive_interval(&prev, &cur, &ctx, index, start_s)
+        })
+        .collect();
+    assert_eq!(cached.intervals.len(), 7);
+    assert_eq!(cached.intervals, fresh);
+    // The appearing line is in the interval after it appeared, named as it was then.
+    let irq39 = |i: usize| {
+        cached.intervals[i]
+            .irqs
+            .iter()
+            .find(|q| q.number == 39)
+            .map(|q| q.name.clone())
+    };
+    assert_eq!(irq39(2).as_deref(), Some("virtio2-output.0"));
+    assert_eq!(irq39(3).as_deref(), Some("eth0-tx-0"));
 }

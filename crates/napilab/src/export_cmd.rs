@@ -17,7 +17,7 @@ use napilab_core::{Interval, Observation, OriginKind, OBSERVATION_SCHEMA};
 use napilab_probe::derive::{derive_interval, DeriveContext};
 use napilab_probe::observe::{describe_host, wait_until};
 use napilab_probe::record::RecordingHeader;
-use napilab_probe::sample::{Notices, Sample, Sampler};
+use napilab_probe::sample::{Notices, RawSample, Sample, SampleParser, Sampler};
 use serde::Deserialize;
 
 use crate::export_metrics::{self, Dropped, Limits, PacketPath, SelfCost};
@@ -424,6 +424,10 @@ struct Exporter {
     use_netlink: bool,
     header: RecordingHeader,
     sampler: Sampler,
+    /// Refilled each step: its strings are reused, not reallocated.
+    raw: RawSample,
+    /// Parses /proc/interrupts against its cached layout, into recycled samples.
+    parser: SampleParser,
     notices: Notices,
     tracer: Option<napilab_trace::AlwaysOn>,
     tier_reason: String,
@@ -482,6 +486,8 @@ impl Exporter {
             root: root.to_path_buf(),
             use_netlink,
             sampler: Sampler::new(root, use_netlink),
+            raw: RawSample::default(),
+            parser: SampleParser::default(),
             notices: Notices(header.notices.clone()),
             header,
             tracer,
@@ -510,8 +516,10 @@ impl Exporter {
             self.header = describe_host(&self.root, self.use_netlink);
             self.last_map = Instant::now();
         }
-        let raw = self.sampler.sample();
-        let sample = raw.parse(&self.header.online_cpus, &mut self.notices);
+        self.sampler.sample_into(&mut self.raw);
+        let sample = self
+            .parser
+            .parse(&self.raw, &self.header.online_cpus, &mut self.notices);
         let snapshot = self
             .tracer
             .as_ref()
@@ -527,7 +535,9 @@ impl Exporter {
             },
             self.limits,
         );
-        self.previous = Some((sample, snapshot));
+        if let Some((replaced, _)) = self.previous.replace((sample, snapshot)) {
+            self.parser.recycle(replaced);
+        }
 
         self.cost.samples += 1;
         self.cost.dropped = Dropped {

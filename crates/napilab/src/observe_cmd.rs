@@ -52,7 +52,13 @@ pub fn run(options: &Options) -> Result<()> {
         None => observe_live(options)?,
     };
     if options.json {
-        println!("{}", serde_json::to_string_pretty(&observation)?);
+        // Streamed to stdout: the whole document as one String first grew by doubling
+        // with every interval (copies and fresh pages) before a byte was printed.
+        use std::io::Write as _;
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        serde_json::to_writer_pretty(&mut out, &observation)?;
+        writeln!(out)?;
+        out.flush()?;
     } else {
         print!("{}", render::observation(&observation, options.show_map));
     }
@@ -126,6 +132,8 @@ fn observe_live(options: &Options) -> Result<Observation> {
     let progress = progress_bar(steps, options.interval);
     let start = Instant::now();
     let mut last_rescan = start;
+    // One sample refilled each step: its strings are reused, not reallocated.
+    let mut raw = napilab_probe::sample::RawSample::default();
     for step in 0..=steps {
         let deadline = start + options.interval * u32::try_from(step).unwrap_or(u32::MAX);
         if wait_until(deadline, &stop) {
@@ -139,7 +147,7 @@ fn observe_live(options: &Options) -> Result<Observation> {
             sampler.refresh_threads();
             last_rescan = Instant::now();
         }
-        let raw = sampler.sample();
+        sampler.sample_into(&mut raw);
         if let Some(w) = writer.as_mut() {
             w.append(&raw).context("cannot write the recording")?;
         }
@@ -151,7 +159,9 @@ fn observe_live(options: &Options) -> Result<Observation> {
             tracer.add_stages(&mut trace, rx_mbps);
             analysis.attach_trace(trace);
         }
-        if step > 0 {
+        // A hidden bar (stderr not a terminal) still updates its rate estimate on
+        // every inc: skip it.
+        if step > 0 && !progress.is_hidden() {
             progress.inc(1);
         }
     }

@@ -67,6 +67,17 @@ impl Interrupts {
         self.lines.iter().find(|l| l.id == id)
     }
 
+    /// The line whose id is `id`, looked for first at `index`: between two samples the
+    /// lines rarely move, so matching another sample's line `index` by position makes a
+    /// pass over all lines linear instead of quadratic (thousands of lines on large
+    /// hosts, once per CPU).
+    pub fn line_near(&self, index: usize, id: &str) -> Option<&InterruptLine> {
+        match self.lines.get(index) {
+            Some(line) if line.id == id => Some(line),
+            _ => self.line(id),
+        }
+    }
+
     /// Index into [`InterruptLine::counts`] of `cpu`, if it is online.
     pub fn column(&self, cpu: u32) -> Option<usize> {
         self.cpus.iter().position(|&c| c == cpu)
@@ -75,23 +86,9 @@ impl Interrupts {
 
 /// Parses the text of `/proc/interrupts`.
 pub fn parse_interrupts(text: &str) -> Result<Interrupts, ProcError> {
-    let mut lines = content_lines(text);
-    let Some((header_no, header)) = lines.next() else {
-        return Err(ProcError::parse(
-            FILE,
-            1,
-            "expected a header of CPU<n> columns, found an empty file",
-        ));
-    };
-    let cpus = parse_cpu_header(FILE, header_no, header)?;
-    let mut parsed = Vec::new();
-    for (no, line) in lines {
-        parsed.push(parse_line(no, line, cpus.len())?);
-    }
-    Ok(Interrupts {
-        cpus,
-        lines: parsed,
-    })
+    let mut parsed = Interrupts::default();
+    InterruptsParser::default().parse_into(text, &mut parsed)?;
+    Ok(parsed)
 }
 
 /// Reads and parses `<root>/proc/interrupts`.
@@ -99,7 +96,95 @@ pub fn read_interrupts(root: &Path) -> Result<Interrupts, ProcError> {
     parse_interrupts(&read_text(root, "proc/interrupts")?)
 }
 
-fn parse_line(no: usize, line: &str, ncpus: usize) -> Result<InterruptLine, ProcError> {
+/// Parses successive `/proc/interrupts` texts of one host, re-parsing only what changed.
+///
+/// Between two samples only the counts change: the header, the IRQ lines and their
+/// chip and handler names stay. So the parser keeps, for the last header and for each
+/// line, the text after its counts with what was parsed from it; a line whose id and
+/// text after the counts are the same as the cached line's at that position only has
+/// its counts parsed. A new header (a CPU came online) drops the whole layout, a new,
+/// moved or renamed line re-parses that line, so the result is always what
+/// [`parse_interrupts`] returns for the same text.
+#[derive(Debug, Default)]
+pub struct InterruptsParser {
+    header: String,
+    cpus: Vec<u32>,
+    layout: Vec<CachedLine>,
+}
+
+/// A line of the last text, without its counts.
+#[derive(Debug)]
+struct CachedLine {
+    /// The text after the counts (with its leading whitespace).
+    tail: String,
+    /// What was parsed from the id and `tail`; `counts` empty.
+    parsed: InterruptLine,
+}
+
+impl InterruptsParser {
+    /// Parses `text` into `out`, reusing its allocations (e.g. the lines of a previous
+    /// sample's result): in the steady state nothing is allocated. On error `out` holds
+    /// a partial result and should be discarded.
+    pub fn parse_into(&mut self, text: &str, out: &mut Interrupts) -> Result<(), ProcError> {
+        let mut lines = content_lines(text);
+        let Some((header_no, header)) = lines.next() else {
+            return Err(ProcError::parse(
+                FILE,
+                1,
+                "expected a header of CPU<n> columns, found an empty file",
+            ));
+        };
+        if header != self.header || self.header.is_empty() {
+            self.cpus = parse_cpu_header(FILE, header_no, header)?;
+            self.header.clear();
+            self.header.push_str(header);
+            self.layout.clear();
+        }
+        out.cpus.clone_from(&self.cpus);
+        let ncpus = self.cpus.len();
+        let mut used = 0;
+        for (index, (no, line)) in lines.enumerate() {
+            if out.lines.len() == index {
+                out.lines.push(InterruptLine::default());
+            }
+            // In bounds: lines 0..index were filled (or pushed) before this one.
+            let target = &mut out.lines[index];
+            let (id, rest) = split_id(no, line)?;
+            let tail = parse_counts(no, rest, ncpus, &mut target.counts)?;
+            match self.layout.get(index) {
+                Some(cached) if cached.parsed.id == id && cached.tail == tail => {
+                    target.id.clone_from(&cached.parsed.id);
+                    target.number = cached.parsed.number;
+                    target.chip.clone_from(&cached.parsed.chip);
+                    target.name.clone_from(&cached.parsed.name);
+                    target.total_only = is_total_only(target.number, ncpus, &target.counts, tail);
+                }
+                _ => {
+                    let counts = std::mem::take(&mut target.counts);
+                    *target = describe_line(id, counts, tail, ncpus);
+                    let cached = CachedLine {
+                        tail: tail.to_owned(),
+                        parsed: InterruptLine {
+                            counts: Vec::new(),
+                            ..target.clone()
+                        },
+                    };
+                    match self.layout.get_mut(index) {
+                        Some(slot) => *slot = cached,
+                        None => self.layout.push(cached),
+                    }
+                }
+            }
+            used = index + 1;
+        }
+        out.lines.truncate(used);
+        self.layout.truncate(used);
+        Ok(())
+    }
+}
+
+/// The id before the colon (trimmed) and the rest of the line.
+fn split_id(no: usize, line: &str) -> Result<(&str, &str), ProcError> {
     let Some((id, rest)) = line.split_once(':') else {
         return Err(ProcError::unexpected(
             FILE,
@@ -117,10 +202,18 @@ fn parse_line(no: usize, line: &str, ncpus: usize) -> Result<InterruptLine, Proc
             id,
         ));
     }
-    let number = parse_dec(id).and_then(|n| u32::try_from(n).ok());
+    Ok((id, rest))
+}
 
-    let mut counts = Vec::with_capacity(ncpus);
-    let mut rest = rest;
+/// Parses the leading counts of `rest` into `counts` (cleared first) and returns the
+/// text after them.
+fn parse_counts<'a>(
+    no: usize,
+    mut rest: &'a str,
+    ncpus: usize,
+    counts: &mut Vec<u64>,
+) -> Result<&'a str, ProcError> {
+    counts.clear();
     // Counts are the leading decimal tokens; more of them than CPUs (a header that lost a
     // column) are skipped so they are not taken for the chip.
     while let Some((tok, after)) = next_token(rest) {
@@ -134,31 +227,39 @@ fn parse_line(no: usize, line: &str, ncpus: usize) -> Result<InterruptLine, Proc
         }
         rest = after;
     }
+    Ok(rest)
+}
 
+/// A named line with one value and nothing after it is a system-wide total.
+fn is_total_only(number: Option<u32>, ncpus: usize, counts: &[u64], tail: &str) -> bool {
+    number.is_none() && ncpus > 1 && counts.len() == 1 && tail.trim().is_empty()
+}
+
+/// The line from its id, its counts and the text after them.
+fn describe_line(id: &str, counts: Vec<u64>, rest: &str, ncpus: usize) -> InterruptLine {
+    let number = parse_dec(id).and_then(|n| u32::try_from(n).ok());
     if number.is_none() {
-        let total_only = ncpus > 1 && counts.len() == 1 && rest.trim().is_empty();
-        return Ok(InterruptLine {
+        return InterruptLine {
             id: id.to_owned(),
             number,
+            total_only: is_total_only(number, ncpus, &counts, rest),
             counts,
-            total_only,
             chip: None,
             name: rest.trim().to_owned(),
-        });
+        };
     }
-
     let (chip, rest) = match next_token(rest) {
         Some((chip, after)) => (Some(chip.to_owned()), after),
         None => (None, ""),
     };
-    Ok(InterruptLine {
+    InterruptLine {
         id: id.to_owned(),
         number,
         counts,
         total_only: false,
         chip,
         name: skip_hwirq_and_trigger(rest).trim().to_owned(),
-    })
+    }
 }
 
 /// Skips `27`, `27 Level`, `1-edge`, `-edge` or nothing after the chip name and returns
@@ -191,6 +292,13 @@ fn skip_hwirq_and_trigger(mut rest: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse_line(no: usize, line: &str, ncpus: usize) -> Result<InterruptLine, ProcError> {
+        let (id, rest) = split_id(no, line)?;
+        let mut counts = Vec::with_capacity(ncpus);
+        let tail = parse_counts(no, rest, ncpus, &mut counts)?;
+        Ok(describe_line(id, counts, tail, ncpus))
+    }
 
     fn one(line: &str, ncpus: usize) -> InterruptLine {
         match parse_line(2, line, ncpus) {
@@ -321,5 +429,95 @@ mod tests {
         );
         assert_eq!(irqs.line("NMI").map(|l| l.name.as_str()), Some("NMIs"));
         assert!(irqs.line("10").is_none());
+        // By position when the line is there, by id when lines moved or are gone.
+        assert_eq!(irqs.line_near(0, "9").map(|l| l.id.as_str()), Some("9"));
+        assert_eq!(irqs.line_near(0, "NMI").map(|l| l.id.as_str()), Some("NMI"));
+        assert_eq!(irqs.line_near(7, "9").map(|l| l.id.as_str()), Some("9"));
+        assert!(irqs.line_near(1, "10").is_none());
+    }
+
+    /// Parses `texts` in turn with one parser into two recycled results (as the
+    /// analysis recycles the sample before last) and checks each against a fresh parse.
+    fn parse_in_turn(texts: &[&str]) {
+        let mut parser = InterruptsParser::default();
+        let mut outs = [Interrupts::default(), Interrupts::default()];
+        for (i, text) in texts.iter().enumerate() {
+            let out = &mut outs[i % 2];
+            let cached = parser.parse_into(text, out).map(|()| out.clone());
+            match parse_interrupts(text) {
+                Ok(fresh) => assert_eq!(cached.ok(), Some(fresh), "text {i}: {text:?}"),
+                Err(e) => assert_eq!(
+                    cached.err().map(|e| e.to_string()),
+                    Some(e.to_string()),
+                    "text {i}"
+                ),
+            }
+        }
+    }
+
+    const STEADY: &str = "           CPU0       CPU1
+  0:         44          0   IO-APIC   2-edge      timer
+ 24:       1000       2000  PCI-MSIX-0000:00:03.0   0-edge      virtio0-input.0
+LOC:        367        390   Local timer interrupts
+ERR:          0
+";
+
+    #[test]
+    fn a_cached_layout_follows_the_counts() {
+        let later = STEADY
+            .replace("1000       2000", "1500       2900")
+            .replace("ERR:          0", "ERR:          7");
+        parse_in_turn(&[STEADY, &later, STEADY, &later]);
+    }
+
+    #[test]
+    fn a_cached_layout_is_reparsed_when_lines_change() {
+        // The kernel adds an IRQ line (a device's queue came up) before others.
+        let added = STEADY.replace(
+            "LOC:",
+            " 25:          1          0  PCI-MSIX-0000:00:03.0   1-edge      virtio0-output.0\nLOC:",
+        );
+        // A handler is renamed on the same line (the device was renamed).
+        let renamed = STEADY.replace("virtio0-input.0", "eth1-rx-0");
+        // A handler is freed: the line stays with no action name.
+        let freed = STEADY.replace("virtio0-input.0", "");
+        // A line goes away.
+        let removed = STEADY.replace("LOC:        367        390   Local timer interrupts\n", "");
+        // A total line cut short and then a per-CPU line with the same id.
+        let per_cpu_err = STEADY.replace("ERR:          0", "ERR:          0          3");
+        parse_in_turn(&[
+            STEADY,
+            &added,
+            &added,
+            STEADY,
+            &renamed,
+            &freed,
+            &removed,
+            STEADY,
+            &per_cpu_err,
+            STEADY,
+        ]);
+    }
+
+    #[test]
+    fn a_cached_layout_is_reparsed_when_the_header_changes() {
+        // A CPU came online: a third column in the header and on every line.
+        let three = "           CPU0       CPU1       CPU2
+  0:         44          0          0   IO-APIC   2-edge      timer
+ 24:       1000       2000          5  PCI-MSIX-0000:00:03.0   0-edge      virtio0-input.0
+LOC:        367        390         12   Local timer interrupts
+ERR:          0
+";
+        // The header alone changes: the same text after the counts now has one count
+        // fewer than CPUs, which must not be taken from the cache.
+        let header_only = STEADY.replace("CPU1", "CPU2");
+        parse_in_turn(&[STEADY, three, STEADY, &header_only, STEADY]);
+    }
+
+    #[test]
+    fn a_bad_text_between_good_ones_leaves_the_parser_usable() {
+        let bad_header = STEADY.replace("CPU1", "CPUx");
+        let bad_count = STEADY.replace("1000", "99999999999999999999999");
+        parse_in_turn(&[STEADY, &bad_header, STEADY, &bad_count, STEADY, "", STEADY]);
     }
 }
