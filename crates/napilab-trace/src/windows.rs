@@ -6,7 +6,9 @@
 //! window (e.g. 20 ms) of every period (e.g. 1 s) and detaches them in between. Rates
 //! seen in the windows are scaled by the measured open time; latency histograms are
 //! those of the packets inside the windows. The drop program is not driven from here:
-//! it stays attached so drop counts stay exact.
+//! it stays attached so drop counts stay exact. The always-on tier uses the same thread
+//! for its `softirq_raise` hook (`RaiseTiming::InWindows`), without the control map and
+//! the event counter.
 //!
 //! The thread holds duplicated program fds and attaches with `BPF_RAW_TRACEPOINT_OPEN`
 //! (a link fd per hook; closing it detaches), so it never touches the skeleton, which
@@ -333,7 +335,10 @@ fn run(
         for p in programs {
             match attach(p) {
                 Ok(link) => links.push(link),
-                Err(e) => note_error(shared, format!("cannot attach a stage program: {e}")),
+                Err(e) => note_error(
+                    shared,
+                    format!("cannot attach a program for its window: {e}"),
+                ),
             }
         }
         // The window: from here to the next control write. Its start is newer than
