@@ -31,6 +31,8 @@ pub struct Options {
     pub trace_packets: bool,
     /// With `trace_packets`: every packet instead of tracing windows.
     pub trace_packets_full: bool,
+    /// With `trace`: `softirq_raise` attached all the time instead of in its windows.
+    pub trace_raise_always: bool,
     /// Wait until this wall-clock time (ms since the Unix epoch) before the first sample.
     pub start_at_unix_ms: Option<u64>,
 }
@@ -95,6 +97,7 @@ fn observe_live(options: &Options) -> Result<Observation> {
         options.stages,
         options.trace_packets,
         options.trace_packets_full,
+        options.trace_raise_always,
         &header,
     );
     if let Some(at) = options.start_at_unix_ms {
@@ -329,6 +332,7 @@ impl Tracer {
         stages: bool,
         packets: bool,
         packets_full: bool,
+        raise_always: bool,
         header: &napilab_probe::record::RecordingHeader,
     ) -> Tracer {
         let mut tracer = Tracer {
@@ -345,6 +349,11 @@ impl Tracer {
         let options = napilab_trace::TraceOptions {
             netdev_budget: header.settings.netdev_budget,
             netdev_budget_usecs: header.settings.netdev_budget_usecs,
+            raise_timing: if raise_always {
+                napilab_trace::RaiseTiming::Always
+            } else {
+                napilab_trace::RaiseTiming::default()
+            },
             ..napilab_trace::TraceOptions::default()
         };
         match napilab_trace::AlwaysOn::start(&options) {

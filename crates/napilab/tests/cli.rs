@@ -91,6 +91,17 @@ fn too_short_interval_is_refused() {
 }
 
 #[test]
+fn raise_timing_without_tracing_is_refused_naming_what_it_needs() {
+    let out = napilab(&["observe", "--trace-raise-always", "--for", "1s"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--trace") && err.contains("--trace-packets"),
+        "{err}"
+    );
+}
+
+#[test]
 fn bad_duration_is_refused_by_name() {
     let out = napilab(&["observe", "--for", "ten seconds"]);
     assert!(!out.status.success());
