@@ -9,6 +9,8 @@
 
 use std::collections::BTreeSet;
 
+use crate::near::find_near;
+
 use napilab_core::{
     CpuAccounting, CpuInterval, CpuTimeShares, DeviceInterval, HostInterval, Interval, IrqInterval,
     Metric, Poller, QdiscInterval, QueueInterval, QueueKind, Source, ThreadInterval, ThreadRole,
@@ -39,16 +41,6 @@ fn delta32(prev: u64, cur: u64) -> Option<u64> {
         Some(d) => Some(d),
         None if prev <= max && cur <= max => Some(cur + (max + 1) - prev),
         None => None,
-    }
-}
-
-/// The element of `items` that `is` accepts, tried first at `index`: the kernel lists
-/// devices and queues in the same order from one sample to the next, so matching the
-/// previous sample by position keeps a pass over thousands of devices linear.
-fn find_near<T>(items: &[T], index: usize, is: impl Fn(&T) -> bool) -> Option<&T> {
-    match items.get(index) {
-        Some(item) if is(item) => Some(item),
-        _ => items.iter().find(|item| is(item)),
     }
 }
 

@@ -6,6 +6,7 @@
 pub mod derive;
 pub mod kernel;
 pub mod map;
+mod near;
 pub mod netlink;
 pub mod observe;
 pub mod procfs;

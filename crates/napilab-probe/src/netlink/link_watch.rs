@@ -107,12 +107,12 @@ pub(crate) fn with_counters(
     }
     described
         .iter()
-        .map(|link| {
+        .enumerate()
+        .map(|(index, link)| {
             // Both dumps walk the namespace's devices in the same order, so the
             // counters are usually at the same position; a search covers any other.
-            let (_, fresh) = counters
-                .iter()
-                .find(|(ifindex, _)| *ifindex == link.ifindex)?;
+            let (_, fresh) =
+                crate::near::find_near(counters, index, |(ifindex, _)| *ifindex == link.ifindex)?;
             let mut updated = link.clone();
             rtnl::set_counters64(&mut updated, fresh);
             Some(updated)

@@ -72,10 +72,7 @@ impl Interrupts {
     /// pass over all lines linear instead of quadratic (thousands of lines on large
     /// hosts, once per CPU).
     pub fn line_near(&self, index: usize, id: &str) -> Option<&InterruptLine> {
-        match self.lines.get(index) {
-            Some(line) if line.id == id => Some(line),
-            _ => self.line(id),
-        }
+        crate::near::find_near(&self.lines, index, |line| line.id == id)
     }
 
     /// Index into [`InterruptLine::counts`] of `cpu`, if it is online.
