@@ -305,7 +305,7 @@ fn leave_out_for<'a>(timing: RaiseTiming, leave_out: &[&'a str]) -> Vec<&'a str>
 
 /// Starts the thread attaching `softirq_raise` in windows, when the timing says so and
 /// the hook is neither left out nor off on this kernel.
-fn raise_windows(
+fn start_raise_windows(
     skel: &NapiTraceSkel<'static>,
     plan: &[Attach; NR_HOOKS],
     timing: RaiseTiming,
@@ -435,8 +435,8 @@ impl AlwaysOn {
         let leave_out = leave_out_for(options.raise_timing, &[]);
         let (links, attach_notices) = attach_all(&mut skel, &plan, &leave_out);
         notices.extend(attach_notices);
-        let raise_windows =
-            raise_windows(&skel, &plan, options.raise_timing, &[]).unwrap_or_else(|e| {
+        let raise_windows = start_raise_windows(&skel, &plan, options.raise_timing, &[])
+            .unwrap_or_else(|e| {
                 notices.push((
                     "tracepoint irq:softirq_raise".to_string(),
                     format!("{e}: softirq raise-to-entry latency absent"),
@@ -480,7 +480,8 @@ impl AlwaysOn {
         let all_the_time = leave_out_for(self.raise_timing, leave_out);
         self.links = attach_all(&mut self.skel, &self.plan, &all_the_time).0;
         self.raise_windows =
-            raise_windows(&self.skel, &self.plan, self.raise_timing, leave_out).unwrap_or(None);
+            start_raise_windows(&self.skel, &self.plan, self.raise_timing, leave_out)
+                .unwrap_or(None);
         self.links.len()
     }
 
