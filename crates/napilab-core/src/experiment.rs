@@ -86,6 +86,10 @@ pub struct RequestResults {
     /// Why this kernel or this server cannot run the mode (then there are no points).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_runnable: Option<String>,
+    /// The capacity measured at the configuration's start, from which its
+    /// `loads_of_capacity` and (without `search_max_qps`) its search range came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<CapacityProbe>,
     pub points: Vec<RequestPointResult>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_qps: Option<MaxQpsAtSlo>,
@@ -93,6 +97,21 @@ pub struct RequestResults {
     /// run by `napilab lab run`; docs/sim.md "The server topology on the twin").
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub twin: Vec<TwinMaxQps>,
+}
+
+/// The capacity probe of a request configuration (`napilab_core::requests::CAPACITY_PROBE`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CapacityProbe {
+    /// How it was measured, e.g. "closed loop, one request outstanding per connection".
+    pub method: String,
+    pub connections: usize,
+    pub duration_s: f64,
+    /// Replies per second: the capacity estimate.
+    pub achieved_qps: f64,
+    pub latency: LatencySummary,
+    /// The client, not the server, limited the probe: the estimate is the client's.
+    pub client_limited: bool,
+    pub client_reasons: Vec<String>,
 }
 
 /// The twin's maximum request rate at the objective for one configuration of a lab

@@ -23,10 +23,10 @@ pub mod uncertainty;
 pub mod units;
 
 pub use experiment::{
-    ClassResult, ConfigurationResult, Disturbance, EngineStats, GoalResult, GoalSummary,
-    LatencySummary, MaxQpsAtSlo, MaxThroughput, PointResult, PointRole, RequestPointResult,
-    RequestResults, RunKind, RunRecord, SearchRecord, ServerSummary, TrialRecord, TwinMaxQps,
-    RUN_SCHEMA,
+    CapacityProbe, ClassResult, ConfigurationResult, Disturbance, EngineStats, GoalResult,
+    GoalSummary, LatencySummary, MaxQpsAtSlo, MaxThroughput, PointResult, PointRole,
+    RequestPointResult, RequestResults, RunKind, RunRecord, SearchRecord, ServerSummary,
+    TrialRecord, TwinMaxQps, RUN_SCHEMA,
 };
 pub use finding::{Evidence, Finding, RuleId, Severity, Subject};
 pub use metric::{Metric, Source};

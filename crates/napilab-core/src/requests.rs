@@ -79,6 +79,11 @@ pub struct RequestWorkload {
     /// Offered request rates of the sweep (open loop, Poisson arrivals), requests/s.
     #[serde(default)]
     pub loads_qps: Vec<f64>,
+    /// Offered rates of the sweep as fractions of the configuration's measured capacity
+    /// (the closed-loop probe that starts the configuration, [`CAPACITY_PROBE`]), e.g.
+    /// `[0.1, 0.65]` for a light and a heavy load on any machine. Run after `loads_qps`.
+    #[serde(default)]
+    pub loads_of_capacity: Vec<f64>,
     /// Connections of the load generator (spread over its threads).
     #[serde(default = "d_connections")]
     pub connections: usize,
@@ -102,9 +107,12 @@ pub struct RequestWorkload {
     /// Search each configuration's maximum rate at the objective.
     #[serde(default = "d_true")]
     pub search: bool,
-    /// Upper end of the search, requests/s.
-    #[serde(default = "d_search_max")]
-    pub search_max_qps: f64,
+    /// Upper end of the search, requests/s: a cap. Without it the search range comes
+    /// from the capacity probe ([`SEARCH_TOP_OF_CAPACITY`] times its rate), and a search
+    /// that meets the objective at the top of that range raises it instead of stopping
+    /// there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search_max_qps: Option<f64>,
     /// Bisection steps per search.
     #[serde(default = "d_search_iterations")]
     pub search_iterations: u32,
@@ -135,9 +143,6 @@ fn d_slo() -> f64 {
 fn d_true() -> bool {
     true
 }
-fn d_search_max() -> f64 {
-    200_000.0
-}
 fn d_search_iterations() -> u32 {
     6
 }
@@ -155,15 +160,37 @@ impl Default for RequestWorkload {
             keys: d_keys(),
             value_size: d_value_size(),
             slo_p99_us: d_slo(),
+            loads_of_capacity: Vec::new(),
             search: true,
-            search_max_qps: d_search_max(),
+            search_max_qps: None,
             search_iterations: d_search_iterations(),
             timeout_ms: d_timeout(),
         }
     }
 }
 
+/// How the capacity of a configuration is probed before its sweep and searches: a
+/// closed loop (each connection keeps one request outstanding) for the measurement's
+/// duration. Its reply rate is what the server answers with `connections` requests in
+/// flight: a first estimate of the DUT, not its maximum at the latency objective (an
+/// open loop with more in flight can exceed it, a tight objective stays below it).
+pub const CAPACITY_PROBE: &str = "closed loop, one request outstanding per connection";
+
+/// The top of a search range derived from the capacity probe, as a multiple of the
+/// probe's rate: above the probe, since an open loop can batch more than a closed one.
+pub const SEARCH_TOP_OF_CAPACITY: f64 = 1.5;
+
+/// How many times a search that met the objective at the top of a derived range doubles
+/// the range before it gives up (and says so): 24x the probe's rate at most.
+pub const SEARCH_RAISES: u32 = 4;
+
 impl RequestWorkload {
+    /// Whether a configuration needs the capacity probe: loads given as fractions of it,
+    /// or a search without a cap.
+    pub fn needs_capacity_probe(&self) -> bool {
+        !self.loads_of_capacity.is_empty() || (self.search && self.search_max_qps.is_none())
+    }
+
     /// Every problem as (field under `requests.`, message).
     pub fn problems(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
@@ -176,10 +203,18 @@ impl RequestWorkload {
                 );
             }
         }
-        if self.loads_qps.is_empty() && !self.search {
+        for (i, f) in self.loads_of_capacity.iter().enumerate() {
+            if !(*f > 0.0 && *f <= 2.0) {
+                err(
+                    &format!("loads_of_capacity[{i}]"),
+                    format!("{f} is out of range: give a fraction of the measured capacity in (0, 2], e.g. 0.65"),
+                );
+            }
+        }
+        if self.loads_qps.is_empty() && self.loads_of_capacity.is_empty() && !self.search {
             err(
                 "loads_qps",
-                "nothing to measure: give loads_qps or search = true".into(),
+                "nothing to measure: give loads_qps, loads_of_capacity or search = true".into(),
             );
         }
         if self.client_threads == 0 || self.client_threads > 64 {
@@ -215,8 +250,13 @@ impl RequestWorkload {
                 ),
             );
         }
-        if !(self.search_max_qps >= 10.0 && self.search_max_qps <= 10e6) {
-            err("search_max_qps", "use 10 to 10000000 requests/s".into());
+        if let Some(top) = self.search_max_qps {
+            if !(10.0..=10e6).contains(&top) {
+                err(
+                    "search_max_qps",
+                    "use 10 to 10000000 requests/s, or leave it out to search from the measured capacity".into(),
+                );
+            }
         }
         if self.search_iterations == 0 || self.search_iterations > 20 {
             err("search_iterations", "use 1 to 20".into());

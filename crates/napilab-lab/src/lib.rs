@@ -33,6 +33,7 @@ pub mod mlrsearch;
 pub mod netns;
 pub mod packet_runner;
 pub mod request;
+pub(crate) mod request_search;
 pub mod runner;
 pub mod search;
 pub mod server_runner;

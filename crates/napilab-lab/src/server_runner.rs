@@ -10,14 +10,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use napilab_core::requests::{CAPACITY_PROBE, SEARCH_RAISES, SEARCH_TOP_OF_CAPACITY};
+
+use crate::request_search::{self, Trial};
 use napilab_core::scenario::{
     Configuration, Measurement, RequestWorkload, ServerEngine, ServerMode,
 };
 use napilab_core::trace::ExecContext;
 use napilab_core::uncertainty::t_interval;
 use napilab_core::{
-    ConfigurationResult, LatencySummary, MaxQpsAtSlo, Observation, PointRole, RequestPointResult,
-    RequestResults, ServerSummary,
+    CapacityProbe, ConfigurationResult, LatencySummary, MaxQpsAtSlo, Observation, PointRole,
+    RequestPointResult, RequestResults, ServerSummary,
 };
 
 use crate::request::epoll::{self, EpollMode};
@@ -34,7 +37,8 @@ const MAX_OBSERVER_LEAD_S: f64 = 10.0;
 
 /// Progress-bar length of one configuration: sweep points plus the searches' trials.
 pub fn points_per_configuration(w: &RequestWorkload, m: &Measurement) -> u64 {
-    w.loads_qps.len() as u64 * u64::from(m.repeats)
+    u64::from(w.needs_capacity_probe())
+        + (w.loads_qps.len() + w.loads_of_capacity.len()) as u64 * u64::from(m.repeats)
         + if w.search {
             u64::from(w.search_iterations) * u64::from(m.search_repeats)
         } else {
@@ -164,7 +168,8 @@ pub(crate) fn run_configuration(
     Ok((result, stopped))
 }
 
-/// The sweep, then the searches. Returns whether the run was stopped.
+/// The capacity probe (when the workload needs it), the sweep, then the searches.
+/// Returns whether the run was stopped.
 fn measure_all(
     ctx: &mut Ctx<'_>,
     bench: &Bench<'_>,
@@ -173,7 +178,36 @@ fn measure_all(
 ) -> Result<bool> {
     let m = &ctx.scenario.measurement;
     let w = bench.workload;
-    for &qps in &w.loads_qps {
+    let mut capacity = None;
+    if w.needs_capacity_probe() {
+        ctx.bar.set_message(format!("{} capacity probe", cfg.name));
+        let Some(probe) = probe_capacity(ctx, bench)? else {
+            return Ok(true);
+        };
+        ctx.bar.inc(1);
+        if probe.achieved_qps.is_nan() || probe.achieved_qps < 1.0 {
+            anyhow::bail!(
+                "configuration {}: the capacity probe ({CAPACITY_PROBE}, {} connections) got no replies from the {} server: check that it starts in the DUT namespace (the probe's client said: {})",
+                cfg.name,
+                probe.connections,
+                bench.engine.as_str(),
+                probe.client_reasons.join("; ")
+            );
+        }
+        capacity = Some(probe.achieved_qps);
+        out.capacity = Some(probe);
+    }
+    let loads: Vec<f64> = w
+        .loads_qps
+        .iter()
+        .copied()
+        .chain(
+            w.loads_of_capacity
+                .iter()
+                .map(|f| (f * capacity.unwrap_or(0.0)).round().max(1.0)),
+        )
+        .collect();
+    for &qps in &loads {
         for repeat in 0..m.repeats {
             ctx.bar
                 .set_message(format!("{} @ {qps:.0} requests/s", cfg.name));
@@ -187,57 +221,88 @@ fn measure_all(
     if !w.search {
         return Ok(false);
     }
+    // A cap the scenario gives is searched below; a range derived from the probe is
+    // raised while its top still meets the objective, so no search stops at a number
+    // that fitted one machine.
+    let (top, derived) = match (w.search_max_qps, capacity) {
+        (Some(cap), _) => (cap, false),
+        (None, Some(c)) => ((SEARCH_TOP_OF_CAPACITY * c).round(), true),
+        (None, None) => anyhow::bail!(
+            "configuration {}: a search without search_max_qps needs the capacity probe, which did not run",
+            cfg.name
+        ),
+    };
+    let mut failed: Option<anyhow::Error> = None;
     let mut answers = Vec::new();
     let mut notes = Vec::new();
     let mut best_cpu: Option<(f64, Option<f64>)> = None;
+    let mut raised_to = top;
     for search in 0..m.search_repeats {
-        let (mut lo, mut hi) = (0.0f64, w.search_max_qps);
-        let mut lo_cpu = None;
-        let mut hi_limited = false;
-        for _ in 0..w.search_iterations {
-            let qps = ((lo + hi) / 2.0).round();
+        let measured = request_search::search(top, derived, w.search_iterations, |qps| {
             ctx.bar.set_message(format!(
                 "{} search {}/{} @ {qps:.0} requests/s",
                 cfg.name,
                 search + 1,
                 m.search_repeats
             ));
-            let Some(p) = measure_point(ctx, bench, qps, PointRole::Search, search)? else {
-                return Ok(true);
+            let p = match measure_point(ctx, bench, qps, PointRole::Search, search) {
+                Ok(Some(p)) => p,
+                Ok(None) => return None,
+                Err(e) => {
+                    failed = Some(e);
+                    return None;
+                }
             };
             ctx.bar.inc(1);
-            // A point the client could not offer on schedule never meets the
-            // objective: the answer stays below it, and the note says the bound above
-            // the answer may be the client's, not the server's.
-            if p.meets_slo {
-                lo = qps;
-                lo_cpu = p.cpu_per_request_us;
-            } else {
-                hi = qps;
-                hi_limited = p.client_limited;
-            }
+            let trial = Trial {
+                meets_slo: p.meets_slo,
+                client_limited: p.client_limited,
+                cpu_per_request_us: p.cpu_per_request_us,
+            };
             out.points.push(p);
+            Some(trial)
+        });
+        if let Some(e) = failed.take() {
+            return Err(e);
         }
-        if hi_limited {
+        let Some(r) = measured else {
+            return Ok(true);
+        };
+        raised_to = raised_to.max(r.top);
+        if r.failure_was_client {
             notes.push(format!(
-                "search {}: the client could not keep its schedule at {hi:.0} requests/s, the failure above the answer: the answer is a lower bound",
-                search + 1
-            ));
-        }
-        if hi >= w.search_max_qps {
-            notes.push(format!(
-                "search {}: met the objective up to search_max_qps ({:.0}): raise it",
+                "search {}: the client could not keep its schedule at {:.0} requests/s, the failure above the answer: the answer is a lower bound",
                 search + 1,
-                w.search_max_qps
+                r.failed_at
             ));
         }
-        answers.push(lo);
-        if best_cpu.is_none_or(|(q, _)| lo > q) {
-            best_cpu = Some((lo, lo_cpu));
+        if r.top_met {
+            notes.push(format!(
+                "search {}: met the objective at {:.0} requests/s, the top of a range raised {SEARCH_RAISES} times: the answer is a lower bound",
+                search + 1,
+                r.answer
+            ));
+        } else if !derived && !r.missed_any {
+            notes.push(format!(
+                "search {}: met the objective up to search_max_qps ({top:.0}): raise it, or leave it out to search from the measured capacity",
+                search + 1,
+            ));
+        }
+        answers.push(r.answer);
+        if best_cpu.is_none_or(|(q, _)| r.answer > q) {
+            best_cpu = Some((r.answer, r.answer_cpu_us));
         }
     }
     let qps = answers.iter().sum::<f64>() / answers.len().max(1) as f64;
     let interval = t_interval(&answers, m.confidence_level).map(|ci| (ci.low.max(0.0), ci.high));
+    let range = if derived {
+        format!(
+            "from 0 to {top:.0} requests/s ({SEARCH_TOP_OF_CAPACITY}x the capacity probe's {:.0}; raised to {raised_to:.0} where its top met the objective)",
+            capacity.unwrap_or(0.0)
+        )
+    } else {
+        format!("from 0 to {top:.0} requests/s (search_max_qps)")
+    };
     out.max_qps = Some(MaxQpsAtSlo {
         qps,
         searches: answers,
@@ -246,14 +311,36 @@ fn measure_all(
         cpu_per_request_us: best_cpu.and_then(|(_, c)| c),
         note: if notes.is_empty() {
             format!(
-                "bisection on the offered rate, {} steps from 0 to {:.0} requests/s, {} searches",
-                w.search_iterations, w.search_max_qps, m.search_repeats
+                "bisection on the offered rate, {} steps {range}, {} searches",
+                w.search_iterations, m.search_repeats
             )
         } else {
             notes.join("; ")
         },
     });
     Ok(false)
+}
+
+/// The configuration's capacity: [`CAPACITY_PROBE`] for the measurement's duration,
+/// unobserved (its only figure is the reply rate). None when the run was stopped.
+fn probe_capacity(ctx: &mut Ctx<'_>, bench: &Bench<'_>) -> Result<Option<CapacityProbe>> {
+    let m = &ctx.scenario.measurement;
+    let w = bench.workload;
+    let Some(window) = run_window(ctx, bench, LoopKind::Closed, 0, false)? else {
+        return Ok(None);
+    };
+    let load = window.load.map_err(|e| {
+        anyhow::anyhow!("the load generator in the capacity probe ({CAPACITY_PROBE}): {e}")
+    })?;
+    Ok(Some(CapacityProbe {
+        method: CAPACITY_PROBE.into(),
+        connections: w.connections,
+        duration_s: m.duration_s,
+        achieved_qps: load.achieved_qps,
+        latency: latency(&load.latency),
+        client_limited: load.generator.limited,
+        client_reasons: load.generator.reasons,
+    }))
 }
 
 /// A running server of either engine.
@@ -309,6 +396,42 @@ fn measure_point(
     role: PointRole,
     repeat: u32,
 ) -> Result<Option<RequestPointResult>> {
+    let observe = bench.observer.is_some();
+    let Some(window) = run_window(ctx, bench, LoopKind::Open { qps }, repeat, observe)? else {
+        return Ok(None);
+    };
+    let loaded = window
+        .load
+        .map_err(|e| anyhow::anyhow!("the load generator at {qps:.0} requests/s: {e}"))?;
+    Ok(Some(point_result(
+        bench,
+        role,
+        repeat,
+        qps,
+        ctx.scenario.measurement.duration_s,
+        loaded,
+        &window.stats,
+        window.observation,
+    )))
+}
+
+/// What one window of load left: the client's result, the server's statistics and
+/// the DUT's Observation (when observed).
+struct Window {
+    load: Result<LoadResult, String>,
+    stats: ServerStats,
+    observation: Option<Observation>,
+}
+
+/// Starts the server, offers `kind` for the measurement's warm-up and duration
+/// (observing the DUT when `observe`), stops the server. None when the run was stopped.
+fn run_window(
+    ctx: &mut Ctx<'_>,
+    bench: &Bench<'_>,
+    kind: LoopKind,
+    repeat: u32,
+    observe: bool,
+) -> Result<Option<Window>> {
     let stop = ctx.opts.stop.clone();
     if stop.load(Ordering::Relaxed) {
         return Ok(None);
@@ -326,19 +449,23 @@ fn measure_point(
             bench.lab.dut_ns
         )
     })?;
+    let rate_salt = match kind {
+        LoopKind::Open { qps } => qps as u64,
+        LoopKind::Closed => 0,
+    };
     let load = LoadConfig {
         server: bench.lab.server_addr(),
         netns: Some(bench.lab.client_ns.clone()),
         cpus: bench.client_cpus.clone(),
         threads: w.client_threads,
         connections: w.connections,
-        kind: LoopKind::Open { qps },
+        kind,
         warmup: Duration::from_secs_f64(m.warmup_s),
         duration: Duration::from_secs_f64(m.duration_s),
         get_fraction: w.get_fraction,
         keyspace,
         timeout: Duration::from_millis(w.timeout_ms),
-        seed: ctx.scenario.traffic.seed ^ (qps as u64) ^ (u64::from(repeat) << 32),
+        seed: ctx.scenario.traffic.seed ^ rate_salt ^ (u64::from(repeat) << 32),
     };
     // `napilab observe` reads the host and loads its BPF programs before its first
     // sample (seconds on a busy machine): it is started `lead` ahead of the client,
@@ -346,20 +473,24 @@ fn measure_point(
     // measurement window opens (`--start-at`), so that its window is the client's.
     let warmup = Duration::from_secs_f64(m.warmup_s);
     let lead = Duration::from_secs_f64(ctx.observer_lead_s.clamp(0.0, MAX_OBSERVER_LEAD_S));
-    let observed = bench.observer.is_some();
+    let observed = observe && bench.observer.is_some();
     let started_ms = crate::runner::now_ms();
     let window_opens_ms =
         started_ms + if observed { lead.as_millis() as u64 } else { 0 } + warmup.as_millis() as u64;
     let (loaded, observation) = std::thread::scope(|scope| {
-        let observer = bench.observer.as_deref().and_then(|exe| {
-            Observer::start(
-                exe,
-                &bench.lab.dut_ns,
-                Duration::from_secs_f64(m.duration_s),
-                m.trace,
-                Some(window_opens_ms),
-            )
-        });
+        let observer = bench
+            .observer
+            .as_deref()
+            .filter(|_| observe)
+            .and_then(|exe| {
+                Observer::start(
+                    exe,
+                    &bench.lab.dut_ns,
+                    Duration::from_secs_f64(m.duration_s),
+                    m.trace,
+                    Some(window_opens_ms),
+                )
+            });
         if observed {
             sleep_unless_stopped(lead, &stop);
         }
@@ -393,8 +524,6 @@ fn measure_point(
     if stop.load(Ordering::Relaxed) {
         return Ok(None);
     }
-    let loaded =
-        loaded.map_err(|e| anyhow::anyhow!("the load generator at {qps:.0} requests/s: {e}"))?;
     let observation = match observation {
         Some(Ok(o)) => Some(o),
         Some(Err(e)) => {
@@ -407,16 +536,11 @@ fn measure_point(
         }
         None => None,
     };
-    Ok(Some(point_result(
-        bench,
-        role,
-        repeat,
-        qps,
-        m.duration_s,
-        loaded,
-        &stats,
+    Ok(Some(Window {
+        load: loaded,
+        stats,
         observation,
-    )))
+    }))
 }
 
 fn sleep_unless_stopped(d: Duration, stop: &AtomicBool) {

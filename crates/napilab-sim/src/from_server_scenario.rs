@@ -274,7 +274,7 @@ pub fn plan(s: &Scenario, file: &str) -> Result<TwinPlan, ConfigError> {
         .loads_qps
         .iter()
         .copied()
-        .chain(w.search.then_some(w.search_max_qps))
+        .chain(w.search.then_some(twin_search_top(&w)))
         .fold(0.0, f64::max);
     // Every reply stays "in flight" on the veth egress (no TX completion).
     let tx_ring = u32::try_from((top * (m.warmup_s + m.duration_s + 0.1)).ceil() as u64 + 4096)
@@ -308,6 +308,18 @@ pub fn plan(s: &Scenario, file: &str) -> Result<TwinPlan, ConfigError> {
         notices.push(notice(
             "measurement.trace",
             "the twin's CPU by context and polls by context are its own (model), not the trace tier's",
+        ));
+    }
+    if !w.loads_of_capacity.is_empty() {
+        notices.push(notice(
+            "requests.loads_of_capacity",
+            "not run on the twin: these loads are fractions of the lab's capacity probe, which the twin does not run; give loads_qps for twin points",
+        ));
+    }
+    if w.search && w.search_max_qps.is_none() {
+        notices.push(notice(
+            "requests.search_max_qps",
+            format!("not given: the lab searches from its capacity probe, the twin from 0 to {TWIN_SEARCH_TOP_QPS:.0} requests/s"),
         ));
     }
     let mut twins = Vec::new();
@@ -482,7 +494,7 @@ fn map_configuration(
             ..EgressConfig::default()
         },
         traffic: TrafficConfig {
-            rate_pps: w.loads_qps.first().copied().unwrap_or(w.search_max_qps),
+            rate_pps: w.loads_qps.first().copied().unwrap_or(twin_search_top(w)),
             pattern: Pattern::Poisson,
             classes,
         },
@@ -775,6 +787,15 @@ impl CpuSums {
 }
 
 /// A batch of twin runs: (config, seed) in, results in the same order.
+/// The top of the twin's search range: the scenario's `search_max_qps`, else this.
+/// The lab derives its range from a capacity probe on its testbed; the twin has no such
+/// probe yet, so it keeps the range every server scenario had before the probe.
+pub const TWIN_SEARCH_TOP_QPS: f64 = 200_000.0;
+
+fn twin_search_top(w: &napilab_core::requests::RequestWorkload) -> f64 {
+    w.search_max_qps.unwrap_or(TWIN_SEARCH_TOP_QPS)
+}
+
 pub type RunMany<'a> = dyn FnMut(&[(SimConfig, u64)]) -> Result<Vec<SimResult>, ConfigError> + 'a;
 
 /// Runs configuration `index` of `plan` (a server plan): the sweep (every load and
@@ -840,7 +861,8 @@ pub fn run_configuration(
     }
     let first_seed = plan.seeds.first().copied().unwrap_or(1);
     let n = sp.search_repeats as usize;
-    let mut bounds = vec![(0.0f64, w.search_max_qps); n];
+    let top = twin_search_top(w);
+    let mut bounds = vec![(0.0f64, top); n];
     let mut lo_cpu: Vec<Option<f64>> = vec![None; n];
     for _ in 0..w.search_iterations {
         let mids: Vec<f64> = bounds
@@ -867,11 +889,10 @@ pub fn run_configuration(
     let answers: Vec<f64> = bounds.iter().map(|(lo, _)| *lo).collect();
     let mut notes = Vec::new();
     for (i, (_, hi)) in bounds.iter().enumerate() {
-        if *hi >= w.search_max_qps {
+        if *hi >= top {
             notes.push(format!(
-                "search {}: met the objective up to search_max_qps ({:.0}): raise it",
+                "search {}: met the objective up to the top of the twin's range ({top:.0}): give search_max_qps above it",
                 i + 1,
-                w.search_max_qps
             ));
         }
     }
@@ -886,7 +907,7 @@ pub fn run_configuration(
             format!(
                 "twin: bisection on the offered rate, {} steps from 0 to {:.0} requests/s, {} searches (seeds {}..)",
                 w.search_iterations,
-                w.search_max_qps,
+                top,
                 n,
                 first_seed.wrapping_add(1000)
             )
