@@ -29,7 +29,7 @@ APT_OPTIONAL := linux-perf
 RESULTS ?= results
 FUZZ_SECONDS ?= 10
 
-.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-export bench-sampling bench-ingress bench-sim bench-trace bench-trace-packets bench-lab bench-linerate bench-kv bench-server-modes bench-many-napi clean
+.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-export bench-sampling bench-ingress bench-sim bench-trace bench-trace-packets bench-lab bench-linerate bench-kv bench-server-modes bench-many-napi flake-audit clean
 
 all: build
 
@@ -159,6 +159,13 @@ bench-server-modes: build
 # "The many-napi topology"). Root, about 1.5 minutes after the build.
 bench-many-napi: build
 	RESULTS=$(RESULTS) bash bench/many-napi.sh
+
+# Flake audit of the root tests (issue 26): each test of the namespace, BPF and lab
+# targets RUNS times on its own, a table of passes and wall time per test, the host
+# first (bench/flake-audit.sh; root, about RUNS x 6 minutes).
+RUNS ?= 10
+flake-audit: deps
+	bash bench/flake-audit.sh $(RUNS)
 
 clean:
 	$(CARGO) clean

@@ -180,7 +180,7 @@ kind = "server"
 generator_cpus = [0]
 server_cpus = [1]
 [requests]
-loads_qps = [2000, 12000]
+loads_of_capacity = [0.1, 0.8]
 connections = 16
 keys = 1000
 value_size = 32
@@ -189,6 +189,7 @@ search = false
 [measurement]
 duration_s = 1.0
 warmup_s = 0.3
+repeats = 3
 trace = "always"
 [[configurations]]
 name = "busy-wait"
@@ -201,13 +202,26 @@ set = { mode = "irq-suspend" }
 /// Polls of the server's NAPI instance per reply in one context, from a point's
 /// `napi_polls_per_s` (the trace tier's polls by context).
 fn polls_per_reply(point: &Value, context: &str) -> f64 {
+    polls_per_reply_where(point, |c| c == context)
+}
+
+/// Polls per reply scheduled by the receive path. veth has no device interrupt: the
+/// client's transmit schedules the instance and raises NET_RX from process context, so
+/// its poll runs at that bh-enable or, when softirqs are deferred, in ksoftirqd. Polls
+/// after a hardirq are the deferral and suspension timers' (gro_flush_timeout,
+/// irq_suspend_timeout), which the modes arm on purpose.
+fn receive_path_polls_per_reply(point: &Value) -> f64 {
+    polls_per_reply_where(point, |c| c == "softirq at bh-enable" || c == "ksoftirqd")
+}
+
+fn polls_per_reply_where(point: &Value, keep: impl Fn(&str) -> bool) -> f64 {
     let per_s: f64 = point["napi_polls_per_s"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|kv| kv[0].as_str() == Some(context))
+        .filter(|kv| kv[0].as_str().is_some_and(&keep))
         .filter_map(|kv| kv[1].as_f64())
-        .sum();
+        .fold(0.0, |a, b| a + b);
     per_s / point["achieved_qps"].as_f64().unwrap_or(f64::NAN)
 }
 
@@ -217,9 +231,16 @@ fn polls_per_reply(point: &Value, context: &str) -> f64 {
 /// client's bottom-half enable ("softirq at bh-enable"). busy-wait: those polls vanish
 /// at every load and the application's busy polls take over (this failed before the
 /// server stopped using a zero epoll timeout, which skips the kernel's busy-poll loop);
-/// irq-suspend: busy polls appear and the receive path's share per reply falls as the
-/// load rises (on this 2-vCPU VM it does not reach zero at the loads the client can
-/// offer: docs/lab.md).
+/// irq-suspend: busy polls appear and the receive path's polls per reply fall as the
+/// load rises, because while the application's busy poll keeps finding events the
+/// kernel keeps the instance suspended (fs/eventpoll.c, net/core/dev.c); on a 2-vCPU VM
+/// they do not reach zero at the loads the client can offer (docs/lab.md).
+///
+/// "Light" and "under load" are 10% and 80% of each mode's capacity, probed at the start
+/// of its configuration (closed loop), so they mean the same on a fast and a slow CPU:
+/// fixed rates (2,000 and 12,000 requests/s) were light load on a faster CPU, where
+/// the test failed. Three repeats per load; the margin is their spread (every repeat
+/// under load below every light one), not a ratio fitted on one machine.
 #[test]
 fn under_load_application_polling_replaces_receive_path_scheduling() {
     if !napilab_testkit::is_root() {
@@ -248,66 +269,47 @@ fn under_load_application_polling_replaces_receive_path_scheduling() {
             println!("SKIPPED {name}: not runnable on this kernel: {why}");
             continue;
         }
+        let capacity = q["capacity"]["achieved_qps"].as_f64().unwrap_or(0.0);
+        assert!(capacity > 0.0, "{name}: no capacity probe: {q}");
+        println!("{name}: capacity probe {capacity:.0} requests/s (closed loop, 16 connections)");
         let points = q["points"].as_array().expect("points");
-        assert_eq!(points.len(), 2, "{name}: {q}");
-        if let Some(p) = points.iter().find(|p| {
-            p["napi_polls_per_s"]
-                .as_array()
-                .is_none_or(|a| a.is_empty())
-        }) {
-            // The only excuses for a point without the server's polls: no trace tier
-            // here, or its per-CPU table of (instance, context) slots filled by other
-            // namespaces' instances (seen while another job drove hundreds of them),
-            // which the interval reports as lost polls. Anything else is a bug.
-            let intervals = p["observation"]["intervals"].as_array();
-            let traced = intervals.is_some_and(|a| a.iter().any(|i| i["trace"].is_object()));
-            let lost: u64 = intervals
-                .into_iter()
-                .flatten()
-                .filter_map(|i| i["trace"]["lost_polls"].as_u64())
-                .sum();
-            assert!(
-                !traced || lost > 0,
-                "{name}: the trace tier ran and lost no polls, yet recorded none of the server's: {p}"
-            );
-            println!(
-                "SKIPPED {name}: the trace tier {}: {err}",
-                if traced {
-                    format!("lost {lost} polls to a full instance table (other namespaces' NAPI instances)")
-                } else {
-                    "did not run here".to_string()
-                }
-            );
-            continue;
-        }
-        let (low, high) = (&points[0], &points[1]);
+        assert_eq!(points.len(), 6, "{name}: two loads x three repeats: {q}");
+        let (low, high) = points.split_at(3);
         for p in points {
             println!(
-                "{name} at {:.0} req/s: polls per reply: receive path {:.3}, busy poll {:.2}",
+                "{name} at {:.0} req/s: polls per reply: receive path {:.3}, busy poll {:.2} (polls/s by context: {})",
                 p["achieved_qps"].as_f64().unwrap_or(0.0),
-                polls_per_reply(p, "softirq at bh-enable"),
-                polls_per_reply(p, "busy poll")
+                receive_path_polls_per_reply(p),
+                polls_per_reply(p, "busy poll"),
+                p["napi_polls_per_s"]
             );
         }
-        assert!(
-            polls_per_reply(high, "busy poll") > 0.1,
-            "{name}: the application does not busy-poll: {high}"
-        );
+        for p in high {
+            assert!(
+                polls_per_reply(p, "busy poll") > 0.1,
+                "{name}: the application does not busy-poll under load: {p}"
+            );
+        }
         if name == "busy-wait" {
             for p in points {
                 assert!(
-                    polls_per_reply(p, "softirq at bh-enable") < 0.05,
+                    receive_path_polls_per_reply(p) < 0.05,
                     "{name}: the receive path still schedules the instance: {p}"
                 );
             }
         } else {
-            let (lo, hi) = (
-                polls_per_reply(low, "softirq at bh-enable"),
-                polls_per_reply(high, "softirq at bh-enable"),
-            );
+            // The margin is the repeats' own spread: every repeat under load schedules
+            // the instance from the receive path less often per reply than any repeat
+            // at light load.
+            let rx = |ps: &[Value]| -> Vec<f64> {
+                ps.iter().map(receive_path_polls_per_reply).collect()
+            };
+            let (lo, hi) = (rx(low), rx(high));
+            let lo_min = lo.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi_max = hi.iter().copied().fold(0.0, f64::max);
             assert!(
-                hi < 0.5 * lo,
-                "{name}: receive-path polls per reply {lo:.3} at low load, {hi:.3} under load"
+                hi_max < lo_min,
+                "{name}: receive-path polls per reply at light load {lo:.3?}, under load {hi:.3?}: under load the application's polling should keep the receive path from scheduling the instance"
             );
         }
     }
