@@ -46,6 +46,10 @@ struct RunArgs {
     /// Do not observe the DUT namespace per point (no Observation in the record).
     #[arg(long)]
     no_observe: bool,
+    /// Also print every search trial (they are always in the report, points.csv and
+    /// run.json).
+    #[arg(long, short)]
+    verbose: bool,
 }
 
 #[derive(clap::Args)]
@@ -144,7 +148,7 @@ fn run_scenario(a: RunArgs) -> Result<()> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&outcome.record)?);
     } else {
-        print!("{}", summary(&outcome.record));
+        print!("{}", summary(&outcome.record, a.verbose));
         println!(
             "wall time {:.0} s\nreport: {}\npoints: {}\nrecord: {}\nopenmetrics: {}\nstored in {} (napilab report {} re-renders it)",
             started.elapsed().as_secs_f64(),
@@ -176,8 +180,10 @@ fn kpps(x: f64) -> String {
     format!("{:.1}", x / 1000.0)
 }
 
-/// The summary table: one row per point, then the searches' answers.
-pub fn summary(r: &RunRecord) -> String {
+/// The summary a person reads: the maxima with their intervals and differences and
+/// the twin beside the lab first, then the sweep's points; the searches' trials only
+/// when `verbose` (they are in the report and points.csv).
+pub fn summary(r: &RunRecord, verbose: bool) -> String {
     let mut out = format!(
         "run {} ({}), scenario {}{}\n",
         r.run_id,
@@ -203,8 +209,13 @@ pub fn summary(r: &RunRecord) -> String {
         "sink cpu %",
         "loss counted at",
     ]);
+    let mut trials_left_out = 0;
     for c in &r.configurations {
         for p in &c.points {
+            if p.role == PointRole::Search && !verbose {
+                trials_left_out += 1;
+                continue;
+            }
             let late = p
                 .generator
                 .counters
@@ -311,13 +322,21 @@ pub fn summary(r: &RunRecord) -> String {
             }
         }
     }
-    if r.configurations.iter().any(|c| !c.points.is_empty()) {
+    out.push_str(&maxima_table(r));
+    out.push_str(&crate::lab_requests::maxima(r));
+    out.push_str(&crate::twin_table::tables(r));
+    out.push_str(&many_napi_table(r));
+    if !t.is_empty() {
         out.push_str(&format!("{t}\n"));
     }
-    out.push_str(&crate::lab_requests::tables(r));
-    out.push_str(&many_napi_table(r));
-    out.push_str(&maxima_table(r));
-    out.push_str(&crate::twin_table::tables(r));
+    out.push_str(&crate::lab_requests::points(r, verbose));
+    let request_trials = crate::lab_requests::search_trials(r);
+    if !verbose && trials_left_out + request_trials > 0 {
+        out.push_str(&format!(
+            "{} search trials are in the report and points.csv (--verbose prints them here)\n",
+            trials_left_out + request_trials
+        ));
+    }
     for n in &r.notices {
         out.push_str(&format!("note: {}: {}\n", n.what, n.why));
     }

@@ -4,7 +4,7 @@
 
 use comfy_table::presets::UTF8_BORDERS_ONLY;
 use comfy_table::Table;
-use napilab_core::{PointRole, RunRecord};
+use napilab_core::{ConfigurationResult, PointRole, RequestResults, RunRecord};
 
 fn cpu_cell(split: &[(String, f64)], what: &str) -> String {
     split
@@ -14,12 +14,29 @@ fn cpu_cell(split: &[(String, f64)], what: &str) -> String {
 }
 
 /// Empty when the run has no server configurations.
-pub fn tables(r: &RunRecord) -> String {
-    let with_requests: Vec<_> = r
-        .configurations
+fn with_requests(r: &RunRecord) -> Vec<(&ConfigurationResult, &RequestResults)> {
+    r.configurations
         .iter()
         .filter_map(|c| c.requests.as_ref().map(|q| (c, q)))
-        .collect();
+        .collect()
+}
+
+/// The request runs' search trials (left out of the points table without --verbose).
+pub fn search_trials(r: &RunRecord) -> usize {
+    with_requests(r)
+        .iter()
+        .map(|(_, q)| {
+            q.points
+                .iter()
+                .filter(|p| p.role == PointRole::Search)
+                .count()
+        })
+        .sum()
+}
+
+/// The request points: the sweep's, and the searches' trials when `verbose`.
+pub fn points(r: &RunRecord, verbose: bool) -> String {
+    let with_requests = with_requests(r);
     if with_requests.is_empty() {
         return String::new();
     }
@@ -49,7 +66,11 @@ pub fn tables(r: &RunRecord) -> String {
             t.add_row(vec![c.name.clone(), "not runnable".into(), why.clone()]);
             continue;
         }
-        for p in &q.points {
+        for p in q
+            .points
+            .iter()
+            .filter(|p| verbose || p.role == PointRole::Sweep)
+        {
             t.add_row(vec![
                 c.name.clone(),
                 match p.role {
@@ -86,13 +107,24 @@ pub fn tables(r: &RunRecord) -> String {
             ]);
         }
     }
-    let mut out = format!("{t}\n");
+    format!("{t}\n")
+}
+
+/// Each configuration's capacity probe and maximum at the objective, then the twin
+/// beside the lab.
+pub fn maxima(r: &RunRecord) -> String {
+    let with_requests = with_requests(r);
+    if with_requests.is_empty() {
+        return String::new();
+    }
+    let mut out = String::new();
     let mut m = Table::new();
     m.load_style(UTF8_BORDERS_ONLY);
     m.set_header(vec![
         "configuration".to_string(),
         "server".into(),
         "mode".into(),
+        "capacity probe QPS".into(),
         "max QPS at SLO".into(),
         "interval".into(),
         "searches".into(),
@@ -100,13 +132,36 @@ pub fn tables(r: &RunRecord) -> String {
         "how".into(),
     ]);
     for (c, q) in &with_requests {
+        let probe = q.capacity.as_ref().map_or_else(
+            || "-".to_string(),
+            |p| {
+                format!(
+                    "{:.0}{}",
+                    p.achieved_qps,
+                    if p.client_limited {
+                        " (client-limited)"
+                    } else {
+                        ""
+                    }
+                )
+            },
+        );
         let Some(x) = &q.max_qps else {
+            if q.capacity.is_some() {
+                m.add_row(vec![
+                    c.name.clone(),
+                    q.engine.clone(),
+                    q.mode.clone(),
+                    probe,
+                ]);
+            }
             continue;
         };
         m.add_row(vec![
             c.name.clone(),
             q.engine.clone(),
             q.mode.clone(),
+            probe,
             format!("{:.0} (p99 <= {:.0} us)", x.qps, q.slo_p99_us),
             x.interval.map_or_else(
                 || "-".into(),
@@ -122,7 +177,9 @@ pub fn tables(r: &RunRecord) -> String {
             x.note.clone(),
         ]);
     }
-    out.push_str(&format!("{m}\n"));
+    if !m.is_empty() {
+        out.push_str(&format!("{m}\n"));
+    }
     out.push_str(&crate::sim_calibrate_server::twin_table(r));
     out
 }

@@ -113,6 +113,6 @@ mod tests {
         ] {
             assert!(text.contains(want), "{want:?} missing from\n{text}");
         }
-        assert!(crate::lab_cmd::summary(&run).contains("twin vs lab"));
+        assert!(crate::lab_cmd::summary(&run, false).contains("twin vs lab"));
     }
 }
