@@ -249,7 +249,7 @@ pub struct Comparison {
 /// the caller did not ask to judge across hosts.
 pub const DIFFERENT_HOSTS: &str = "different hosts";
 
-/// The two runs' hosts (docs/report.md, "Comparing runs").
+/// The two runs' hosts (docs/lab.md, "Comparing runs").
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct HostComparison {
     /// `same` (identities agree in every field both know), `different`, or `unknown`
