@@ -89,8 +89,16 @@ fuzz: deps-fuzz deps-apt
 	@mkdir -p target
 	bash fuzz/run-all.sh $(FUZZ_SECONDS) 2>&1 | tee target/napilab-fuzz.log
 
-# One closing line for CI: tests of every cargo test binary plus one per fuzz target.
+# The host the tests ran on (napilab host's summary; uname and /proc/cpuinfo if the
+# binary did not build), then one closing line for CI: tests of every cargo test binary
+# plus one per fuzz target. The summary stays last: CI reads the closing line.
 test: deps lint unit fuzz
+	@host=$$($${CARGO_TARGET_DIR:-target}/debug/napilab host 2>/dev/null | sed -n 1p) || host=""; \
+	if [ -z "$$host" ]; then \
+		model=$$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | sed -n 1p) || model=""; \
+		host="host: $${model:-CPU unknown}, Linux $$(uname -r 2>/dev/null || echo unknown) (uname and /proc/cpuinfo: napilab host did not run)"; \
+	fi; \
+	echo "$$host"
 	@awk '/^test result:/ {p += $$4; f += $$6} / ok +[0-9]+ runs/ {p++} / CRASH / {f++} \
 		END {printf "summary: %d passed, %d failed\n", p, f}' $(TEST_LOG) target/napilab-fuzz.log
 

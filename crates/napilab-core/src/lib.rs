@@ -8,6 +8,7 @@
 pub mod experiment;
 pub mod explain;
 pub mod finding;
+pub mod host_identity;
 pub mod many_napi;
 pub mod metric;
 pub mod observation;
@@ -29,6 +30,9 @@ pub use experiment::{
     TrialRecord, TwinMaxQps, RUN_SCHEMA,
 };
 pub use finding::{Evidence, Finding, RuleId, Severity, Subject};
+pub use host_identity::{
+    CpuIdentity, CpuIdle, HostIdentity, IdentityDifference, KernelIdentity, Virtualization,
+};
 pub use metric::{Metric, Source};
 pub use observation::{
     CpuAccounting, CpuInterval, CpuTimeShares, DeviceInterval, HostFacts, HostInterval, Hz,

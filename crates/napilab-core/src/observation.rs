@@ -81,6 +81,10 @@ pub struct HostFacts {
     pub accounting: CpuAccounting,
     /// USER_HZ, the unit of /proc/stat and /proc/<pid>/stat times (almost always 100).
     pub user_hz: u32,
+    /// Which machine this was (CPU, mitigations, kernel, virtualization): absent in
+    /// records made before napilab kept it, and in the twin's, which ran on no host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<crate::host_identity::HostIdentity>,
 }
 
 /// The kernel's tick rate, which sets tick-sampling granularity and the softirq time

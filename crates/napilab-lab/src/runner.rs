@@ -250,7 +250,13 @@ impl Observer {
             .take()
             .and_then(|h| h.join().ok())
             .unwrap_or_default();
-        serde_json::from_str(&out).map_err(|e| format!("observer output: {e}"))
+        let mut observation: Observation =
+            serde_json::from_str(&out).map_err(|e| format!("observer output: {e}"))?;
+        // The run's own `host.identity` names the machine once: the observer runs on the
+        // same host, and a copy in every point would add about 1.5 KB per point to
+        // run.json and the store.
+        observation.host.identity = None;
+        Ok(observation)
     }
 }
 

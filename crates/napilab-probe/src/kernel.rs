@@ -41,9 +41,16 @@ pub fn parse_kernel_config(text: &str, path: &str) -> KernelConfig {
     config
 }
 
-/// Reads the kernel config under `root`: `proc/config.gz` first (the running kernel's
-/// own), then `boot/config-<release>`.
-pub fn read_kernel_config(root: &Path, release: Option<&str>) -> Option<KernelConfig> {
+/// A kernel config's text and the file it came from (as the host names it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelConfigText {
+    pub text: String,
+    pub path: String,
+}
+
+/// Reads the kernel config text under `root`: `proc/config.gz` first (the running
+/// kernel's own), then `boot/config-<release>`.
+pub fn read_kernel_config_text(root: &Path, release: Option<&str>) -> Option<KernelConfigText> {
     let gz = root.join("proc/config.gz");
     if let Ok(file) = std::fs::File::open(&gz) {
         let mut text = String::new();
@@ -51,13 +58,24 @@ pub fn read_kernel_config(root: &Path, release: Option<&str>) -> Option<KernelCo
             .read_to_string(&mut text)
             .is_ok()
         {
-            return Some(parse_kernel_config(&text, "/proc/config.gz"));
+            return Some(KernelConfigText {
+                text,
+                path: "/proc/config.gz".into(),
+            });
         }
     }
     let release = release?;
     let rel = format!("boot/config-{release}");
     let text = std::fs::read_to_string(root.join(&rel)).ok()?;
-    Some(parse_kernel_config(&text, &format!("/{rel}")))
+    Some(KernelConfigText {
+        text,
+        path: format!("/{rel}"),
+    })
+}
+
+/// Reads and parses the kernel config under `root` ([`read_kernel_config_text`]).
+pub fn read_kernel_config(root: &Path, release: Option<&str>) -> Option<KernelConfig> {
+    read_kernel_config_text(root, release).map(|c| parse_kernel_config(&c.text, &c.path))
 }
 
 impl KernelConfig {

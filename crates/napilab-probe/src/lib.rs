@@ -4,6 +4,7 @@
 //! that no parser hard-codes `/proc` (the node_exporter lesson in docs/architecture.md section 6).
 
 pub mod derive;
+pub mod host_identity;
 pub mod kernel;
 pub mod map;
 mod near;

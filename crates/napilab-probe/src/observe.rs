@@ -7,6 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use napilab_core::{explain, Interval, Observation, Origin, OriginKind, OBSERVATION_SCHEMA};
 
 use crate::derive::{derive_interval, DeriveContext};
+use crate::host_identity;
 use crate::kernel;
 use crate::map;
 use crate::netlink::Netlink;
@@ -29,7 +30,10 @@ pub fn unix_ms_now() -> u64 {
 pub fn describe_host(root: &Path, use_netlink: bool) -> RecordingHeader {
     let mut notices = Notices::default();
     let release = kernel::read_trimmed(root, "proc/sys/kernel/osrelease");
-    let config = kernel::read_kernel_config(root, release.as_deref());
+    let config_text = kernel::read_kernel_config_text(root, release.as_deref());
+    let config = config_text
+        .as_ref()
+        .map(|c| kernel::parse_kernel_config(&c.text, &c.path));
     if config.is_none() {
         notices.add(
             "kernel config",
@@ -37,6 +41,7 @@ pub fn describe_host(root: &Path, use_netlink: bool) -> RecordingHeader {
         );
     }
     let hz = kernel::detect_hz(root, config.as_ref());
+    let identity = host_identity::read_identity(root, config_text.as_ref(), hz.value);
     let settings = sysctl::read_settings(root);
     if settings.netdev_budget.is_none() && root.join("proc/sys/net/core").is_dir() {
         notices.add(
@@ -73,6 +78,7 @@ pub fn describe_host(root: &Path, use_netlink: bool) -> RecordingHeader {
             hz,
             accounting: config.map(|c| c.accounting()).unwrap_or_default(),
             user_hz: kernel::user_hz(),
+            identity: Some(identity),
         },
         online_cpus,
         settings,

@@ -29,6 +29,7 @@ fn header(topology: TopologyMap) -> RecordingHeader {
             },
             accounting: CpuAccounting::TickSampled,
             user_hz: 100,
+            identity: None,
         },
         online_cpus: vec![0, 1],
         settings: Settings::default(),

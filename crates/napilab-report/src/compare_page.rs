@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use anyhow::{anyhow, Result};
 use plotters::prelude::*;
 
-use crate::comparison::{Comparison, Estimate, PairDifference};
+use crate::comparison::{Comparison, Estimate, HostComparison, PairDifference};
 use crate::html::{esc, grouped, CSS};
 use crate::plot::{colour, fmt_short};
 
@@ -36,6 +36,7 @@ pub fn comparison_html(c: &Comparison) -> Result<String> {
         c.level * 100.0,
         1.0 - c.level
     );
+    hosts(&mut out, &c.hosts);
     if !c.unmatched.is_empty() {
         let _ = writeln!(
             out,
@@ -169,6 +170,42 @@ fn paired_plot(rows: &[&PairDifference]) -> Result<String> {
     Ok(svg.replace(" xmlns=\"http://www.w3.org/2000/svg\"", ""))
 }
 
+/// Where the two runs ran, and what differs between their hosts.
+fn hosts(out: &mut String, h: &HostComparison) {
+    let _ = write!(
+        out,
+        "<p class=\"sub\" id=\"hosts\">A ran on {}; B ran on {}. ",
+        esc(&h.a),
+        esc(&h.b)
+    );
+    match h.status.as_str() {
+        "same" => out.push_str(
+            "Same host identity (CPU, microcode, mitigations, kernel, virtualization).</p>\n",
+        ),
+        "different" => {
+            let fields: Vec<String> = h
+                .differences
+                .iter()
+                .map(|d| format!("{} ({} / {})", d.field, d.a, d.b))
+                .collect();
+            let _ = writeln!(
+                out,
+                "<strong>Different hosts</strong>: {}. {}</p>",
+                esc(&fields.join("; ")),
+                if h.across_hosts {
+                    "Verdicts are given anyway (--across-hosts): the host may explain part of any difference."
+                } else {
+                    "A difference that would be significant is marked <em>different hosts</em>: the \
+                     host may explain it (napilab compare --across-hosts judges it anyway)."
+                }
+            );
+        }
+        _ => {
+            out.push_str("Whether they ran on one host is unknown: verdicts assume they did.</p>\n")
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,12 +214,29 @@ mod tests {
     use napilab_core::RunKind;
 
     #[test]
+    fn different_hosts_are_named_with_what_differs() {
+        let mut a = SyntheticRun::new(RunKind::Lab).build();
+        let mut b = SyntheticRun::new(RunKind::Lab)
+            .run_id("20260101-130000-cafe")
+            .build();
+        let mut id = napilab_core::HostIdentity::default();
+        id.kernel.release = Some("6.1.0".into());
+        a.host.identity = Some(id.clone());
+        id.kernel.release = Some("6.18.4".into());
+        b.host.identity = Some(id);
+        let html = comparison_html(&compare(&a, &b, &[], false)).expect("html");
+        assert!(html.contains("id=\"hosts\""), "{html}");
+        assert!(html.contains("kernel.release"), "{html}");
+        assert!(html.contains("--across-hosts"), "{html}");
+    }
+
+    #[test]
     fn the_page_has_the_table_and_a_plot_per_metric() {
         let a = SyntheticRun::new(RunKind::Lab).build();
         let b = SyntheticRun::new(RunKind::Lab)
             .run_id("20260101-130000-cafe")
             .build();
-        let c = compare(&a, &b, &[]);
+        let c = compare(&a, &b, &[], false);
         let html = comparison_html(&c).expect("html");
         assert!(html.contains("id=\"comparison\""));
         let metrics: std::collections::BTreeSet<&str> =

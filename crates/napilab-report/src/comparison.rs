@@ -6,7 +6,7 @@
 
 use napilab_core::uncertainty::{mean_sd, quantile_interval, t_interval, welch};
 use napilab_core::uncertainty::{ConfidenceInterval, Difference};
-use napilab_core::{ConfigurationResult, PointRole, RunRecord};
+use napilab_core::{ConfigurationResult, IdentityDifference, PointRole, RunKind, RunRecord};
 use serde::Serialize;
 
 /// The confidence level when a run does not say (its goals' intervals carry theirs).
@@ -241,11 +241,74 @@ pub struct Comparison {
     pub rows: Vec<PairDifference>,
     /// Configurations of either run without a counterpart.
     pub unmatched: Vec<String>,
+    /// Whether the two runs ran on the same host.
+    pub hosts: HostComparison,
+}
+
+/// The verdict given instead of `significant` when the runs ran on different hosts and
+/// the caller did not ask to judge across hosts.
+pub const DIFFERENT_HOSTS: &str = "different hosts";
+
+/// The two runs' hosts (docs/lab.md, "Comparing runs").
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct HostComparison {
+    /// `same` (identities agree in every field both know), `different`, or `unknown`
+    /// (a side has no identity: an older record, or the twin's).
+    pub status: String,
+    /// Each side's host in one line, or why it is unknown.
+    pub a: String,
+    pub b: String,
+    /// With `different`: every field that differs.
+    pub differences: Vec<IdentityDifference>,
+    /// Whether verdicts were given across different hosts (`--across-hosts`).
+    pub across_hosts: bool,
+}
+
+impl HostComparison {
+    pub fn differ(&self) -> bool {
+        self.status == "different"
+    }
+}
+
+fn host_of(run: &RunRecord) -> String {
+    match (&run.host.identity, run.kind) {
+        (Some(id), _) => id.summary(),
+        (None, RunKind::Model) => "the twin (computed, no host)".into(),
+        (None, RunKind::Lab) => {
+            "host unknown (recorded before napilab kept the host identity)".into()
+        }
+    }
+}
+
+/// Sets the two runs' hosts side by side.
+pub fn compare_hosts(a: &RunRecord, b: &RunRecord, across_hosts: bool) -> HostComparison {
+    let (status, differences) = match (&a.host.identity, &b.host.identity) {
+        (Some(x), Some(y)) => {
+            let d = x.differences(y);
+            (if d.is_empty() { "same" } else { "different" }, d)
+        }
+        _ => ("unknown", Vec::new()),
+    };
+    HostComparison {
+        status: status.into(),
+        a: host_of(a),
+        b: host_of(b),
+        differences,
+        across_hosts,
+    }
 }
 
 /// Compares `b` against `a`. `pairs` names the configurations to set side by side
-/// (A's, B's); empty: every configuration name the two runs share.
-pub fn compare(a: &RunRecord, b: &RunRecord, pairs: &[(String, String)]) -> Comparison {
+/// (A's, B's); empty: every configuration name the two runs share. When the runs ran
+/// on different hosts, a difference Welch's test calls significant is marked
+/// [`DIFFERENT_HOSTS`] instead unless `across_hosts`: the host alone (CPU, microcode,
+/// kernel, hypervisor) can move these numbers by more than the setting under test.
+pub fn compare(
+    a: &RunRecord,
+    b: &RunRecord,
+    pairs: &[(String, String)],
+    across_hosts: bool,
+) -> Comparison {
     let level = level_of(a).max(level_of(b));
     let names = |r: &RunRecord| -> Vec<String> {
         r.configurations.iter().map(|c| c.name.clone()).collect()
@@ -314,6 +377,14 @@ pub fn compare(a: &RunRecord, b: &RunRecord, pairs: &[(String, String)]) -> Comp
             }
         }
     }
+    let hosts = compare_hosts(a, b, across_hosts);
+    if hosts.differ() && !across_hosts {
+        for r in &mut rows {
+            if r.difference.verdict == "significant" {
+                r.difference.verdict = DIFFERENT_HOSTS.into();
+            }
+        }
+    }
     Comparison {
         a_run: a.run_id.clone(),
         b_run: b.run_id.clone(),
@@ -321,6 +392,7 @@ pub fn compare(a: &RunRecord, b: &RunRecord, pairs: &[(String, String)]) -> Comp
         pairs,
         rows,
         unmatched,
+        hosts,
     }
 }
 
@@ -416,7 +488,7 @@ mod tests {
     #[test]
     fn a_run_compared_with_itself_shows_no_significant_difference() {
         let run = searched(&[&[300e3, 310e3, 305e3], &[450e3, 440e3, 455e3]]);
-        let c = compare(&run, &run, &[]);
+        let c = compare(&run, &run, &[], false);
         assert!(!c.rows.is_empty());
         for r in &c.rows {
             assert_eq!(r.difference.delta, 0.0, "{r:?}");
@@ -445,7 +517,7 @@ mod tests {
     fn two_configurations_of_one_run_can_be_compared_by_name() {
         let run = searched(&[&[300e3, 310e3, 305e3], &[450e3, 440e3, 455e3]]);
         let names: Vec<String> = run.configurations.iter().map(|c| c.name.clone()).collect();
-        let c = compare(&run, &run, &[(names[0].clone(), names[1].clone())]);
+        let c = compare(&run, &run, &[(names[0].clone(), names[1].clone())], false);
         let max = c
             .rows
             .iter()
@@ -453,6 +525,54 @@ mod tests {
             .expect("max row");
         assert!(max.difference.delta > 100e3);
         assert_eq!(max.difference.verdict, "significant");
+    }
+
+    fn on_host(mut run: RunRecord, run_id: &str, microcode: &str) -> RunRecord {
+        run.run_id = run_id.into();
+        run.host.identity = Some(napilab_core::HostIdentity {
+            cpu: napilab_core::CpuIdentity {
+                model_name: Some("AMD EPYC".into()),
+                microcode: Some(microcode.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        run
+    }
+
+    #[test]
+    fn across_hosts_a_significant_difference_is_marked_not_judged() {
+        let a = searched(&[&[300e3, 310e3, 305e3], &[450e3, 440e3, 455e3]]);
+        let b = searched(&[&[400e3, 410e3, 405e3], &[452e3, 438e3, 456e3]]);
+        let (a, b) = (on_host(a, "a", "0x1"), on_host(b, "b", "0x2"));
+        let verdicts = |c: &Comparison| -> Vec<String> {
+            c.rows
+                .iter()
+                .filter(|r| r.metric.starts_with("max throughput"))
+                .map(|r| r.difference.verdict.clone())
+                .collect()
+        };
+        let c = compare(&a, &b, &[], false);
+        assert_eq!(c.hosts.status, "different");
+        assert_eq!(c.hosts.differences.len(), 1);
+        assert_eq!(c.hosts.differences[0].field, "cpu.microcode");
+        assert_eq!(verdicts(&c), [DIFFERENT_HOSTS, "not significant"]);
+        // Asked for: judged as on one host, and said so.
+        let c = compare(&a, &b, &[], true);
+        assert!(c.hosts.across_hosts);
+        assert_eq!(verdicts(&c), ["significant", "not significant"]);
+        // Same host: judged.
+        let same = on_host(b.clone(), "b", "0x1");
+        let c = compare(&a, &same, &[], false);
+        assert_eq!(c.hosts.status, "same");
+        assert_eq!(verdicts(&c), ["significant", "not significant"]);
+        // An older record without identity: unknown, still judged, and named so.
+        let mut old = b;
+        old.host.identity = None;
+        let c = compare(&a, &old, &[], false);
+        assert_eq!(c.hosts.status, "unknown");
+        assert!(c.hosts.b.starts_with("host unknown"), "{:?}", c.hosts);
+        assert_eq!(verdicts(&c), ["significant", "not significant"]);
     }
 
     #[test]

@@ -244,6 +244,7 @@ fn header(out: &mut String, run: &RunRecord, l: &Labels) {
             "configurations / points",
             format!("{} / {}", run.configurations.len(), points),
         ),
+        ("host", host_line(run)),
         ("host CPUs", cpus.join(", ")),
         ("kernel HZ", hz),
         ("CPU accounting", accounting.into()),
@@ -254,6 +255,16 @@ fn header(out: &mut String, run: &RunRecord, l: &Labels) {
         let _ = writeln!(out, "<tr><th>{}</th><td>{}</td></tr>", esc(k), esc(&v));
     }
     out.push_str("</table>\n");
+}
+
+/// The run's host in one line (napilab_core::HostIdentity::summary), or why there is
+/// none: a comparison of two reports starts by checking this line.
+fn host_line(run: &RunRecord) -> String {
+    match (&run.host.identity, run.kind) {
+        (Some(id), _) => id.summary(),
+        (None, RunKind::Model) => "none: computed by the twin".into(),
+        (None, RunKind::Lab) => "unknown (recorded before napilab kept the host identity)".into(),
+    }
 }
 
 fn stopped_meaning(stopped: &str) -> &'static str {

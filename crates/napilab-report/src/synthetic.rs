@@ -137,6 +137,7 @@ impl SyntheticRun {
             },
             accounting: CpuAccounting::TickSampled,
             user_hz: 100,
+            identity: None,
         }
     }
 

@@ -252,6 +252,42 @@ fn html_has_every_plot_the_tables_and_no_external_references() {
     assert!(html.contains("napilab lab report"));
 }
 
+/// The report's header names the host the run came from, and says so when an older
+/// record has none; the store keeps the identity.
+#[test]
+fn the_header_has_the_host_line_and_the_store_keeps_it() {
+    let mut run = lab_run();
+    let html = report_html(&run).expect("html");
+    assert!(
+        html.contains("<tr><th>host</th><td>unknown (recorded before napilab kept the host identity)</td></tr>"),
+        "no host row"
+    );
+    let mut id = napilab_core::HostIdentity::default();
+    id.cpu.model_name = Some("AMD EPYC".into());
+    id.cpu.microcode = Some("0x1000065".into());
+    id.kernel.release = Some("6.18.44".into());
+    id.virtualization.hypervisor = Some("KVM".into());
+    run.host.identity = Some(id);
+    let html = report_html(&run).expect("html");
+    assert!(
+        html.contains(
+            "<tr><th>host</th><td>AMD EPYC (microcode 0x1000065), Linux 6.18.44, KVM</td></tr>"
+        ),
+        "no host summary"
+    );
+    let dir = scratch("host-identity");
+    let db = dir.join("napilab.db");
+    Store::open(&db)
+        .expect("open")
+        .insert_run(&run)
+        .expect("insert");
+    let back = Store::open(&db)
+        .expect("reopen")
+        .load_run(&run.run_id)
+        .expect("load");
+    assert_eq!(back.host.identity, run.host.identity);
+}
+
 #[test]
 fn model_runs_render_with_twin_labels() {
     let run = SyntheticRun::new(RunKind::Model).build();

@@ -332,6 +332,7 @@ pub(crate) fn build(sim: &Sim) -> SimResult {
             },
             accounting: CpuAccounting::TickSampled,
             user_hz: 100,
+            identity: None,
             ..Default::default()
         },
         settings: Settings {

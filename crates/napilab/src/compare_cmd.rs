@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
-use napilab_report::comparison::{compare, Comparison, Estimate};
+use napilab_report::comparison::{compare, Comparison, Estimate, HostComparison};
 
 use crate::report_cmd::load;
 
@@ -31,6 +31,11 @@ pub struct CompareArgs {
     /// Print the comparison as JSON.
     #[arg(long)]
     json: bool,
+    /// Judge differences even when the runs ran on different hosts (CPU, microcode,
+    /// kernel, hypervisor...). Without it such a difference is marked `different hosts`
+    /// instead of `significant`: the host may explain it.
+    #[arg(long)]
+    across_hosts: bool,
 }
 
 pub fn run(args: CompareArgs) -> Result<()> {
@@ -59,7 +64,7 @@ pub fn run(args: CompareArgs) -> Result<()> {
     if args.b.is_none() && pairs.is_empty() {
         bail!("one run compared with itself says nothing: name run B, or pick two of its configurations with --configs X:Y");
     }
-    let c = compare(&a, &b, &pairs);
+    let c = compare(&a, &b, &pairs, args.across_hosts);
     if c.rows.is_empty() {
         bail!(
             "nothing to compare: the runs share no configuration with a maximum or a latency \
@@ -95,6 +100,31 @@ fn value(e: &Estimate) -> String {
     }
 }
 
+/// Where A and B ran, and whether that allows a verdict.
+fn hosts_text(h: &HostComparison) -> String {
+    let sides = format!("  A: {}\n  B: {}\n", h.a, h.b);
+    match h.status.as_str() {
+        "same" => format!(
+            "hosts: the same (CPU, microcode, mitigations, kernel, virtualization)\n{sides}"
+        ),
+        "different" => {
+            let mut out = format!("hosts: DIFFERENT\n{sides}");
+            for d in &h.differences {
+                out.push_str(&format!("  differs: {}: A {} / B {}\n", d.field, d.a, d.b));
+            }
+            out.push_str(if h.across_hosts {
+                "  verdicts given anyway (--across-hosts): the host may explain part of any difference\n"
+            } else {
+                "  a difference that would be significant is marked \"different hosts\": the host may explain it (--across-hosts judges it anyway)\n"
+            });
+            out
+        }
+        _ => format!(
+            "hosts: unknown whether both ran on one host (verdicts assume they did)\n{sides}"
+        ),
+    }
+}
+
 fn text(c: &Comparison) -> String {
     let mut t = Table::new();
     t.load_style(UTF8_BORDERS_ONLY);
@@ -123,10 +153,11 @@ fn text(c: &Comparison) -> String {
         ]);
     }
     let mut out = format!(
-        "A = {}, B = {}; intervals at {:.0}% (Student t over repeats; order statistics within one point for a percentile measured once); verdict: Welch's t-test\n{t}\n",
+        "A = {}, B = {}; intervals at {:.0}% (Student t over repeats; order statistics within one point for a percentile measured once); verdict: Welch's t-test\n{}{t}\n",
         c.a_run,
         c.b_run,
-        c.level * 100.0
+        c.level * 100.0,
+        hosts_text(&c.hosts)
     );
     if !c.unmatched.is_empty() {
         out.push_str(&format!(

@@ -86,6 +86,7 @@ pub fn packet_path_families(input: &PacketPath<'_>, limits: Limits) -> (Vec<Fami
     dropped.napi_instances = napi_families(input, limits, &mut families);
     thread_families(input.sample, user_hz, &mut families);
     settings_families(input.header, &mut families);
+    families.push(host_family(input.header));
     families.push(finding_family(input.findings));
     (families, dropped)
 }
@@ -536,6 +537,30 @@ fn settings_families(header: &RecordingHeader, out: &mut Vec<Family>) {
     out.push(sysctl);
 }
 
+/// Which machine the numbers come from, so a dashboard can split a fleet by CPU,
+/// kernel and hypervisor before comparing hosts (napilab compare does the same).
+fn host_family(header: &RecordingHeader) -> Family {
+    let mut info = Family::new(
+        "napilab_host_info",
+        "The host's identity as labels, value 1 (source=map: /proc/cpuinfo, /proc/sys/kernel/osrelease, /sys; refreshed every map refresh; `napilab host` shows every field).",
+        Kind::Gauge,
+    );
+    if let Some(id) = &header.host.identity {
+        info.push(
+            &[
+                ("vendor", opt(id.cpu.vendor.as_ref())),
+                ("model", opt(id.cpu.model_name.as_ref())),
+                ("kernel", opt(id.kernel.release.as_ref())),
+                ("hypervisor", id.hypervisor_label()),
+                ("microcode", opt(id.cpu.microcode.as_ref())),
+                ("source", "map".into()),
+            ],
+            1.0,
+        );
+    }
+    info
+}
+
 fn finding_family(findings: &[Finding]) -> Family {
     let mut family = Family::new(
         "napilab_finding",
@@ -794,6 +819,50 @@ mod tests {
         );
         let om = crate::exposition::openmetrics(families).expect("openmetrics");
         assert!(om.contains("napilab_napi_full_budget_polls_total{"), "{om}");
+    }
+
+    #[test]
+    fn host_info_carries_the_identity_as_labels() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../napilab-probe/tests/fixtures/host/amd-kvm");
+        let header = napilab_probe::observe::describe_host(&root, false);
+        let (_, sample) = fixture();
+        let (families, _) = packet_path_families(
+            &PacketPath {
+                header: &header,
+                sample: &sample,
+                trace: None,
+                findings: &[],
+            },
+            Limits::default(),
+        );
+        let info = family(&families, "napilab_host_info");
+        assert_eq!(info.kind, Kind::Gauge);
+        assert_eq!(info.samples.len(), 1);
+        let (labels, value) = &info.samples[0];
+        assert_eq!(*value, crate::exposition::Value::Number(1.0));
+        for (k, v) in [
+            ("vendor", "AuthenticAMD"),
+            ("model", "AMD EPYC"),
+            ("kernel", "6.18.44-fc-v782"),
+            ("hypervisor", "KVM"),
+            ("microcode", "0x1000065"),
+            ("source", "map"),
+        ] {
+            assert!(
+                labels.contains(&(k.into(), v.into())),
+                "{k}={v} not in {labels:?}"
+            );
+        }
+        let text = crate::exposition::prometheus_text(&families).expect("text");
+        assert!(
+            text.contains("napilab_host_info{vendor=\"AuthenticAMD\""),
+            "{text}"
+        );
+        // A header without identity (a replayed old recording): no sample, no error.
+        let mut old = header.clone();
+        old.host.identity = None;
+        assert!(host_family(&old).samples.is_empty());
     }
 
     #[test]

@@ -191,6 +191,10 @@ pub fn summary(r: &RunRecord, verbose: bool) -> String {
         r.scenario_name,
         if r.interrupted { ", INTERRUPTED" } else { "" }
     );
+    out.push_str(&match &r.host.identity {
+        Some(id) => format!("host: {}\n", id.summary()),
+        None => "host: unknown (recorded before napilab kept the host identity)\n".into(),
+    });
     let mut t = Table::new();
     t.load_style(UTF8_BORDERS_ONLY);
     t.set_header(vec![

@@ -4,6 +4,7 @@ mod compare_cmd;
 mod export_cmd;
 mod export_metrics;
 mod exposition;
+mod host_cmd;
 mod kv_cmd;
 mod lab_cmd;
 mod lab_requests;
@@ -69,6 +70,9 @@ enum Command {
     TunnelEndpoint(tunnel_cmd::EndpointArgs),
     /// Encrypting peers sending sealed UDP tunnel packets to a tunnel endpoint at a rate.
     TunnelPeers(tunnel_cmd::PeersArgs),
+    /// Show which machine this is, as every record stores it: CPU, microcode,
+    /// mitigations, kernel, virtualization, idle and frequency drivers, HZ, NUMA nodes.
+    Host(host_cmd::HostArgs),
     /// Serve this host's packet-path metrics to Prometheus (node_exporter-compatible raw
     /// counters and the corrected napilab_* ones) until SIGTERM; docs/export.md.
     Export(export_cmd::ExportArgs),
@@ -178,6 +182,7 @@ fn main() -> ExitCode {
             | Command::Sim(_)
             | Command::Report(_)
             | Command::Compare(_)
+            | Command::Host(_)
     ) {
         // SAFETY: called before any thread is started; restores the default action.
         unsafe {
@@ -215,6 +220,7 @@ fn main() -> ExitCode {
         Command::KvLoad(args) => kv_cmd::run_load(args),
         Command::TunnelEndpoint(args) => tunnel_cmd::run_endpoint(args),
         Command::TunnelPeers(args) => tunnel_cmd::run_peers(args),
+        Command::Host(args) => host_cmd::run(args),
         Command::Export(args) => export_cmd::options(args).and_then(|o| export_cmd::run(&o)),
     };
     match result {

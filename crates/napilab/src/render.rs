@@ -54,7 +54,13 @@ fn accounting(a: CpuAccounting) -> &'static str {
 }
 
 pub fn host_line(host: &HostFacts, settings: &Settings) -> String {
-    format!(
+    // The identity first: numbers only compare with numbers from the same machine.
+    let identity = match &host.identity {
+        Some(id) => format!("host identity: {}\n", id.summary()),
+        None => "host identity: unknown (recorded before napilab kept it)\n".into(),
+    };
+    identity
+        + &format!(
         "host: {} CPUs, HZ={} ({}), CPU accounting: {}\nsysctl net.core: netdev_budget={} netdev_budget_usecs={} dev_weight={} busy_poll={} busy_read={}\n",
         host.cpus.len(),
         opt(host.hz.value),

@@ -85,6 +85,7 @@ fn empty_observation(intervals: Vec<Interval>, topology: TopologyMap) -> Observa
             },
             accounting: CpuAccounting::TickSampled,
             user_hz: 100,
+            identity: None,
         },
         settings: Settings {
             netdev_budget: Some(300),

@@ -1,0 +1,93 @@
+//! End-to-end tests of `napilab host`: it only reads /proc and /sys, so it runs
+//! without root, on this host and on the probe's fixture trees.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn napilab(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_napilab"))
+        .args(args)
+        .output()
+        .expect("run napilab")
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../napilab-probe/tests/fixtures/host")
+        .join(name)
+}
+
+#[test]
+fn host_json_describes_this_machine() {
+    let out = napilab(&["host", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    for key in [
+        "cpu",
+        "mitigations",
+        "kernel",
+        "virtualization",
+        "cpuidle",
+        "cpufreq_driver",
+        "hz",
+        "numa_nodes",
+    ] {
+        assert!(v.get(key).is_some(), "no {key} in {v}");
+    }
+    // The release is what the kernel says it is (Linux always has this file).
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("osrelease");
+    assert_eq!(v["kernel"]["release"], release.trim(), "{v}");
+    // It parses back into the type records carry.
+    let id: napilab_core::HostIdentity = serde_json::from_value(v).expect("HostIdentity");
+    assert!(id.summary().contains(release.trim()));
+}
+
+#[test]
+fn host_text_starts_with_the_summary_then_one_line_per_field() {
+    let root = fixture("amd-kvm");
+    let out = napilab(&["host", "--root", root.to_str().expect("utf-8 path")]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some(
+            "host: AMD EPYC (family 25 model 1 stepping 1, microcode 0x1000065), Linux 6.18.44-fc-v782, KVM"
+        )
+    );
+    let rest: Vec<&str> = lines.collect();
+    for (name, value) in [
+        ("cpu vendor", "AuthenticAMD"),
+        ("cpufreq driver", "none"),
+        ("cpuidle governor", "menu"),
+        ("hypervisor", "KVM (from clocksource kvm-clock)"),
+        ("steal time", "yes (228 ticks since boot)"),
+        ("mitigation spectre_v1", "Mitigation: usercopy/swapgs"),
+    ] {
+        assert!(
+            rest.iter()
+                .any(|l| l.trim_start().starts_with(name) && l.contains(value)),
+            "no line {name}: {value} in\n{text}"
+        );
+    }
+    // An empty tree: every field unknown, the kernel config unreadable, and no failure.
+    let empty = fixture("stripped");
+    let out = napilab(&["host", "--root", empty.to_str().expect("utf-8 path")]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("host: CPU unknown, kernel unknown, virtualization unknown\n"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.contains("kernel config sha256") && l.ends_with("unreadable")),
+        "{text}"
+    );
+}
