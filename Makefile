@@ -93,33 +93,32 @@ fuzz: deps-fuzz deps-apt
 # binary did not build), then one closing line for CI: tests of every cargo test binary
 # plus one per fuzz target. The summary stays last: CI reads the closing line.
 test: deps lint unit fuzz
-	@host=$$($${CARGO_TARGET_DIR:-target}/debug/napilab host 2>/dev/null | sed -n 1p) || host=""; \
-	if [ -z "$$host" ]; then \
-		model=$$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | sed -n 1p) || model=""; \
-		host="host: $${model:-CPU unknown}, Linux $$(uname -r 2>/dev/null || echo unknown) (uname and /proc/cpuinfo: napilab host did not run)"; \
-	fi; \
-	echo "$$host"
+	@bash bench/host-line.sh
 	@awk '/^test result:/ {p += $$4; f += $$6} / ok +[0-9]+ runs/ {p++} / CRASH / {f++} \
 		END {printf "summary: %d passed, %d failed\n", p, f}' $(TEST_LOG) target/napilab-fuzz.log
 
 # Sampling cost per 1-second sample, side by side with sar and node_exporter (see README).
 bench-sampling: build
+	@bash bench/host-line.sh
 	$(CARGO) build --release -p napilab-probe --example sample-reads
 	bash bench/sampling-cost.sh
 
 # napilab export's CPU per second (proc tier, --trace with its BPF run time) beside
 # prometheus-node-exporter, idle / loaded / 50 concurrent scrapers (root; docs/export.md).
 bench-export: deps
+	@bash bench/host-line.sh
 	$(CARGO) build --release -p napilab
 	bash bench/export-cost.sh
 
 # RT latency with and without the ingress-priority profile (see README).
 bench-ingress: deps
+	@bash bench/host-line.sh
 	bash bench/ingress-priority.sh
 
 # The twin's speed: event loop, 1 s of a 2 Mpps router, and the ratio to a SimPy model
 # of the same router run side by side (SimPy from PyPI in a venv: Debian's is 2.x).
 bench-sim: deps
+	@bash bench/host-line.sh
 	@for p in python3 python3-venv; do dpkg -s $$p >/dev/null 2>&1 || { export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq $$p >/dev/null; }; done
 	@[ -x target/simpy-venv/bin/python ] || { python3 -m venv target/simpy-venv && target/simpy-venv/bin/pip install -q simpy; }
 	NAPILAB_PYTHON=target/simpy-venv/bin/python $(CARGO) run --release -p napilab-sim --example sim-bench
@@ -127,6 +126,7 @@ bench-sim: deps
 # Cost of the always-on tracing tier and of 1 kHz stage sampling on a veth router,
 # alternating A/B rounds in one run (root).
 bench-trace: deps
+	@bash bench/host-line.sh
 	$(CARGO) run --release -p napilab-trace --example overhead -- 48 0.5
 
 # Cost of the per-packet tier (--trace-packets) on a saturated veth router, six modes in
@@ -134,12 +134,14 @@ bench-trace: deps
 # per-packet in its default tracing windows / bpftrace counting one tracepoint / one
 # empty BPF program (the floor); CPU per forwarded packet (root; docs/trace.md).
 bench-trace-packets: deps
+	@bash bench/host-line.sh
 	$(CARGO) run --release -p napilab-trace --example packets-overhead -- 6 3
 
 # The lab's own limits: paced generator accuracy, the spread of repeated maxima
 # (scenarios/bench-*.toml), and the repeatability of the maximum-throughput search:
 # 5 RFC 2544 bisections and 5 MLRsearches alternating in one run (see docs/lab.md). Root.
 bench-lab: build
+	@bash bench/host-line.sh
 	./target/release/napilab lab run scenarios/bench-paced.toml --no-observe --out $(RESULTS)
 	./target/release/napilab lab run scenarios/bench-repeat.toml --no-observe --out $(RESULTS)
 	$(CARGO) run --release -p napilab-lab --example search-repeatability -- 5 2
@@ -148,24 +150,28 @@ bench-lab: build
 # offered, and the DUT's maximum forwarding rate 5 times with its spread
 # (scenarios/line-rate.toml; see docs/lab.md). Root.
 bench-linerate: deps
+	@bash bench/host-line.sh
 	$(CARGO) run --release -p napilab-lab --example linerate-bench -- 5 6
 
 # The request workload engines (docs/lab.md, "Request workloads"): memcached's capacity
 # beside what the load generator offers from one core, and napilab's key-value server's
 # capacity per interrupt mode, side by side in one run. Root.
 bench-kv: deps
+	@bash bench/host-line.sh
 	$(CARGO) run --release -p napilab-lab --example kv-bench -- 3 3
 
 # The server topology's modes (issue 14): max requests/s at the p99 SLO and CPU per
 # request per mode, five searches each, napilab's server and memcached; the report has
 # the twin's prediction beside each (scenarios/bench-server-modes.toml; docs/lab.md). Root.
 bench-server-modes: build
+	@bash bench/host-line.sh
 	./target/release/napilab lab run scenarios/bench-server-modes.toml --out $(RESULTS)
 
 # The DUT's CPU per packet with 1, 10, 100 and 1000 NAPI instances, softirq vs threaded
 # vs threaded-pinned side by side in one run (scenarios/many-napi.toml; docs/lab.md,
 # "The many-napi topology"). Root, about 1.5 minutes after the build.
 bench-many-napi: build
+	@bash bench/host-line.sh
 	RESULTS=$(RESULTS) bash bench/many-napi.sh
 
 # Flake audit of the root tests (issue 26): each test of the namespace, BPF and lab
@@ -173,6 +179,7 @@ bench-many-napi: build
 # first (bench/flake-audit.sh; root, about RUNS x 6 minutes).
 RUNS ?= 10
 flake-audit: deps
+	@bash bench/host-line.sh
 	bash bench/flake-audit.sh $(RUNS)
 
 clean:

@@ -30,7 +30,7 @@ TARGETS=(
 OUT=target/flake-audit
 rm -rf "$OUT"
 mkdir -p "$OUT"
-echo "host: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) CPUs, Linux $(uname -r)"
+bash bench/host-line.sh; echo "CPUs: $(nproc)"
 echo "started: $(date -u +%FT%TZ), $RUNS runs per test"
 
 # The test binary of one target (built once, like `cargo test` does).
