@@ -43,5 +43,5 @@ pub use topology::{
     Device, EthtoolInfo, IrqInfo, IrqMatch, Napi, ObservedPolling, Poller, QdiscInfo, RxQueue,
     ThreadInfo, TopologyMap, TxQueue,
 };
-pub use twin_vs_lab::{TwinClassPoint, TwinMaximum, TwinVsLab};
+pub use twin_vs_lab::{LeaveOneOutMaximum, TwinClassPoint, TwinMaximum, TwinVsLab};
 pub use units::Unit;

@@ -23,6 +23,11 @@ pub struct TwinVsLab {
     /// Why something is missing or how to read it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Whether the profile was fitted on the host of this run: `same host`,
+    /// `different host (what differs)`, or `unknown (why)`. A prediction made on
+    /// another host than its profile's is a transfer, not a check of the model.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub profile_host: String,
 }
 
 /// One configuration's maximum, lab and twin.
@@ -49,6 +54,24 @@ pub struct TwinMaximum {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub relative_error: Option<f64>,
     /// The comparison in words: a signed error, or whether "twin >= lab" holds.
+    pub verdict: String,
+    /// The same maximum predicted by a fit to this run's other configurations
+    /// (leave-one-out): the twin judged on this host, beside the shipped profile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leave_one_out: Option<LeaveOneOutMaximum>,
+}
+
+/// One configuration's maximum predicted by a twin fitted on the same run without it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LeaveOneOutMaximum {
+    /// The configurations whose maxima the fit used (this one left out); the costs
+    /// come from one threaded configuration's CPU figures, not from its maximum.
+    pub fitted_on: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub twin_pps: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relative_error: Option<f64>,
+    /// As [`TwinMaximum::verdict`], or why there is no prediction.
     pub verdict: String,
 }
 

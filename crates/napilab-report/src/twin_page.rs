@@ -26,18 +26,37 @@ pub fn twin_section(out: &mut String, run: &RunRecord) {
     let Some(t) = &run.twin else { return };
     out.push_str("<h2 id=\"twin\">Twin vs lab</h2>\n");
     let _ = writeln!(out, "<p class=\"sub\">{}</p>", esc(&t.basis));
+    if !t.profile_host.is_empty() {
+        let _ = writeln!(
+            out,
+            "<p class=\"sub\">The {} profile's host: {}</p>",
+            esc(&t.profile),
+            esc(&t.profile_host)
+        );
+    }
     if !t.maxima.is_empty() {
-        out.push_str("<table>\n<tr><th>configuration</th><th>lab max pkt/s</th><th>lab limiter (search stopped)</th><th>twin max pkt/s</th><th>error (lower bound: at least)</th></tr>\n");
+        out.push_str("<table>\n<tr><th>configuration</th><th>lab max pkt/s</th><th>lab limiter (search stopped)</th><th>twin max pkt/s (profile)</th><th>error (lower bound: at least)</th><th>leave-one-out twin pkt/s</th><th>leave-one-out error</th></tr>\n");
         for m in &t.maxima {
+            let (loo_pps, loo_verdict) = m.leave_one_out.as_ref().map_or_else(
+                || ("-".to_string(), "-".to_string()),
+                |l| {
+                    (
+                        l.twin_pps.map_or_else(|| "-".into(), grouped),
+                        l.verdict.clone(),
+                    )
+                },
+            );
             let _ = writeln!(
                 out,
-                "<tr><td>{}</td><td class=\"num\">{}</td><td>{} ({})</td><td class=\"num\">{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td class=\"num\">{}</td><td>{} ({})</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
                 esc(&m.configuration),
                 grouped(m.lab_pps),
                 esc(&m.lab_stopped),
                 m.limiter(),
                 grouped(m.twin_pps),
-                esc(&m.verdict)
+                esc(&m.verdict),
+                loo_pps,
+                esc(&loo_verdict)
             );
         }
         out.push_str("</table>\n");
@@ -93,6 +112,7 @@ mod tests {
                 twin_pps: 1_043_750.0,
                 relative_error: Some(0.04375),
                 verdict: "lab is a lower bound: twin >= lab holds (+4.4%)".into(),
+                leave_one_out: None,
             }],
             classes: vec![TwinClassPoint {
                 configuration: "rt-fifo".into(),
@@ -106,6 +126,7 @@ mod tests {
                 twin_loss: 0.0,
             }],
             notes: vec!["a note".into()],
+            profile_host: "same host".into(),
         });
         let html = crate::report_html(&run).expect("report");
         let at = html
@@ -122,6 +143,7 @@ mod tests {
             "rt-fifo",
             "31 / 88",
             "a note",
+            "The veth-lab profile's host: same host",
         ] {
             assert!(section.contains(want), "{want:?} missing from {section}");
         }

@@ -28,7 +28,7 @@
 //! Everything else in the profile is kept from the base profile and marked ASSUMED.
 
 use napilab_core::scenario::{self, Scenario};
-use napilab_core::{ConfigurationResult, PointResult, PointRole, RunRecord};
+use napilab_core::{ConfigurationResult, HostIdentity, PointResult, PointRole, RunRecord};
 
 use crate::from_scenario::{self, Testbed, TwinConfiguration, TwinPlan};
 use crate::profile::{ParamSource, SourceKind};
@@ -44,6 +44,10 @@ pub const VETH_LAB_TOML: &str = include_str!("../profiles/veth-lab.toml");
 pub struct LabProfile {
     pub profile: Profile,
     pub testbed: Option<Testbed>,
+    /// The host the profile was fitted on (`[fitted_on_host]`, written by `napilab sim
+    /// calibrate` from the run's record); None for profiles fitted before napilab kept
+    /// the host identity.
+    pub fitted_on_host: Option<HostIdentity>,
 }
 
 impl LabProfile {
@@ -76,11 +80,21 @@ impl LabProfile {
             }
             None => None,
         };
+        let fitted_on_host = match table.remove("fitted_on_host") {
+            Some(v) => Some(v.try_into().map_err(|e: toml::de::Error| {
+                ConfigError::new(file, "fitted_on_host", e.message())
+            })?),
+            None => None,
+        };
         let profile: Profile = toml::Value::Table(table)
             .try_into()
             .map_err(|e: toml::de::Error| ConfigError::new(file, "(parse)", e.message()))?;
         profile.validate(file)?;
-        Ok(LabProfile { profile, testbed })
+        Ok(LabProfile {
+            profile,
+            testbed,
+            fitted_on_host,
+        })
     }
 
     pub fn from_file(path: &std::path::Path) -> Result<Self, ConfigError> {
@@ -103,15 +117,25 @@ impl LabProfile {
         Profile::builtin(name_or_path).map(|profile| LabProfile {
             profile,
             testbed: None,
+            fitted_on_host: None,
         })
     }
 
     /// The profile as TOML (without comments; [`Calibration::to_toml`] adds them).
-    pub(crate) fn body(&self) -> String {
+    pub fn body(&self) -> String {
         let mut out = toml::to_string(&self.profile).unwrap_or_default();
         if let Some(t) = &self.testbed {
             out.push_str("\n[testbed]\n");
             out.push_str(&toml::to_string(t).unwrap_or_default());
+        }
+        if let Some(h) = &self.fitted_on_host {
+            // A table of its own, so its nested tables follow it.
+            let mut wrapper = toml::Table::new();
+            if let Ok(v) = toml::Value::try_from(h) {
+                wrapper.insert("fitted_on_host".into(), v);
+                out.push('\n');
+                out.push_str(&toml::to_string(&wrapper).unwrap_or_default());
+            }
         }
         if !out.ends_with('\n') {
             out.push('\n');
@@ -1492,6 +1516,7 @@ impl Calibration {
         }
         let mut lab = self.lab.clone();
         lab.profile.provenance = self.provenance(command, record);
+        lab.fitted_on_host = record.host.identity.clone();
         out.push_str(&lab.body());
         out
     }

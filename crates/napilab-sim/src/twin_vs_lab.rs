@@ -3,11 +3,15 @@
 //! (ingress-qos), every class's latency and loss at each sweep load, predicted with the
 //! shipped `veth-lab` profile. That profile was fitted on other runs (its description
 //! names them), so no figure of the run at hand goes into its own prediction.
-//! `napilab sim calibrate --lab RUN.json` fits this run instead, with leave-one-out
-//! predictions (calibrate.rs).
+//! With `leave_one_out` every DUT-limited maximum is also predicted by the joint fit
+//! to the run's other configurations (`napilab sim calibrate --lab RUN.json`,
+//! calibrate.rs): the twin judged on the host the run came from, whatever host the
+//! shipped profile was fitted on. Each comparison says whether the profile's host is
+//! the run's.
 
 use napilab_core::{
-    PointResult, PointRole, RunKind, RunRecord, TwinClassPoint, TwinMaximum, TwinVsLab,
+    LeaveOneOutMaximum, PointResult, PointRole, RunKind, RunRecord, TwinClassPoint, TwinMaximum,
+    TwinVsLab,
 };
 
 use crate::calibrate::{self, LabProfile, Prediction};
@@ -17,7 +21,9 @@ use crate::ConfigError;
 /// The twin's predictions for `record`, or `None` where the twin does not compare:
 /// runs of the twin itself, interrupted runs and server runs (their request points
 /// have their own comparison). What the twin cannot run is said in the notes.
-pub fn compare(record: &RunRecord) -> Option<TwinVsLab> {
+/// `leave_one_out`: also the predictions of a fit to the run's other configurations
+/// (the joint fit runs the twin's searches at many wake-up delays: a minute or more).
+pub fn compare(record: &RunRecord, leave_one_out: bool) -> Option<TwinVsLab> {
     if record.kind != RunKind::Lab
         || record.interrupted
         || record.configurations.iter().any(|c| c.requests.is_some())
@@ -32,10 +38,75 @@ pub fn compare(record: &RunRecord) -> Option<TwinVsLab> {
             )))
         }
     };
-    Some(
-        compare_with(record, &lab)
-            .unwrap_or_else(|e| unavailable(format!("the twin cannot run this scenario: {e}"))),
-    )
+    let mut out = compare_with(record, &lab)
+        .unwrap_or_else(|e| unavailable(format!("the twin cannot run this scenario: {e}")));
+    if leave_one_out && out.maxima.len() >= 2 {
+        add_leave_one_out(record, &lab, &mut out);
+    }
+    Some(out)
+}
+
+/// Whether `lab` was fitted on the host `record` ran on, in words (see
+/// [`TwinVsLab::profile_host`]).
+pub fn profile_host(record: &RunRecord, lab: &LabProfile) -> String {
+    match (&lab.fitted_on_host, &record.host.identity) {
+        (None, _) => "unknown: the profile does not record the host it was fitted on (fitted before napilab kept host identities)".into(),
+        (Some(_), None) => "unknown: this run does not record its host".into(),
+        (Some(fitted), Some(here)) => {
+            let differs = fitted.differences(here);
+            if differs.is_empty() {
+                "same host".into()
+            } else {
+                format!(
+                    "different host: {}",
+                    differs
+                        .iter()
+                        .map(|d| format!("{} {} (profile) vs {} (run)", d.field, d.a, d.b))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                )
+            }
+        }
+    }
+}
+
+/// Each DUT-limited maximum predicted by the joint fit to the others (the costs from
+/// the run's threaded cost configuration, the wake-up delay from the other maxima).
+fn add_leave_one_out(record: &RunRecord, lab: &LabProfile, out: &mut TwinVsLab) {
+    let file = format!("run {}", record.run_id);
+    let joint = match calibrate::calibrate_joint(record, &file, lab) {
+        Ok(j) => j,
+        Err(e) => {
+            out.notes.push(format!(
+                "no leave-one-out predictions: the run cannot be fitted ({e})"
+            ));
+            return;
+        }
+    };
+    for l in joint.leave_one_out {
+        let Some(row) = out.maxima.iter_mut().find(|m| m.configuration == l.name) else {
+            continue;
+        };
+        row.leave_one_out = Some(match l.prediction {
+            Some(p) => LeaveOneOutMaximum {
+                fitted_on: l.fitted_on,
+                twin_pps: Some(p.twin_max_pps),
+                relative_error: p.relative_error.is_finite().then_some(p.relative_error),
+                verdict: p.verdict(),
+            },
+            None => LeaveOneOutMaximum {
+                fitted_on: l.fitted_on,
+                twin_pps: None,
+                relative_error: None,
+                verdict: l.why_none.unwrap_or_else(|| "no prediction".to_string()),
+            },
+        });
+    }
+    out.notes.push(format!(
+        "leave-one-out: each DUT-limited maximum ({}) predicted by a fit to this run without it (costs from the CPU figures of {}, the threaded wake-up delay from the other maxima); rows whose lab maximum is the testbed's are bounds in the fit, not predicted",
+        joint.targets.join(", "),
+        joint.calibration.figures.name
+    ));
 }
 
 fn unavailable(why: String) -> TwinVsLab {
@@ -82,6 +153,7 @@ pub fn compare_with(record: &RunRecord, lab: &LabProfile) -> Result<TwinVsLab, C
         "; no figure of this run went into it"
     };
     let mut out = TwinVsLab {
+        profile_host: profile_host(record, lab),
         profile: lab.profile.name.clone(),
         basis: format!(
             "predicted with the shipped {} profile ({}){own}. `napilab sim calibrate --lab run.json` fits this run jointly and predicts each DUT-limited maximum from the others",
@@ -112,6 +184,7 @@ pub fn compare_with(record: &RunRecord, lab: &LabProfile) -> Result<TwinVsLab, C
                 twin_pps: p.twin_max_pps,
                 relative_error: p.relative_error.is_finite().then_some(p.relative_error),
                 verdict: p.verdict(),
+                leave_one_out: None,
             });
         }
         if !several_classes {

@@ -180,7 +180,7 @@ fn joint_fit_recovers_known_parameters_from_a_twin_generated_run() {
 #[test]
 fn a_lab_runs_record_gets_the_twin_vs_lab_table() {
     let (record, _) = fixture("lab-run-2.json");
-    let t = twin_vs_lab::compare(&record).expect("a lab run of a packet topology");
+    let t = twin_vs_lab::compare(&record, false).expect("a lab run of a packet topology");
     assert_eq!(t.profile, "veth-lab");
     assert!(t.basis.contains("no figure of this run"), "{}", t.basis);
     let names: Vec<&str> = t.maxima.iter().map(|m| m.configuration.as_str()).collect();
@@ -213,7 +213,7 @@ fn a_lab_runs_record_gets_the_twin_vs_lab_table() {
     assert!(record.twin.is_none());
     let mut model = record.clone();
     model.kind = RunKind::Model;
-    assert!(twin_vs_lab::compare(&model).is_none());
+    assert!(twin_vs_lab::compare(&model, false).is_none());
     // It survives the record's JSON.
     let mut with = record.clone();
     with.twin = Some(t.clone());
@@ -229,7 +229,7 @@ fn a_lab_runs_record_gets_the_twin_vs_lab_table() {
             m.stopped = "time_limit".into();
         }
     }
-    let t = twin_vs_lab::compare(&unanswered).expect("a lab run");
+    let t = twin_vs_lab::compare(&unanswered, false).expect("a lab run");
     for m in &t.maxima {
         assert!(m.lab_unfinished && m.relative_error.is_none(), "{m:?}");
         assert!(m.verdict.contains("no answer"), "{m:?}");
@@ -291,4 +291,97 @@ fn ingress_qos_on_the_twin_ranks_rt_below_be_latency() {
     let (rt, rt_lost, be, be_lost) = run("rt-fifo", 100e3);
     assert_eq!((rt_lost, be_lost), (0, 0));
     assert!(rt < 10.0 && be < 10.0, "RT {rt} us, BE {be} us");
+}
+
+/// Issue 27 item 3: the twin judged on the run's own host. With leave-one-out, every
+/// DUT-limited maximum also gets the prediction of a fit to the run without it, beside
+/// the shipped profile's; the testbed-limited ones (lower bounds) and those where the
+/// twin is only an upper bound get none: they are bounds in the fit, not targets. The table
+/// says whether the shipped profile was fitted on this run's host.
+#[test]
+fn the_twin_table_predicts_each_dut_limited_maximum_from_the_others() {
+    let (record, _) = fixture("lab-run.json");
+    let mut record = shortened(record);
+    // As on a faster CPU than the fixture's: one-cpu/softirq's maximum is the DUT's,
+    // not the generator's, so the costs fitted on two-cpu/threaded predict it.
+    for c in &mut record.configurations {
+        if c.name == "one-cpu/softirq" {
+            if let Some(m) = c.max_throughput.as_mut() {
+                m.stopped = "converged".into();
+            }
+        }
+    }
+    let t = twin_vs_lab::compare(&record, true).expect("a lab run of a packet topology");
+    assert!(
+        t.profile_host.starts_with("unknown"),
+        "the shipped profile and this old run record no host: {}",
+        t.profile_host
+    );
+    let mut predicted = 0;
+    for m in &t.maxima {
+        match &m.leave_one_out {
+            Some(l) => {
+                assert!(!m.lab_lower_bound, "a lower bound is never a target: {m:?}");
+                assert!(!l.fitted_on.contains(&m.configuration), "{m:?}");
+                if let Some(twin) = l.twin_pps {
+                    assert!(twin > 0.0, "{m:?}");
+                    predicted += 1;
+                }
+                assert!(!l.verdict.is_empty(), "{m:?}");
+            }
+            None => assert!(
+                m.lab_lower_bound || m.lab_unfinished || m.twin_upper_bound,
+                "a DUT-limited maximum without a leave-one-out row: {m:?}"
+            ),
+        }
+    }
+    let softirq = t
+        .maxima
+        .iter()
+        .find(|m| m.configuration == "one-cpu/softirq")
+        .and_then(|m| m.leave_one_out.as_ref())
+        .expect("the DUT-limited softirq maximum is predicted");
+    assert!(
+        softirq.twin_pps.is_some() && softirq.relative_error.is_some(),
+        "{softirq:?}"
+    );
+    assert!(predicted >= 1, "{:?}", t.maxima);
+    assert!(
+        t.notes.iter().any(|n| n.starts_with("leave-one-out")),
+        "{:?}",
+        t.notes
+    );
+}
+
+/// A profile names the host it was fitted on; the comparison says whether it is the
+/// run's and, if not, what differs.
+#[test]
+fn the_profiles_host_is_compared_with_the_runs() {
+    let (mut record, _) = fixture("lab-run-2.json");
+    let mut lab = LabProfile::load(calibrate::VETH_LAB_NAME).expect("shipped profile");
+    let amd = napilab_core::HostIdentity {
+        cpu: napilab_core::CpuIdentity {
+            vendor: Some("AuthenticAMD".into()),
+            model_name: Some("AMD EPYC".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut intel = amd.clone();
+    intel.cpu.vendor = Some("GenuineIntel".into());
+    intel.cpu.model_name = Some("Intel Xeon".into());
+    record.host.identity = Some(amd.clone());
+    assert!(twin_vs_lab::profile_host(&record, &lab).starts_with("unknown"));
+    lab.fitted_on_host = Some(amd.clone());
+    assert_eq!(twin_vs_lab::profile_host(&record, &lab), "same host");
+    lab.fitted_on_host = Some(intel);
+    let differs = twin_vs_lab::profile_host(&record, &lab);
+    assert!(
+        differs.starts_with("different host") && differs.contains("GenuineIntel"),
+        "{differs}"
+    );
+    // The host survives the profile file written by `napilab sim calibrate`.
+    let text = lab.body();
+    let back = LabProfile::from_toml_str(&text, "test").expect("profile with its host");
+    assert_eq!(back.fitted_on_host, lab.fitted_on_host);
 }

@@ -138,9 +138,9 @@ fn run_scenario(a: RunArgs) -> Result<()> {
         .iter()
         .all(|c| c.requests.is_none());
     if !a.json && packet_run {
-        eprintln!("running the twin on the scenario for the twin-vs-lab table...");
+        eprintln!("running the twin on the scenario for the twin-vs-lab table, then fitting it to this run for the leave-one-out predictions...");
     }
-    outcome.record.twin = napilab_sim::twin_vs_lab::compare(&outcome.record);
+    outcome.record.twin = napilab_sim::twin_vs_lab::compare(&outcome.record, true);
     // The report and the store, beside the record: results/<run_id>/report.html,
     // points.csv, run.json and results/napilab.db.
     let dir = outcome.path.parent().unwrap_or(&a.out).to_path_buf();

@@ -950,7 +950,7 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<()> {
         .with_context(|| format!("{file}: not a run record (results/<run id>/run.json)"))?;
     if args.twin_vs_lab {
         let mut record = record;
-        record.twin = napilab_sim::twin_vs_lab::compare(&record);
+        record.twin = napilab_sim::twin_vs_lab::compare(&record, true);
         if args.json {
             println!("{}", serde_json::to_string_pretty(&record.twin)?);
         } else if record.twin.is_none() {

@@ -23,24 +23,54 @@ pub fn tables(r: &RunRecord) -> String {
         return String::new();
     };
     let mut out = format!("twin vs lab: {}\n", t.basis);
+    let same_host = t.profile_host == "same host";
+    if !t.profile_host.is_empty() {
+        out.push_str(&format!(
+            "the {} profile's host: {}\n",
+            t.profile, t.profile_host
+        ));
+    }
     if !t.maxima.is_empty() {
+        let with_loo = t.maxima.iter().any(|x| x.leave_one_out.is_some());
         let mut m = Table::new();
         m.load_style(UTF8_BORDERS_ONLY);
-        m.set_header(vec![
-            "configuration",
-            "lab max kpps",
-            "lab limiter (search stopped)",
-            "twin max kpps",
-            "error (lower bound: at least)",
-        ]);
+        let mut header = vec![
+            "configuration".to_string(),
+            "lab max kpps".into(),
+            "lab limiter (search stopped)".into(),
+            format!("twin max kpps ({})", t.profile),
+            "error (lower bound: at least)".into(),
+        ];
+        if with_loo {
+            header.push("leave-one-out twin kpps".into());
+            header.push("leave-one-out error".into());
+        }
+        m.set_header(header);
         for x in &t.maxima {
-            m.add_row(vec![
+            let mut row = vec![
                 x.configuration.clone(),
                 format!("{:.1}", x.lab_pps / 1e3),
                 format!("{} ({})", x.lab_stopped, x.limiter()),
                 format!("{:.1}", x.twin_pps / 1e3),
-                x.verdict.clone(),
-            ]);
+                if same_host || t.profile_host.is_empty() {
+                    x.verdict.clone()
+                } else {
+                    format!("{} [profile from another or unknown host]", x.verdict)
+                },
+            ];
+            if with_loo {
+                match &x.leave_one_out {
+                    Some(l) => {
+                        row.push(
+                            l.twin_pps
+                                .map_or_else(|| "-".into(), |v| format!("{:.1}", v / 1e3)),
+                        );
+                        row.push(l.verdict.clone());
+                    }
+                    None => row.extend(["-".to_string(), "not a fitted maximum".to_string()]),
+                }
+            }
+            m.add_row(row);
         }
         out.push_str(&format!("{m}\n"));
     }
@@ -77,7 +107,7 @@ pub fn tables(r: &RunRecord) -> String {
 
 #[cfg(test)]
 mod tests {
-    use napilab_core::{RunKind, TwinMaximum, TwinVsLab};
+    use napilab_core::{LeaveOneOutMaximum, RunKind, TwinMaximum, TwinVsLab};
     use napilab_report::synthetic::SyntheticRun;
 
     /// The text report of a lab run with the twin's predictions lists each
@@ -99,7 +129,15 @@ mod tests {
                 twin_pps: 959_375.0,
                 relative_error: Some(-0.0097),
                 verdict: "-1.0%".into(),
+                leave_one_out: Some(LeaveOneOutMaximum {
+                    fitted_on: vec!["one-cpu/threaded".into()],
+                    twin_pps: Some(1_001_000.0),
+                    relative_error: Some(0.033),
+                    verdict: "+3.3%".into(),
+                }),
             }],
+            profile_host: "different host: cpu.vendor AuthenticAMD (profile) vs GenuineIntel (run)"
+                .into(),
             ..TwinVsLab::default()
         });
         let text = super::tables(&run);
@@ -109,7 +147,11 @@ mod tests {
             "968.8",
             "converged (DUT)",
             "959.4",
-            "-1.0%",
+            "-1.0% [profile from another or unknown host]",
+            "the veth-lab profile's host: different host: cpu.vendor",
+            "leave-one-out twin kpps",
+            "1001.0",
+            "+3.3%",
         ] {
             assert!(text.contains(want), "{want:?} missing from\n{text}");
         }
