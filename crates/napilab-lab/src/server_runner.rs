@@ -161,6 +161,12 @@ pub(crate) fn run_configuration(
         observer: ctx.opts.observer.clone(),
     };
     let stopped = measure_all(ctx, &bench, cfg, &mut requests)?;
+    result.findings = napilab_core::explain::findings_of(
+        requests
+            .points
+            .iter()
+            .filter_map(|p| p.observation.as_ref()),
+    );
     result.requests = Some(requests);
     lab.teardown(Some(&exe))
         .context("reverting the mode and deleting the namespaces (run `napilab lab clean`)")?;
@@ -296,8 +302,13 @@ fn measure_all(
     let qps = answers.iter().sum::<f64>() / answers.len().max(1) as f64;
     let interval = t_interval(&answers, m.confidence_level).map(|ci| (ci.low.max(0.0), ci.high));
     let range = if derived {
+        let raised = if raised_to > top {
+            format!("; raised to {raised_to:.0} where its top met the objective")
+        } else {
+            String::new()
+        };
         format!(
-            "from 0 to {top:.0} requests/s ({SEARCH_TOP_OF_CAPACITY}x the capacity probe's {:.0}; raised to {raised_to:.0} where its top met the objective)",
+            "from 0 to {top:.0} requests/s ({SEARCH_TOP_OF_CAPACITY}x the capacity probe's {:.0}{raised})",
             capacity.unwrap_or(0.0)
         )
     } else {
