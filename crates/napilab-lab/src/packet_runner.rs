@@ -366,16 +366,9 @@ pub fn passes(p: &PointResult, threshold: f64) -> bool {
     p.loss_ratio() <= threshold && p.offered_pps >= 0.99 * p.requested_pps
 }
 
+/// The findings of a configuration's points (each rule and subject once).
 pub(crate) fn findings_of(points: &[PointResult]) -> Vec<Finding> {
-    let mut out: Vec<Finding> = Vec::new();
-    for p in points {
-        for f in p.observation.iter().flat_map(|o| o.findings.iter()) {
-            if !out.iter().any(|g| g.rule == f.rule) {
-                out.push(f.clone());
-            }
-        }
-    }
-    out
+    napilab_core::explain::findings_of(points.iter().filter_map(|p| p.observation.as_ref()))
 }
 
 /// Whether the line-rate generator's CPUs do no DUT work (threaded NAPI elsewhere, no

@@ -314,7 +314,7 @@ pub(crate) fn build(sim: &Sim) -> SimResult {
             latency: sim.latency[i].summary(),
         })
         .collect();
-    let observation = Observation {
+    let mut observation = Observation {
         schema: OBSERVATION_SCHEMA.to_string(),
         origin: Origin {
             kind: OriginKind::Model,
@@ -355,6 +355,9 @@ pub(crate) fn build(sim: &Sim) -> SimResult {
         notices: vec![],
         trace_cost: None,
     };
+    // The twin's Observation goes through the same rules as the live host's and the
+    // lab's (one vocabulary: docs/architecture.md), so its findings say the same things.
+    observation.findings = napilab_core::explain::explain(&observation);
     SimResult {
         observation,
         model: ModelReport {

@@ -459,19 +459,7 @@ fn run_twin(args: &RunArgs) -> Result<()> {
             .into_iter()
             .chain(provenance_pairs(&profile))
             .collect(),
-            findings: points
-                .iter()
-                .filter_map(|p| p.observation.as_ref())
-                .flat_map(|o| o.findings.clone())
-                .fold(Vec::new(), |mut all, f| {
-                    if !all
-                        .iter()
-                        .any(|x: &napilab_core::Finding| x.rule == f.rule && x.subject == f.subject)
-                    {
-                        all.push(f);
-                    }
-                    all
-                }),
+            findings: findings_of(&points),
             points,
             max_throughput: max,
             requests: None,
@@ -609,19 +597,7 @@ fn provenance_block(profile: &Profile) -> String {
 
 /// Findings of a configuration's points, each rule and subject once.
 fn findings_of(points: &[PointResult]) -> Vec<napilab_core::Finding> {
-    points
-        .iter()
-        .filter_map(|p| p.observation.as_ref())
-        .flat_map(|o| o.findings.clone())
-        .fold(Vec::new(), |mut all, f| {
-            if !all
-                .iter()
-                .any(|x: &napilab_core::Finding| x.rule == f.rule && x.subject == f.subject)
-            {
-                all.push(f);
-            }
-            all
-        })
+    napilab_core::explain::findings_of(points.iter().filter_map(|p| p.observation.as_ref()))
 }
 
 /// `napilab sim run SCENARIO`: every configuration of a lab scenario on the twin, with
@@ -836,7 +812,12 @@ fn run_server_configurations(
             settings,
             points: Vec::new(),
             max_throughput: None,
-            findings: Vec::new(),
+            findings: napilab_core::explain::findings_of(
+                requests
+                    .points
+                    .iter()
+                    .filter_map(|p| p.observation.as_ref()),
+            ),
             requests: Some(requests),
         });
     }

@@ -31,13 +31,34 @@ pub fn explain(observation: &Observation) -> Vec<Finding> {
     findings.extend(accounting_truth::check(observation));
     findings.extend(driver_contract::check(observation));
     findings.extend(napi_imbalance::check(observation));
+    sort(&mut findings);
+    findings
+}
+
+/// Warnings first, then by rule and subject.
+fn sort(findings: &mut [Finding]) {
     findings.sort_by(|a, b| {
         b.severity
             .cmp(&a.severity)
             .then(a.rule.cmp(&b.rule))
             .then(a.subject.to_string().cmp(&b.subject.to_string()))
     });
-    findings
+}
+
+/// The findings of several Observations (a configuration's points, lab or twin), each
+/// rule and subject once (the first point's evidence), in [`explain`]'s order.
+pub fn findings_of<'a>(observations: impl IntoIterator<Item = &'a Observation>) -> Vec<Finding> {
+    let mut out: Vec<Finding> = Vec::new();
+    for f in observations.into_iter().flat_map(|o| o.findings.iter()) {
+        if !out
+            .iter()
+            .any(|g| g.rule == f.rule && g.subject == f.subject)
+        {
+            out.push(f.clone());
+        }
+    }
+    sort(&mut out);
+    out
 }
 
 #[cfg(test)]
