@@ -23,6 +23,7 @@
 //! - [`tunnel`]: the user-space tunnel endpoint (the vpn topology's engine without
 //!   kernel WireGuard) and its encrypting peers.
 
+pub(crate) mod checksum;
 pub mod clean;
 pub mod counters;
 pub mod disturbance;

@@ -32,6 +32,7 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 use napilab_core::EngineStats;
 
+use crate::checksum::internet_checksum;
 use crate::netns::{enter, mono_ns, pin, set_irq_deferral, sh_in, thread_cpu_ns};
 use crate::topology::{napi_threads, Lab, GEN_ADDR, SINK_ADDR};
 
@@ -311,17 +312,6 @@ fn parse_mac(s: &str) -> Option<[u8; 6]> {
     parts.next().is_none().then_some(out)
 }
 
-fn checksum(words: &[u8]) -> u16 {
-    let mut sum: u32 = words
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
 /// One generated frame: Ethernet (gen -> DUT ingress), IPv4 (gen -> sink, DF, TTL 64,
 /// header checksum), UDP (no checksum, allowed for IPv4) and the payload header.
 pub fn build_frame(
@@ -344,7 +334,7 @@ pub fn build_frame(
     ip[9] = 17;
     ip[12..16].copy_from_slice(&GEN_ADDR.octets());
     ip[16..20].copy_from_slice(&SINK_ADDR.octets());
-    let c = checksum(ip);
+    let c = internet_checksum(ip);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
     let udp = &mut f[34..42];
     udp[0..2].copy_from_slice(&SRC_PORT.to_be_bytes());
@@ -1148,7 +1138,7 @@ mod tests {
         assert_eq!(f.len(), 78);
         assert_eq!(&f[0..6], &[2; 6]);
         // A correct IPv4 header checksums to zero.
-        assert_eq!(checksum(&f[14..34]), 0);
+        assert_eq!(internet_checksum(&f[14..34]), 0);
         assert_eq!(u16::from_be_bytes([f[16], f[17]]), 64);
         assert_eq!(u16::from_be_bytes([f[36], f[37]]), 9000);
         assert_eq!(u16::from_be_bytes([f[38], f[39]]), 44);

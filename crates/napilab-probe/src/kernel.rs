@@ -7,6 +7,13 @@ use std::time::{Duration, Instant};
 
 use napilab_core::{CpuAccounting, Hz};
 
+/// Whether this process runs as root (effective uid 0): what the netlink dumps, the
+/// BPF tiers and the lab need, and what their "needs root" messages check.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// What the kernel's build configuration says, from `/proc/config.gz` or
 /// `/boot/config-<release>`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

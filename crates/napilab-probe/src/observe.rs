@@ -58,7 +58,7 @@ pub fn describe_host(root: &Path, use_netlink: bool) -> RecordingHeader {
     let mut netlink = use_netlink.then(Netlink::new);
     let inputs = map::gather(root, netlink.as_mut(), &mut notices);
     let topology = map::build_map(root, &inputs, netlink.as_mut());
-    if !is_root() {
+    if !crate::kernel::is_root() {
         notices.add(
             "root privileges",
             "not running as root: some files (/proc/timer_list, per-thread details) and netlink requests may be refused; run with sudo for the full picture",
@@ -85,11 +85,6 @@ pub fn describe_host(root: &Path, use_netlink: bool) -> RecordingHeader {
         topology,
         notices: notices.0,
     }
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
 }
 
 /// Accumulates intervals from a stream of raw samples.

@@ -13,6 +13,8 @@ use std::net::Ipv4Addr;
 use chacha20poly1305::aead::AeadInPlace;
 use chacha20poly1305::{ChaCha20Poly1305, Key, KeyInit, Nonce, Tag};
 
+use crate::checksum::internet_checksum;
+
 /// Message type in byte 0 (WireGuard's transport-data type).
 pub const MESSAGE_DATA: u8 = 4;
 /// Bytes before the ciphertext.
@@ -137,24 +139,13 @@ pub fn inner_udp(
     out[9] = 17; // UDP
     out[12..16].copy_from_slice(&src.octets());
     out[16..20].copy_from_slice(&dst.octets());
-    let csum = ipv4_checksum(&out[..20]);
+    let csum = internet_checksum(&out[..20]);
     out[10..12].copy_from_slice(&csum.to_be_bytes());
     out[20..22].copy_from_slice(&sport.to_be_bytes());
     out[22..24].copy_from_slice(&dport.to_be_bytes());
     let udp_len = u16::try_from(total - 20).unwrap_or(u16::MAX);
     out[24..26].copy_from_slice(&udp_len.to_be_bytes());
     out[28..36].copy_from_slice(&counter.to_be_bytes());
-}
-
-fn ipv4_checksum(header: &[u8]) -> u16 {
-    let mut sum: u32 = header
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
 }
 
 #[cfg(test)]
@@ -215,6 +206,6 @@ mod tests {
         );
         assert_eq!(p.len(), 128);
         // A correct header sums to 0xffff, whose complement is 0.
-        assert_eq!(ipv4_checksum(&p[..20]), 0);
+        assert_eq!(internet_checksum(&p[..20]), 0);
     }
 }
