@@ -83,6 +83,10 @@ fn add_leave_one_out(record: &RunRecord, lab: &LabProfile, out: &mut TwinVsLab) 
             return;
         }
     };
+    if joint.targets.is_empty() {
+        out.notes.push("no leave-one-out predictions: no maximum of this run was set by the DUT (the searches did not finish, or the testbed set them)".into());
+        return;
+    }
     for l in joint.leave_one_out {
         let Some(row) = out.maxima.iter_mut().find(|m| m.configuration == l.name) else {
             continue;
