@@ -1,11 +1,14 @@
 //! One maximum-rate search of a request workload: the highest offered rate whose
-//! point meets the latency objective, by bisection from 0 to the top of the range.
+//! point meets the latency objective, by the packet search's bisection (search.rs)
+//! from 0 to the top of the range.
 //! A range derived from the capacity probe is first raised (doubled while its top still
 //! meets the objective, [`SEARCH_RAISES`] times at most), so the answer is never a
 //! number that fitted another machine; a cap the scenario gives is searched below.
 //! Kept apart from the runner so the algorithm is tested without namespaces.
 
 use napilab_core::requests::SEARCH_RAISES;
+
+use crate::search::{bisect, Probe};
 
 /// What one measured point says to the search.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -72,15 +75,36 @@ pub(crate) fn search(
             raises += 1;
         }
     }
-    for _ in 0..iterations {
-        let rate = ((r.answer + r.failed_at) / 2.0).round();
-        let t = measure(rate)?;
-        // A point the client could not offer on schedule never meets the objective:
-        // the answer stays below it, and the caller says the bound above the answer
-        // may be the client's, not the server's.
-        if t.meets_slo {
+    // The bisection is the packet search's (search.rs), between what is known: the
+    // answer so far passed, the lowest failure (or the cap, never measured) did not.
+    let mut trials: Vec<(f64, Trial)> = Vec::new();
+    let outcome = bisect(
+        r.failed_at,
+        &[(r.answer, true), (r.failed_at, false)],
+        iterations,
+        0.0,
+        |rate| match measure(rate) {
+            Some(t) => {
+                trials.push((rate, t));
+                // A point the client could not offer on schedule never meets the
+                // objective: the answer stays below it, and the caller says the bound
+                // above the answer may be the client's, not the server's.
+                if t.meets_slo {
+                    Probe::Pass
+                } else {
+                    Probe::Fail
+                }
+            }
+            None => Probe::Interrupted,
+        },
+    );
+    if outcome.stopped == "interrupted" {
+        return None;
+    }
+    for (rate, t) in trials {
+        if t.meets_slo && rate >= r.answer {
             (r.answer, r.answer_cpu_us) = (rate, t.cpu_per_request_us);
-        } else {
+        } else if !t.meets_slo && rate <= r.failed_at {
             r.failed_at = rate;
             r.failure_was_client = t.client_limited;
             r.missed_any = true;
