@@ -12,11 +12,8 @@
 //! - [`histogram`]: the sink's microsecond latency histogram.
 //! - [`counters`]: where the kernel counted lost packets.
 //! - [`disturbance`]: what the machine took away from a trial (steal, other processes).
-//! - [`mlrsearch`]: the maximum-throughput search after MLRsearch (goals, trials,
-//!   conditional throughput).
-//! - [`search`]: the RFC 2544 bisection (`search_method = "bisection"`).
-//! - [`throughput`]: the repeats of the search, their trials and per-goal summaries.
-//! - [`runner`]: configurations x loads x repeats, the search, the RunRecord.
+//! - [`runner`]: configurations x loads x repeats, the search (napilab-experiment's,
+//!   on the lab as its testbed), the RunRecord.
 //! - [`clean`]: removing what an interrupted or killed run left behind.
 //! - [`request`]: request workloads: the key-value server, memcached, the load
 //!   generator.
@@ -30,16 +27,12 @@ pub mod disturbance;
 pub mod histogram;
 pub mod linerate;
 pub mod many_napi;
-pub mod mlrsearch;
 pub mod netns;
 pub mod packet_runner;
 pub mod request;
-pub(crate) mod request_search;
 pub mod runner;
-pub mod search;
 pub mod server_runner;
 pub mod server_topology;
-pub mod throughput;
 pub mod topology;
 pub mod traffic;
 pub mod tunnel;

@@ -10,16 +10,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use napilab_core::scenario::{self, Backend, Configuration, SearchMethod};
-use napilab_core::{
-    ClassResult, ConfigurationResult, Finding, MaxThroughput, PointResult, PointRole,
-};
+use napilab_core::{ClassResult, ConfigurationResult, Finding, PointResult, PointRole};
+use napilab_experiment::maximum::{self, passes, MeasuredTrial, PacketTestbed};
 
 use crate::counters;
 use crate::disturbance;
 use crate::linerate::{self, LineRate, LrClass, LrGenResult, LrGenSpec, Pacing, PACED_NICE};
 use crate::runner::{notice, now_ms, Ctx, Observer, SysctlGuard};
-use crate::search::{bisect, Probe};
-use crate::throughput;
 use crate::topology::{Lab, SINK_ADDR};
 use crate::traffic::{start_generator, ClassSpec, GenResult, GenSpec, Sink};
 
@@ -135,50 +132,15 @@ pub(crate) fn run_configuration(
         known.clear();
     }
     if m.search && !stopped {
-        let (max, search_stopped) = match m.search_method {
-            SearchMethod::Bisection => {
-                bisection(ctx, &lab, &mut engine, cfg, &known, &mut result.points)?
-            }
-            SearchMethod::Mlrsearch => {
-                let lab_cpus = lab_cpus(&cfg.settings);
-                let lab = &lab;
-                let engine = &mut engine;
-                let ctx = &mut *ctx;
-                throughput::mlrsearch(m, &mut result.points, |load, duration_s, search| {
-                    ctx.bar.set_message(format!(
-                        "{} search {}/{} @ {:.0} pps, {duration_s} s",
-                        cfg.name,
-                        search + 1,
-                        m.search_repeats,
-                        load
-                    ));
-                    let before = disturbance::snapshot(Path::new("/"));
-                    let spec = PointSpec {
-                        load,
-                        role: PointRole::Search,
-                        repeat: search,
-                        duration_s,
-                    };
-                    let point = measure_point(ctx, lab, engine, cfg, spec)?;
-                    ctx.bar.inc(1);
-                    Ok(point.map(|point| {
-                        let after = disturbance::snapshot(Path::new("/"));
-                        let sent = point.classes.iter().map(|c| c.sent).sum();
-                        let late = disturbance::generator_late(&point.generator, sent);
-                        let short = point.offered_pps < 0.99 * point.requested_pps;
-                        let disturbance = disturbance::assess(
-                            &before,
-                            &after,
-                            &lab_cpus,
-                            LAB_KERNEL_THREADS,
-                            late,
-                            short,
-                        );
-                        throughput::MeasuredTrial { point, disturbance }
-                    }))
-                })?
-            }
+        let mut testbed = LabSearch {
+            lab_cpus: lab_cpus(&cfg.settings),
+            ctx: &mut *ctx,
+            lab: &lab,
+            engine: &mut engine,
+            cfg,
         };
+        let (max, search_stopped) =
+            maximum::max_throughput(m, &known, &mut result.points, &mut testbed)?;
         stopped |= search_stopped;
         result.max_throughput = Some(max);
     }
@@ -193,67 +155,64 @@ pub(crate) fn run_configuration(
     Ok((result, stopped))
 }
 
-/// The RFC 2544 bisection (`search_method = "bisection"`), one trial per load.
-fn bisection(
-    ctx: &mut Ctx<'_>,
-    lab: &Lab,
-    engine: &mut Engine,
-    cfg: &Configuration,
-    known: &[(f64, bool)],
-    all_points: &mut Vec<PointResult>,
-) -> Result<(MaxThroughput, bool)> {
-    let m = &ctx.scenario.measurement;
-    let first_probe = all_points.len();
-    let mut probes = Vec::new();
-    let mut points = Vec::new();
-    let mut failure = None;
-    let outcome = bisect(
-        m.search_max_pps,
-        known,
-        m.search_iterations,
-        m.search_resolution,
-        |load| {
-            ctx.bar
-                .set_message(format!("{} search @ {:.0} pps", cfg.name, load));
-            let spec = PointSpec {
-                load,
-                role: PointRole::Search,
-                repeat: 0,
-                duration_s: m.duration_s,
-            };
-            match measure_point(ctx, lab, engine, cfg, spec) {
-                Ok(Some(p)) => {
-                    let ok = passes(&p, m.loss_threshold);
-                    probes.push(first_probe + points.len());
-                    points.push(p);
-                    ctx.bar.inc(1);
-                    if ok {
-                        Probe::Pass
-                    } else {
-                        Probe::Fail
-                    }
-                }
-                Ok(None) => Probe::Interrupted,
-                Err(e) => {
-                    failure = Some(e);
-                    Probe::Interrupted
-                }
+/// The lab as the search's testbed: each trial a point on the configuration's
+/// namespaces, with what the machine took away during it.
+struct LabSearch<'c, 'a, 'l> {
+    ctx: &'c mut Ctx<'a>,
+    lab: &'l Lab,
+    engine: &'l mut Engine,
+    cfg: &'l Configuration,
+    lab_cpus: Vec<u32>,
+}
+
+impl PacketTestbed for LabSearch<'_, '_, '_> {
+    type Error = anyhow::Error;
+
+    fn search_trial(
+        &mut self,
+        load: f64,
+        duration_s: f64,
+        search: u32,
+    ) -> Result<Option<MeasuredTrial>> {
+        let m = &self.ctx.scenario.measurement;
+        let of = match m.search_method {
+            SearchMethod::Mlrsearch => format!(" {}/{}", search + 1, m.search_repeats),
+            SearchMethod::Bisection => String::new(),
+        };
+        self.ctx.bar.set_message(format!(
+            "{} search{of} @ {load:.0} pps, {duration_s} s",
+            self.cfg.name
+        ));
+        let started = Instant::now();
+        let before = disturbance::snapshot(Path::new("/"));
+        let spec = PointSpec {
+            load,
+            role: PointRole::Search,
+            repeat: search,
+            duration_s,
+        };
+        let point = measure_point(self.ctx, self.lab, self.engine, self.cfg, spec)?;
+        self.ctx.bar.inc(1);
+        Ok(point.map(|point| {
+            let after = disturbance::snapshot(Path::new("/"));
+            let sent = point.classes.iter().map(|c| c.sent).sum();
+            let late = disturbance::generator_late(&point.generator, sent);
+            let short = point.offered_pps < 0.99 * point.requested_pps;
+            let disturbance = disturbance::assess(
+                &before,
+                &after,
+                &self.lab_cpus,
+                LAB_KERNEL_THREADS,
+                late,
+                short,
+            );
+            MeasuredTrial {
+                point,
+                disturbance,
+                wall_s: started.elapsed().as_secs_f64(),
             }
-        },
-    );
-    all_points.extend(points);
-    if let Some(e) = failure {
-        return Err(e);
+        }))
     }
-    let max = MaxThroughput {
-        pps: outcome.pps,
-        loss_threshold: m.loss_threshold,
-        probes,
-        stopped: search_stopped(outcome.stopped, outcome.pps, all_points, m.loss_threshold),
-        method: "rfc2544-bisection".into(),
-        ..MaxThroughput::default()
-    };
-    Ok((max, outcome.stopped == "interrupted"))
 }
 
 /// The CPUs a configuration's lab uses (the engines, the DUT's NAPI and RPS CPUs):
@@ -340,30 +299,6 @@ fn start_engine(
     let sink =
         Sink::start(&lab.sink_ns, &ports, &cfg.settings.sink_cpus).context("starting the sink")?;
     Ok((Engine::Paced(sink), notes))
-}
-
-/// Why the search stopped, refined: `converged_generator_limited` when every load above
-/// the answer failed only because the generator could not offer it (no excess loss):
-/// then the answer is the testbed's sending limit, not a DUT loss limit.
-fn search_stopped(stopped: &str, answer: f64, points: &[PointResult], threshold: f64) -> String {
-    let above: Vec<&PointResult> = points
-        .iter()
-        .filter(|p| p.requested_pps > answer && !passes(p, threshold))
-        .collect();
-    if stopped == "converged"
-        && !above.is_empty()
-        && above.iter().all(|p| p.loss_ratio() <= threshold)
-    {
-        "converged_generator_limited".into()
-    } else {
-        stopped.to_string()
-    }
-}
-
-/// A load passes when loss is within the threshold and the generator offered it
-/// (at least 99% of the request).
-pub fn passes(p: &PointResult, threshold: f64) -> bool {
-    p.loss_ratio() <= threshold && p.offered_pps >= 0.99 * p.requested_pps
 }
 
 /// The findings of a configuration's points (each rule and subject once).

@@ -10,18 +10,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use napilab_core::requests::{CAPACITY_PROBE, SEARCH_RAISES, SEARCH_TOP_OF_CAPACITY};
+use napilab_core::requests::{CAPACITY_PROBE, SEARCH_TOP_OF_CAPACITY};
 
-use crate::request_search::{self, Trial};
 use napilab_core::scenario::{
     Configuration, Measurement, RequestWorkload, ServerEngine, ServerMode,
 };
 use napilab_core::trace::ExecContext;
-use napilab_core::uncertainty::t_interval;
 use napilab_core::{
-    CapacityProbe, ConfigurationResult, LatencySummary, MaxQpsAtSlo, Observation, PointRole,
-    RequestPointResult, RequestResults, ServerSummary,
+    CapacityProbe, ConfigurationResult, LatencySummary, Observation, PointRole, RequestPointResult,
+    RequestResults, ServerSummary,
 };
+use napilab_experiment::request_search::{self, RateSearchSpec, RequestTestbed};
 
 use crate::request::epoll::{self, EpollMode};
 use crate::request::keyspace::Keyspace;
@@ -238,98 +237,59 @@ fn measure_all(
             cfg.name
         ),
     };
-    let mut failed: Option<anyhow::Error> = None;
-    let mut answers = Vec::new();
-    let mut notes = Vec::new();
-    let mut best_cpu: Option<(f64, Option<f64>)> = None;
-    let mut raised_to = top;
-    for search in 0..m.search_repeats {
-        let measured = request_search::search(top, derived, w.search_iterations, |qps| {
-            ctx.bar.set_message(format!(
-                "{} search {}/{} @ {qps:.0} requests/s",
-                cfg.name,
-                search + 1,
-                m.search_repeats
-            ));
-            let p = match measure_point(ctx, bench, qps, PointRole::Search, search) {
-                Ok(Some(p)) => p,
-                Ok(None) => return None,
-                Err(e) => {
-                    failed = Some(e);
-                    return None;
-                }
-            };
-            ctx.bar.inc(1);
-            let trial = Trial {
-                meets_slo: p.meets_slo,
-                client_limited: p.client_limited,
-                cpu_per_request_us: p.cpu_per_request_us,
-            };
-            out.points.push(p);
-            Some(trial)
-        });
-        if let Some(e) = failed.take() {
-            return Err(e);
-        }
-        let Some(r) = measured else {
-            return Ok(true);
-        };
-        raised_to = raised_to.max(r.top);
-        if r.failure_was_client {
-            notes.push(format!(
-                "search {}: the client could not keep its schedule at {:.0} requests/s, the failure above the answer: the answer is a lower bound",
-                search + 1,
-                r.failed_at
-            ));
-        }
-        if r.top_met {
-            notes.push(format!(
-                "search {}: met the objective at {:.0} requests/s, the top of a range raised {SEARCH_RAISES} times: the answer is a lower bound",
-                search + 1,
-                r.answer
-            ));
-        } else if !derived && !r.missed_any {
-            notes.push(format!(
-                "search {}: met the objective up to search_max_qps ({top:.0}): raise it, or leave it out to search from the measured capacity",
-                search + 1,
-            ));
-        }
-        answers.push(r.answer);
-        if best_cpu.is_none_or(|(q, _)| r.answer > q) {
-            best_cpu = Some((r.answer, r.answer_cpu_us));
-        }
-    }
-    let qps = answers.iter().sum::<f64>() / answers.len().max(1) as f64;
-    let interval = t_interval(&answers, m.confidence_level).map(|ci| (ci.low.max(0.0), ci.high));
-    let range = if derived {
-        let raised = if raised_to > top {
-            format!("; raised to {raised_to:.0} where its top met the objective")
-        } else {
-            String::new()
-        };
-        format!(
-            "from 0 to {top:.0} requests/s ({SEARCH_TOP_OF_CAPACITY}x the capacity probe's {:.0}{raised})",
-            capacity.unwrap_or(0.0)
-        )
-    } else {
-        format!("from 0 to {top:.0} requests/s (search_max_qps)")
+    let range_source = match (derived, capacity) {
+        (true, Some(c)) => format!("({SEARCH_TOP_OF_CAPACITY}x the capacity probe's {c:.0})"),
+        _ => "(search_max_qps)".to_string(),
     };
-    out.max_qps = Some(MaxQpsAtSlo {
-        qps,
-        searches: answers,
-        interval,
+    let spec = RateSearchSpec {
+        top,
+        raise: derived,
+        iterations: w.search_iterations,
+        repeats: m.search_repeats,
         confidence: m.confidence_level,
-        cpu_per_request_us: best_cpu.and_then(|(_, c)| c),
-        note: if notes.is_empty() {
-            format!(
-                "bisection on the offered rate, {} steps {range}, {} searches",
-                w.search_iterations, m.search_repeats
-            )
-        } else {
-            notes.join("; ")
-        },
-    });
+        range_source,
+    };
+    let mut testbed = LabRequests {
+        ctx: &mut *ctx,
+        bench,
+        name: &cfg.name,
+    };
+    match request_search::max_rate(&spec, &mut out.points, &mut testbed)? {
+        Some(max) => out.max_qps = Some(max),
+        None => return Ok(true),
+    }
     Ok(false)
+}
+
+/// The lab as the maximum-rate search's testbed: each point a window of the request
+/// load on the configuration's namespaces.
+struct LabRequests<'c, 'a, 'b> {
+    ctx: &'c mut Ctx<'a>,
+    bench: &'b Bench<'b>,
+    name: &'b str,
+}
+
+impl RequestTestbed for LabRequests<'_, '_, '_> {
+    type Error = anyhow::Error;
+
+    fn request_point(
+        &mut self,
+        qps: f64,
+        role: PointRole,
+        search: u32,
+    ) -> Result<Option<RequestPointResult>> {
+        let repeats = self.ctx.scenario.measurement.search_repeats;
+        self.ctx.bar.set_message(format!(
+            "{} search {}/{repeats} @ {qps:.0} requests/s",
+            self.name,
+            search + 1,
+        ));
+        let p = measure_point(self.ctx, self.bench, qps, role, search)?;
+        if p.is_some() {
+            self.ctx.bar.inc(1);
+        }
+        Ok(p)
+    }
 }
 
 /// The configuration's capacity: [`CAPACITY_PROBE`] for the measurement's duration,

@@ -432,7 +432,17 @@ pub fn plan_of(record: &RunRecord, file: &str) -> Result<(Scenario, TwinPlan), C
     let what = format!("{file} (scenario_toml)");
     let s = scenario::parse(&record.scenario_toml, &what, None)
         .map_err(|e| err(&what, "(scenario)", e.to_string()))?;
-    let plan = from_scenario::plan(&s, &what)?;
+    let mut plan = from_scenario::plan(&s, &what)?;
+    // The twin answers with the search the lab used, so that the two maxima differ by
+    // the testbed alone.
+    let recorded = record
+        .configurations
+        .iter()
+        .filter_map(|c| c.max_throughput.as_ref())
+        .find_map(napilab_experiment::maximum::recorded_method);
+    if let (Some(m), Some(method)) = (plan.search.as_mut(), recorded) {
+        m.search_method = method;
+    }
     Ok((s, plan))
 }
 

@@ -28,10 +28,11 @@
 //! [`Notice`] on the plan or on its configuration.
 
 use napilab_core::scenario::{
-    ApDirection, Backend, DutSettings, NapiContext as LabNapi, Pattern as LabPattern, QdiscKind,
-    Scenario, TopologyKind, TraceTier,
+    ApDirection, Backend, DutSettings, Measurement, NapiContext as LabNapi, Pattern as LabPattern,
+    QdiscKind, Scenario, TopologyKind, TraceTier,
 };
 use napilab_core::{MaxThroughput, Notice, PointResult, PointRole};
+use napilab_experiment::maximum::{self, MeasuredTrial, PacketTestbed};
 
 use crate::config::{
     ClassConfig, EgressConfig, HostConfig, IngressConfig, MeasurementConfig, NapiContext,
@@ -88,14 +89,6 @@ pub struct TwinConfiguration {
     pub notices: Vec<Notice>,
 }
 
-/// The maximum-throughput search the scenario asks for (lab semantics).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct SearchSpec {
-    pub max_pps: f64,
-    pub iterations: u32,
-    pub resolution: f64,
-}
-
 /// A whole scenario mapped for the twin.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TwinPlan {
@@ -105,7 +98,9 @@ pub struct TwinPlan {
     /// One seed per repeat (`traffic.seed`, `traffic.seed + 1`, ...).
     pub seeds: Vec<u64>,
     pub loss_threshold: f64,
-    pub search: Option<SearchSpec>,
+    /// The scenario's measurement when it asks for a maximum-throughput search: the
+    /// twin runs the lab's search (napilab-experiment), with its method and limits.
+    pub search: Option<Measurement>,
     pub configurations: Vec<TwinConfiguration>,
     /// Scenario-wide settings the twin represents only approximately or not at all.
     pub notices: Vec<Notice>,
@@ -227,11 +222,7 @@ pub fn plan(scenario: &Scenario, file: &str) -> Result<TwinPlan, ConfigError> {
             .map(|r| s.traffic.seed.wrapping_add(u64::from(r)))
             .collect(),
         loss_threshold: m.loss_threshold,
-        search: m.search.then_some(SearchSpec {
-            max_pps: m.search_max_pps,
-            iterations: m.search_iterations,
-            resolution: m.search_resolution,
-        }),
+        search: m.search.then(|| m.clone()),
         configurations: out,
         notices,
         requests: None,
@@ -551,88 +542,45 @@ impl TwinConfiguration {
 
 /// Whether a point passes the search, as the lab judges it: loss within the threshold
 /// and the offered load at least 99% of the requested one.
-pub fn passes(p: &PointResult, threshold: f64) -> bool {
-    p.loss_ratio() <= threshold && p.offered_pps >= 0.99 * p.requested_pps
+pub use napilab_experiment::maximum::passes;
+
+/// The twin as the search's testbed: each trial one run of the configuration at the
+/// load, for the trial's duration, with the plan's first seed plus the search's index
+/// (MLRsearch's repeats see different arrivals, as the lab's see different noise).
+struct TwinSearch<'p, F> {
+    conf: &'p TwinConfiguration,
+    seed: u64,
+    run_many: &'p mut F,
 }
 
-/// The result of [`bisect`].
-#[derive(Clone, Debug, PartialEq)]
-pub struct SearchOutcome {
-    pub pps: f64,
-    pub stopped: &'static str,
-    pub probed: Vec<f64>,
-}
+impl<F> PacketTestbed for TwinSearch<'_, F>
+where
+    F: FnMut(&[(SimConfig, u64, PointRole)]) -> Result<Vec<PointResult>, ConfigError>,
+{
+    type Error = ConfigError;
 
-/// The lab's maximum-throughput search (RFC 2544 section 26.1 with a loss threshold,
-/// the same steps as `napilab_lab::search::bisect`, which this crate cannot depend
-/// on): the lowest failing known load is the upper bound, else `max_pps` is probed
-/// first; then bisection until `(high - low) / high < resolution` or `iterations`
-/// probes. `probe` returns whether a load passed.
-pub fn bisect(
-    spec: SearchSpec,
-    known: &[(f64, bool)],
-    mut probe: impl FnMut(f64) -> bool,
-) -> SearchOutcome {
-    let mut hi = known
-        .iter()
-        .filter(|(l, ok)| !ok && *l <= spec.max_pps)
-        .map(|(l, _)| *l)
-        .fold(None, |a: Option<f64>, l| Some(a.map_or(l, |a| a.min(l))));
-    let mut lo = known
-        .iter()
-        .filter(|(l, ok)| *ok && hi.is_none_or(|h| *l < h))
-        .map(|(l, _)| *l)
-        .fold(0.0, f64::max)
-        .min(spec.max_pps);
-    let mut probed = Vec::new();
-    let mut left = spec.iterations;
-    if hi.is_none() {
-        if lo >= spec.max_pps {
-            return SearchOutcome {
-                pps: lo,
-                stopped: "upper_bound_passed",
-                probed,
-            };
+    fn search_trial(
+        &mut self,
+        load_pps: f64,
+        duration_s: f64,
+        search: u32,
+    ) -> Result<Option<MeasuredTrial>, ConfigError> {
+        let mut config = self.conf.at(load_pps);
+        config.measurement.duration_ms = duration_s * 1000.0;
+        let wall_s = (config.measurement.warmup_ms + config.measurement.duration_ms) / 1e3;
+        let seed = self.seed.wrapping_add(u64::from(search));
+        let mut points = (self.run_many)(&[(config, seed, PointRole::Search)])?;
+        if points.is_empty() {
+            return Ok(None);
         }
-        if left == 0 {
-            return SearchOutcome {
-                pps: lo,
-                stopped: "iterations_exhausted",
-                probed,
-            };
-        }
-        left -= 1;
-        probed.push(spec.max_pps);
-        if probe(spec.max_pps) {
-            return SearchOutcome {
-                pps: spec.max_pps,
-                stopped: "upper_bound_passed",
-                probed,
-            };
-        }
-        hi = Some(spec.max_pps);
-    }
-    let mut hi = hi.unwrap_or(spec.max_pps);
-    let stopped = loop {
-        if (hi - lo) / hi < spec.resolution {
-            break "converged";
-        }
-        if left == 0 {
-            break "iterations_exhausted";
-        }
-        left -= 1;
-        let mid = ((lo + hi) / 2.0).round();
-        probed.push(mid);
-        if probe(mid) {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    };
-    SearchOutcome {
-        pps: lo,
-        stopped,
-        probed,
+        let mut point = points.remove(0);
+        point.repeat = search;
+        Ok(Some(MeasuredTrial {
+            point,
+            // The twin has no other tenants: nothing takes its CPUs away.
+            disturbance: Default::default(),
+            wall_s,
+        }))
     }
 }
 
@@ -640,8 +588,8 @@ pub fn bisect(
 /// load, then repeat) and, if the plan asks, its search. Returns the points (sweep,
 /// then search probes) and the search's answer (indexes into the points). `run_many`
 /// runs a batch of (config, seed, role) (e.g. in parallel) and returns their points in
-/// order; the search's probes depend on each other and run one at a time, with the
-/// first repeat's seed.
+/// order; the search (napilab-experiment's, the method the scenario names) runs its
+/// trials one at a time, as they depend on each other.
 pub fn run_configuration(
     plan: &TwinPlan,
     conf: &TwinConfiguration,
@@ -661,46 +609,24 @@ pub fn run_configuration(
         p.repeat = r;
         known.push((p.requested_pps, passes(p, plan.loss_threshold)));
     }
-    let Some(spec) = plan.search else {
+    let Some(m) = &plan.search else {
         return Ok((points, None));
     };
-    let seed = plan.seeds.first().copied().unwrap_or(1);
-    let mut error = None;
-    let mut probes = Vec::new();
-    let outcome = bisect(spec, &known, |pps| {
-        if error.is_some() {
-            return false;
+    // `sim run --loss` sets the plan's threshold: the search judges by it too.
+    let mut m = m.clone();
+    if m.loss_threshold != plan.loss_threshold {
+        m.loss_threshold = plan.loss_threshold;
+        for goal in &mut m.search_goals {
+            goal.loss_ratio = plan.loss_threshold;
         }
-        match run_many(&[(conf.at(pps), seed, PointRole::Search)]) {
-            Ok(mut p) if !p.is_empty() => {
-                let p = p.remove(0);
-                let ok = passes(&p, plan.loss_threshold);
-                probes.push(p);
-                ok
-            }
-            Ok(_) => false,
-            Err(e) => {
-                error = Some(e);
-                false
-            }
-        }
-    });
-    if let Some(e) = error {
-        return Err(e);
     }
-    let offset = points.len();
-    let n = probes.len();
-    points.extend(probes);
-    Ok((
-        points,
-        Some(MaxThroughput {
-            pps: outcome.pps,
-            loss_threshold: plan.loss_threshold,
-            probes: (offset..offset + n).collect(),
-            stopped: outcome.stopped.to_string(),
-            ..MaxThroughput::default()
-        }),
-    ))
+    let mut testbed = TwinSearch {
+        conf,
+        seed: plan.seeds.first().copied().unwrap_or(1),
+        run_many: &mut run_many,
+    };
+    let (max, _stopped) = maximum::max_throughput(&m, &known, &mut points, &mut testbed)?;
+    Ok((points, Some(max)))
 }
 
 /// Runs `batch` one after the other on this thread (`try_run`, then `to_point`).

@@ -26,11 +26,11 @@
 use std::collections::BTreeMap;
 
 use napilab_core::scenario::{RequestWorkload, Scenario, ServerEngine, ServerMode};
-use napilab_core::uncertainty::t_interval;
 use napilab_core::{
-    LatencySummary as CoreLatency, MaxQpsAtSlo, Notice, PointRole, RequestPointResult,
-    RequestResults, ServerSummary,
+    LatencySummary as CoreLatency, Notice, PointRole, RequestPointResult, RequestResults,
+    ServerSummary,
 };
+use napilab_experiment::request_search::{self, RateSearchSpec, RequestTestbed};
 
 use crate::config::{
     AppConfig, BusyPoll, ClassConfig, EgressConfig, HostConfig, IngressConfig, MeasurementConfig,
@@ -799,11 +799,10 @@ fn twin_search_top(w: &napilab_core::requests::RequestWorkload) -> f64 {
 pub type RunMany<'a> = dyn FnMut(&[(SimConfig, u64)]) -> Result<Vec<SimResult>, ConfigError> + 'a;
 
 /// Runs configuration `index` of `plan` (a server plan): the sweep (every load and
-/// repeat, one batch), then `search_repeats` bisections on the offered rate from 0 to
-/// `search_max_qps`, `search_iterations` steps each, as napilab-lab's server runner
-/// searches (the searches advance in lockstep, one batch per step, each with its own
-/// seed). `run_many` runs with the plan's costs on the profile
-/// ([`ServerCosts::profile`]); the costs on the applications are put here.
+/// repeat, one batch), then the lab's maximum-rate search (`search_repeats` searches,
+/// napilab-experiment's), each with its own seed. `run_many` runs with the plan's
+/// costs on the profile ([`ServerCosts::profile`]); the costs on the applications are
+/// put here.
 pub fn run_configuration(
     plan: &TwinPlan,
     index: usize,
@@ -859,63 +858,60 @@ pub fn run_configuration(
     if !w.search {
         return Ok(out);
     }
-    let first_seed = plan.seeds.first().copied().unwrap_or(1);
-    let n = sp.search_repeats as usize;
-    let top = twin_search_top(w);
-    let mut bounds = vec![(0.0f64, top); n];
-    let mut lo_cpu: Vec<Option<f64>> = vec![None; n];
-    for _ in 0..w.search_iterations {
-        let mids: Vec<f64> = bounds
-            .iter()
-            .map(|(lo, hi)| ((lo + hi) / 2.0).round())
-            .collect();
-        let batch: Vec<(SimConfig, u64)> = mids
-            .iter()
-            .enumerate()
-            .map(|(i, &q)| (at(q), first_seed.wrapping_add(1000 + i as u64)))
-            .collect();
-        let results = run_many(&batch)?;
-        for (i, r) in results.iter().enumerate() {
-            let p = point(r, PointRole::Search, i as u32, mids[i]);
-            if p.meets_slo {
-                bounds[i].0 = mids[i];
-                lo_cpu[i] = p.cpu_per_request_us;
-            } else {
-                bounds[i].1 = mids[i];
-            }
-            out.points.push(p);
-        }
-    }
-    let answers: Vec<f64> = bounds.iter().map(|(lo, _)| *lo).collect();
-    let mut notes = Vec::new();
-    for (i, (_, hi)) in bounds.iter().enumerate() {
-        if *hi >= top {
-            notes.push(format!(
-                "search {}: met the objective up to the top of the twin's range ({top:.0}): give search_max_qps above it",
-                i + 1,
-            ));
-        }
-    }
-    let best = (0..n).max_by(|a, b| answers[*a].total_cmp(&answers[*b]));
-    out.max_qps = Some(MaxQpsAtSlo {
-        qps: answers.iter().sum::<f64>() / n.max(1) as f64,
-        interval: t_interval(&answers, sp.confidence).map(|ci| (ci.low.max(0.0), ci.high)),
-        searches: answers,
+    // The lab's maximum-rate search (napilab-experiment), each search with its own
+    // seed. Without a cap the range starts at the twin's default top and is raised
+    // while its top meets the objective, as the lab raises its probe-derived range.
+    let first_seed = plan.seeds.first().copied().unwrap_or(1).wrapping_add(1000);
+    let spec = RateSearchSpec {
+        top: twin_search_top(w),
+        raise: w.search_max_qps.is_none(),
+        iterations: w.search_iterations,
+        repeats: sp.search_repeats.max(1),
         confidence: sp.confidence,
-        cpu_per_request_us: best.and_then(|i| lo_cpu[i]),
-        note: if notes.is_empty() {
-            format!(
-                "twin: bisection on the offered rate, {} steps from 0 to {:.0} requests/s, {} searches (seeds {}..)",
-                w.search_iterations,
-                top,
-                n,
-                first_seed.wrapping_add(1000)
-            )
-        } else {
-            notes.join("; ")
+        range_source: match w.search_max_qps {
+            Some(_) => format!("(search_max_qps; twin seeds {first_seed}..)"),
+            None => format!("(the twin's default top; twin seeds {first_seed}..)"),
         },
-    });
+    };
+    let mut testbed = TwinRequests {
+        run_many,
+        at: &at,
+        point: &point,
+        first_seed,
+    };
+    let mut points = std::mem::take(&mut out.points);
+    let max = request_search::max_rate(&spec, &mut points, &mut testbed)?;
+    out.points = points;
+    out.max_qps = max;
     Ok(out)
+}
+
+/// The twin as the maximum-rate search's testbed: each point one run at the rate, with
+/// the search's own seed.
+struct TwinRequests<'r, 'm, A, P> {
+    run_many: &'r mut RunMany<'m>,
+    at: &'r A,
+    point: &'r P,
+    first_seed: u64,
+}
+
+impl<A, P> RequestTestbed for TwinRequests<'_, '_, A, P>
+where
+    A: Fn(f64) -> SimConfig,
+    P: Fn(&SimResult, PointRole, u32, f64) -> RequestPointResult,
+{
+    type Error = ConfigError;
+
+    fn request_point(
+        &mut self,
+        qps: f64,
+        role: PointRole,
+        search: u32,
+    ) -> Result<Option<RequestPointResult>, ConfigError> {
+        let seed = self.first_seed.wrapping_add(u64::from(search));
+        let results = (self.run_many)(&[((self.at)(qps), seed)])?;
+        Ok(results.first().map(|r| (self.point)(r, role, search, qps)))
+    }
 }
 
 /// The text summary of a twin run of a server scenario: each configuration's points

@@ -1,10 +1,14 @@
 //! The twin's run as one point of core's experiment results (`PointResult`), so the
 //! store and the report render lab and twin points the same way, and the RFC 2544
-//! style maximum-throughput search the lab also performs.
+//! style maximum-throughput search of a twin configuration (the experiment layer's
+//! bisection).
 
+use napilab_core::scenario::SearchMethod;
 use napilab_core::{
     ClassResult, EngineStats, LatencySummary as CoreLatency, MaxThroughput, PointResult, PointRole,
 };
+use napilab_experiment::bisection::{bisect, Probe};
+use napilab_experiment::maximum::method_name;
 
 use crate::{run, Profile, SimConfig, SimResult};
 
@@ -63,9 +67,9 @@ impl SimResult {
 }
 
 /// The highest offered load (open-loop `traffic.rate_pps`) whose loss is at most
-/// `loss_threshold`, by bisection between `low_pps` (assumed to pass) and
-/// `high_pps`, stopping when the bracket is narrower than `resolution` (relative).
-/// Returns the answer and every probed point, in probe order.
+/// `loss_threshold`, by the experiment layer's bisection between `low_pps` (assumed to
+/// pass) and `high_pps`, stopping when the bracket is narrower than `resolution`
+/// (relative). Returns the answer and every probed point, in probe order.
 pub fn max_throughput(
     config: &SimConfig,
     profile: &Profile,
@@ -75,37 +79,35 @@ pub fn max_throughput(
     high_pps: f64,
     resolution: f64,
 ) -> (MaxThroughput, Vec<PointResult>) {
+    /// Enough halvings for any bracket of loads the twin runs (2^64).
+    const ITERATIONS: u32 = 64;
     let mut cfg = config.clone();
     let mut points = Vec::new();
-    let probe = |cfg: &mut SimConfig, pps: f64, points: &mut Vec<PointResult>| {
-        cfg.traffic.rate_pps = pps;
-        let p = run(cfg, profile, seed).to_point(PointRole::Search, pps, 0);
-        let ok = p.loss_ratio() <= loss_threshold;
-        points.push(p);
-        ok
-    };
-    let (mut lo, mut hi) = (low_pps, high_pps);
-    let stopped = if probe(&mut cfg, hi, &mut points) {
-        lo = hi;
-        "upper_bound_passed"
-    } else {
-        while (hi - lo) > resolution * hi {
-            let mid = 0.5 * (lo + hi);
-            if probe(&mut cfg, mid, &mut points) {
-                lo = mid;
+    let outcome = bisect(
+        high_pps,
+        &[(low_pps, true)],
+        ITERATIONS,
+        resolution,
+        |pps| {
+            cfg.traffic.rate_pps = pps;
+            let p = run(&cfg, profile, seed).to_point(PointRole::Search, pps, 0);
+            let ok = p.loss_ratio() <= loss_threshold;
+            points.push(p);
+            if ok {
+                Probe::Pass
             } else {
-                hi = mid;
+                Probe::Fail
             }
-        }
-        "converged"
-    };
+        },
+    );
     let probes = (0..points.len()).collect();
     (
         MaxThroughput {
-            pps: lo,
+            pps: outcome.pps,
             loss_threshold,
             probes,
-            stopped: stopped.to_string(),
+            stopped: outcome.stopped.to_string(),
+            method: method_name(SearchMethod::Bisection).into(),
             ..MaxThroughput::default()
         },
         points,

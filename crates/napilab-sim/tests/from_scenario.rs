@@ -11,7 +11,7 @@ use napilab_core::scenario::{self, Scenario};
 use napilab_core::RunRecord;
 use napilab_sim::calibrate::{self, LabProfile};
 use napilab_sim::config::{NapiContext, QdiscKind};
-use napilab_sim::from_scenario::{self, bisect, InputKind, SearchSpec, TwinPlan, VETH_RING};
+use napilab_sim::from_scenario::{self, InputKind, TwinPlan, VETH_RING};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -138,12 +138,11 @@ fn default_scenario_places_the_poller_as_the_lab_does() {
     assert!(!c.engines_on_poller.generator && !c.engines_on_poller.sink);
     assert_eq!(c.config.egress.qdisc, QdiscKind::None);
     assert_eq!(c.config.host.cpus, 2);
-    // The lab's search bound and resolution carry over (the twin bisects: it is
-    // deterministic, so MLRsearch's repeats and exceed ratio would add nothing).
-    let spec = plan.search.expect("default searches");
+    // The lab's search carries over whole: method, bound, resolution and goals.
+    let m = plan.search.expect("default searches");
     assert_eq!(
-        (spec.max_pps, spec.iterations, spec.resolution),
-        (2e6, 8, 0.06)
+        (m.search_method, m.search_max_pps, m.search_resolution),
+        (scenario::SearchMethod::Mlrsearch, 2e6, 0.06)
     );
 }
 
@@ -229,31 +228,57 @@ fn input_kind_tells_scenarios_from_twin_configs() {
     assert!(e.contains("not TOML"), "{e}");
 }
 
+/// The twin runs the search the scenario names, the lab's own (napilab-experiment),
+/// and its record says which.
 #[test]
-fn search_follows_the_lab_bisection() {
-    let spec = SearchSpec {
-        max_pps: 1e6,
-        iterations: 20,
-        resolution: 0.01,
+fn the_twin_runs_the_scenarios_search_method() {
+    let short = scenario::DEFAULT_SCENARIO
+        .replace("duration_s = 3.0", "duration_s = 0.2")
+        .replace("warmup_s = 0.5", "warmup_s = 0.05")
+        .replace("initial_trial_s = 0.5", "initial_trial_s = 0.2")
+        .replace("final_trial_s = 2.0", "final_trial_s = 0.4")
+        .replace("duration_sum_s = 4.0", "duration_sum_s = 0.8");
+    let lab = LabProfile::load("veth-lab").expect("shipped profile");
+    let run = |text: &str| {
+        let plan = from_scenario::plan(&parse(text, "default"), "default").expect("maps");
+        let c = conf(&plan, "two-cpu/softirq");
+        let profile = c.profile_for(&lab.profile, lab.testbed.as_ref());
+        let (points, m) =
+            from_scenario::run_configuration(&plan, c, |b| from_scenario::run_serial(b, &profile))
+                .expect("runs");
+        (plan, points, m.expect("searched"))
     };
-    let r = bisect(spec, &[], |l| l <= 437_000.0);
-    assert_eq!(r.stopped, "converged");
-    assert_eq!(r.probed[0], 1e6);
-    assert!(r.pps <= 437_000.0 && r.pps >= 437_000.0 * 0.99, "{r:?}");
-    // Known sweep results bound the search; the upper bound is not probed.
-    let known = [(100_000.0, true), (400_000.0, false)];
-    let r = bisect(spec, &known, |l| l <= 300_000.0);
-    assert!(r.probed.iter().all(|p| *p > 100_000.0 && *p < 400_000.0));
-    let r = bisect(
-        SearchSpec {
-            iterations: 3,
-            resolution: 1e-6,
-            ..spec
-        },
-        &[],
-        |l| l < 5.0,
+    let (plan, points, m) = run(&short);
+    assert_eq!(m.method, "mlrsearch");
+    let repeats = plan.search.as_ref().expect("searches").search_repeats;
+    assert_eq!(m.searches.len(), repeats as usize, "{m:?}");
+    assert!(!m.trials.is_empty() && m.trials.iter().all(|t| !t.disturbance.disturbed));
+    // Each trial's point is a search point of its repeat, at the trial's load.
+    for t in &m.trials {
+        let p = &points[t.point];
+        assert_eq!(
+            (p.role, p.repeat),
+            (napilab_core::PointRole::Search, t.search)
+        );
+        assert_eq!(p.requested_pps, t.load_pps);
+    }
+    let goal = &m.goals[0];
+    assert_eq!(goal.values.len(), repeats as usize, "{goal:?}");
+    assert!(m.pps > 0.0 && m.pps <= 2e6, "{m:?}");
+
+    let (_, _, b) = run(&short.replace(
+        "search_method = \"mlrsearch\"",
+        "search_method = \"bisection\"",
+    ));
+    assert_eq!(b.method, "rfc2544-bisection");
+    assert!(b.searches.is_empty() && !b.probes.is_empty());
+    // Both answer the same question of the same model: within the searches' widths.
+    assert!(
+        (b.pps - m.pps).abs() <= 0.15 * m.pps,
+        "bisection {} vs mlrsearch {}",
+        b.pps,
+        m.pps
     );
-    assert_eq!((r.stopped, r.probed.len()), ("iterations_exhausted", 3));
 }
 
 #[test]

@@ -650,12 +650,7 @@ fn run_scenario(args: &RunArgs, text: &str) -> Result<()> {
         plan.loss_threshold = loss;
     }
     if args.max_search && plan.search.is_none() {
-        let m = &scenario.measurement;
-        plan.search = Some(from_scenario::SearchSpec {
-            max_pps: m.search_max_pps,
-            iterations: m.search_iterations,
-            resolution: m.search_resolution,
-        });
+        plan.search = Some(scenario.measurement.clone());
     }
     let requests_search = plan.requests.as_ref().is_some_and(|r| r.workload.search);
     if plan.loads.is_empty() && plan.search.is_none() && !requests_search {

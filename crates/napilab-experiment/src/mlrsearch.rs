@@ -653,11 +653,11 @@ mod tests {
             }
             // The bisection on the same DUT, final-length trials, one each.
             let mut dut = noisy_dut(cap, 0.2, 0.05, seed);
-            let b = crate::search::bisect(2e6, &[], 12, 0.03, |load| match dut(load, 2.0) {
+            let b = crate::bisection::bisect(2e6, &[], 12, 0.03, |load| match dut(load, 2.0) {
                 Measured::Trial { loss_ratio, .. } if loss_ratio <= 0.005 => {
-                    crate::search::Probe::Pass
+                    crate::bisection::Probe::Pass
                 }
-                _ => crate::search::Probe::Fail,
+                _ => crate::bisection::Probe::Fail,
             });
             if b.pps >= cap * (1.0 - 0.03) && b.pps <= cap / (1.0 - 0.005) {
                 bisect_within += 1;

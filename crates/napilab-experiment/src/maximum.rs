@@ -1,21 +1,148 @@
-//! The maximum-throughput search as the runner drives it: `search_repeats` independent
-//! MLRsearches per configuration, every trial kept with what the machine took away
-//! during it, and per goal the repeats' conditional throughputs summarised with a
-//! confidence interval, with and without the disturbed trials.
+//! The maximum-throughput search of a packet workload, written once for every testbed:
+//! `search_method = "mlrsearch"` runs `search_repeats` independent MLRsearches, every
+//! trial kept with what the machine took away during it, and per goal the repeats'
+//! conditional throughputs summarised with a confidence interval, with and without the
+//! disturbed trials; `"bisection"` runs the RFC 2544 bisection from the sweep's
+//! verdicts. The testbed (the lab's namespaces, the twin) only measures one trial.
 
-use anyhow::Result;
-use napilab_core::scenario::{DisturbedTrials, Measurement};
+use napilab_core::scenario::{DisturbedTrials, Measurement, SearchMethod};
 use napilab_core::uncertainty::{mean_sd, t_interval};
 use napilab_core::{
     Disturbance, GoalResult, GoalSummary, MaxThroughput, PointResult, SearchRecord, TrialRecord,
 };
 
+use crate::bisection::{bisect, Probe};
 use crate::mlrsearch::{self, Limits, Measured};
 
-/// A trial the runner measured.
+/// A trial a testbed measured for the search.
 pub struct MeasuredTrial {
     pub point: PointResult,
+    /// What the machine took away during the trial (the twin: nothing).
     pub disturbance: Disturbance,
+    /// Seconds the trial took in all (warm-up, drain and overhead included): what the
+    /// search's time limit counts. The lab's wall time; the twin's simulated window.
+    pub wall_s: f64,
+}
+
+/// Where the search's trials run.
+pub trait PacketTestbed {
+    type Error;
+    /// Offers the configuration's packet workload at `load_pps` for `duration_s` (a
+    /// search trial of search `search`, 0-based). `Ok(None)`: the run was stopped.
+    fn search_trial(
+        &mut self,
+        load_pps: f64,
+        duration_s: f64,
+        search: u32,
+    ) -> Result<Option<MeasuredTrial>, Self::Error>;
+}
+
+/// The record's name of each method.
+pub fn method_name(method: SearchMethod) -> &'static str {
+    match method {
+        SearchMethod::Mlrsearch => "mlrsearch",
+        SearchMethod::Bisection => "rfc2544-bisection",
+    }
+}
+
+/// The method a recorded maximum was searched with: its `method`, or, in a record made
+/// before the lab had MLRsearch (no method), the bisection, the only search then.
+pub fn recorded_method(max: &MaxThroughput) -> Option<SearchMethod> {
+    match max.method.as_str() {
+        "" | "rfc2544-bisection" => Some(SearchMethod::Bisection),
+        "mlrsearch" => Some(SearchMethod::Mlrsearch),
+        _ => None,
+    }
+}
+
+/// Runs the scenario's search (`m.search_method`) on `testbed`. `known` are the
+/// sweep's (load, passed) verdicts (the bisection starts from them; MLRsearch has its
+/// own trials). Appends every trial's point to `points`; returns the maximum and
+/// whether the run was stopped.
+pub fn max_throughput<T: PacketTestbed>(
+    m: &Measurement,
+    known: &[(f64, bool)],
+    points: &mut Vec<PointResult>,
+    testbed: &mut T,
+) -> Result<(MaxThroughput, bool), T::Error> {
+    match m.search_method {
+        SearchMethod::Mlrsearch => mlrsearch(m, points, testbed),
+        SearchMethod::Bisection => bisection(m, known, points, testbed),
+    }
+}
+
+/// A load passes when loss is within the threshold and the generator offered it
+/// (at least 99% of the request).
+pub fn passes(p: &PointResult, threshold: f64) -> bool {
+    p.loss_ratio() <= threshold && p.offered_pps >= 0.99 * p.requested_pps
+}
+
+/// The RFC 2544 bisection (`search_method = "bisection"`), one trial per load of the
+/// scenario's window.
+fn bisection<T: PacketTestbed>(
+    m: &Measurement,
+    known: &[(f64, bool)],
+    all_points: &mut Vec<PointResult>,
+    testbed: &mut T,
+) -> Result<(MaxThroughput, bool), T::Error> {
+    let first_probe = all_points.len();
+    let mut probes = Vec::new();
+    let mut points = Vec::new();
+    let mut failure = None;
+    let outcome = bisect(
+        m.search_max_pps,
+        known,
+        m.search_iterations,
+        m.search_resolution,
+        |load| match testbed.search_trial(load, m.duration_s, 0) {
+            Ok(Some(t)) => {
+                let ok = passes(&t.point, m.loss_threshold);
+                probes.push(first_probe + points.len());
+                points.push(t.point);
+                if ok {
+                    Probe::Pass
+                } else {
+                    Probe::Fail
+                }
+            }
+            Ok(None) => Probe::Interrupted,
+            Err(e) => {
+                failure = Some(e);
+                Probe::Interrupted
+            }
+        },
+    );
+    all_points.extend(points);
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let max = MaxThroughput {
+        pps: outcome.pps,
+        loss_threshold: m.loss_threshold,
+        probes,
+        stopped: bisection_stopped(outcome.stopped, outcome.pps, all_points, m.loss_threshold),
+        method: method_name(SearchMethod::Bisection).into(),
+        ..MaxThroughput::default()
+    };
+    Ok((max, outcome.stopped == "interrupted"))
+}
+
+/// `converged_generator_limited` when every failing point above the answer failed
+/// only because the generator could not offer the load (its loss was within the
+/// threshold): the answer is then the testbed's sending limit.
+fn bisection_stopped(stopped: &str, answer: f64, points: &[PointResult], threshold: f64) -> String {
+    let above: Vec<&PointResult> = points
+        .iter()
+        .filter(|p| p.requested_pps > answer && !passes(p, threshold))
+        .collect();
+    if stopped == "converged"
+        && !above.is_empty()
+        && above.iter().all(|p| p.loss_ratio() <= threshold)
+    {
+        "converged_generator_limited".into()
+    } else {
+        stopped.to_string()
+    }
 }
 
 /// A generator that fell short of a load below this share of the highest rate it
@@ -25,14 +152,12 @@ const STALL_SHARE: f64 = 0.9;
 /// Lowest load a search tries, as a share of the highest.
 const MIN_LOAD_SHARE: f64 = 0.001;
 
-/// Runs the searches. `measure(load, duration_s, search)` measures one trial (None:
-/// the run was stopped). Appends every trial's point to `points`; returns the result
-/// and whether the run was stopped.
-pub fn mlrsearch(
+/// The MLRsearch repeats (`search_method = "mlrsearch"`).
+fn mlrsearch<T: PacketTestbed>(
     m: &Measurement,
     points: &mut Vec<PointResult>,
-    mut measure: impl FnMut(f64, f64, u32) -> Result<Option<MeasuredTrial>>,
-) -> Result<(MaxThroughput, bool)> {
+    testbed: &mut T,
+) -> Result<(MaxThroughput, bool), T::Error> {
     let goals = m.resolved_goals();
     let limits = Limits {
         max_load: m.search_max_pps,
@@ -45,7 +170,7 @@ pub fn mlrsearch(
     };
     let mut max = MaxThroughput {
         loss_threshold: goals.first().map_or(m.loss_threshold, |g| g.loss_ratio),
-        method: "mlrsearch".into(),
+        method: method_name(SearchMethod::Mlrsearch).into(),
         ..MaxThroughput::default()
     };
     let mut undisturbed: Vec<Vec<Option<f64>>> = Vec::new();
@@ -57,8 +182,7 @@ pub fn mlrsearch(
         let first_trial = max.trials.len();
         let mut failure = None;
         let outcome = mlrsearch::search(&goals, &limits, |load, duration_s| {
-            let started = std::time::Instant::now();
-            match measure(load, duration_s, search) {
+            match testbed.search_trial(load, duration_s, search) {
                 Ok(Some(mut t)) => {
                     let generator_short = t.point.offered_pps < 0.99 * t.point.requested_pps;
                     if generator_short
@@ -95,7 +219,7 @@ pub fn mlrsearch(
                     Measured::Trial {
                         loss_ratio,
                         disturbed,
-                        wall_s: started.elapsed().as_secs_f64(),
+                        wall_s: t.wall_s,
                         forwarded_pps,
                     }
                 }
