@@ -4,10 +4,11 @@
 //! caller owns the terminal (progress, messages) through [`Event`]s and stops it by
 //! sending on, or dropping the sender of, the `stop` channel.
 //!
-//! Everything it reads is relative to the calling thread: /proc/thread-self for the
-//! network namespace, netlink sockets opened on that thread, and the /sys mounted in
-//! its mount namespace. A lab thread that entered a namespace
-//! (napilab_lab::netns::NamespaceView) therefore observes that namespace.
+//! What it reads follows the calling thread's view: netlink sockets opened on that
+//! thread, /proc/net and /sys as its mount namespace shows them, and its own network
+//! namespace from /proc/thread-self (packets::own_netns). The whole loop runs on the
+//! calling thread, so a lab thread that was given a namespace's view
+//! (napilab_lab::netns::enter_view) observes that namespace.
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
