@@ -13,6 +13,10 @@ use crate::runner::JOURNAL_PREFIX;
 pub struct CleanReport {
     pub namespaces_removed: Vec<String>,
     pub journals_reverted: Vec<String>,
+    /// Journal directories of server runs' interrupt modes (`lab-<run_id>-server`),
+    /// removed once the run's namespaces are gone: the settings they journalled were
+    /// those of the DUT's device, which went with its namespace.
+    pub journals_removed: Vec<String>,
     /// Namespaces and journals of runs still in progress, left alone.
     pub left_running: Vec<String>,
     pub errors: Vec<String>,
@@ -67,6 +71,36 @@ pub fn clean(journal_dir: &Path) -> CleanReport {
                 }
             }
             Err(e) => r.errors.push(format!("reading journals: {e}")),
+        }
+    }
+    // The server topology's mode journals, of runs whose namespaces are gone.
+    if let Ok(dir) = std::fs::read_dir(journal_dir) {
+        let remaining = netns::list_namespaces().unwrap_or_default();
+        for e in dir.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(id) = name
+                .strip_prefix(JOURNAL_PREFIX)
+                .and_then(|n| n.strip_suffix(crate::server_runner::MODE_JOURNALS_SUFFIX))
+            else {
+                continue;
+            };
+            if !netns::is_run_id(id) || !e.path().is_dir() {
+                continue;
+            }
+            if run_alive(id) {
+                r.left_running.push(e.path().display().to_string());
+                continue;
+            }
+            if remaining
+                .iter()
+                .any(|ns| netns::run_id_of_ns(ns) == Some(id))
+            {
+                continue;
+            }
+            match std::fs::remove_dir_all(e.path()) {
+                Ok(()) => r.journals_removed.push(e.path().display().to_string()),
+                Err(err) => r.errors.push(format!("{}: {err}", e.path().display())),
+            }
         }
     }
     // Pid files of dead runs.

@@ -199,6 +199,132 @@ pub fn enter(ns: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// Gives the calling thread the view of the network namespace `ns` that `ip netns
+/// exec` gives a process, without a process: the thread enters `ns` (setns), takes a
+/// mount namespace of its own (unshare(CLONE_NEWNS), which also unshares its
+/// filesystem context from the other threads), makes every mount in it a slave (no
+/// mount propagates back to the host), mounts a fresh sysfs on /sys (sysfs shows the
+/// devices of the mounting task's network namespace), and covers `/proc/<pid>/net`,
+/// where `/proc/net` (a link to `/proc/self/net`) leads, with this thread's own
+/// `/proc/thread-self/net`: `/proc/self` is the thread-group leader, which stays in
+/// the host's namespace. After this the probe's parsers, netlink sockets opened on
+/// the thread and napilab-tune see `ns` with root `/`. The other threads are
+/// untouched; the mounts go away with the thread.
+///
+/// Use a thread of its own ([`spawn_in_view`], [`in_view`]): the change cannot be
+/// undone.
+pub fn enter_view(ns: &str) -> io::Result<()> {
+    use std::ffi::CString;
+    enter(ns).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("entering network namespace {ns}: {e} (does it exist? see `ip netns list`)"),
+        )
+    })?;
+    let c = |s: &str| CString::new(s).map_err(|_| io::Error::other("path with a NUL byte"));
+    let fail = |what: &str| {
+        let e = io::Error::last_os_error();
+        io::Error::new(
+            e.kind(),
+            format!(
+                "{what} for the view of {ns}: {e} (the lab needs CAP_SYS_ADMIN: run it as root)"
+            ),
+        )
+    };
+    // SAFETY: unshare only changes the calling thread's own mount namespace and
+    // filesystem context (CLONE_NEWNS implies CLONE_FS, which a thread of a
+    // multi-threaded process may unshare); no memory is shared with the kernel.
+    if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
+        return Err(fail("unshare(CLONE_NEWNS)"));
+    }
+    let root = c("/")?;
+    let none = c("none")?;
+    // SAFETY: every pointer is a valid NUL-terminated string (or null where mount(2)
+    // allows it) that outlives the call; the mount namespace is this thread's alone
+    // (unshared above), so nothing another thread sees changes.
+    if unsafe {
+        libc::mount(
+            none.as_ptr(),
+            root.as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_SLAVE,
+            std::ptr::null(),
+        )
+    } != 0
+    {
+        return Err(fail("making / a slave mount"));
+    }
+    let sys = c("/sys")?;
+    let sysfs = c("sysfs")?;
+    let name = c(ns)?;
+    // SAFETY: as above; detaching the host's /sys in this thread's namespace (it may
+    // not be mounted: then the fresh one covers the directory).
+    unsafe { libc::umount2(sys.as_ptr(), libc::MNT_DETACH) };
+    // SAFETY: as above.
+    if unsafe {
+        libc::mount(
+            name.as_ptr(),
+            sys.as_ptr(),
+            sysfs.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    } != 0
+    {
+        return Err(fail("mounting sysfs on /sys"));
+    }
+    // /proc/thread-self/net resolved to this thread's task directory, bound over the
+    // directory /proc/net leads to.
+    // SAFETY: getpid and gettid have no preconditions.
+    let (pid, tid) = unsafe { (libc::getpid(), libc::gettid()) };
+    let own = c(&format!("/proc/{pid}/task/{tid}/net"))?;
+    let leader = c(&format!("/proc/{pid}/net"))?;
+    // SAFETY: as above.
+    if unsafe {
+        libc::mount(
+            own.as_ptr(),
+            leader.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        )
+    } != 0
+    {
+        return Err(fail("binding /proc/thread-self/net on /proc/net"));
+    }
+    Ok(())
+}
+
+/// Runs `f` on a new thread named `name` that sees `ns` ([`enter_view`]); the handle
+/// gives `f`'s result, or why the view could not be set up.
+pub fn spawn_in_view<T: Send + 'static>(
+    ns: &str,
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> io::Result<std::thread::JoinHandle<io::Result<T>>> {
+    let ns = ns.to_string();
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(move || {
+            enter_view(&ns)?;
+            Ok(f())
+        })
+}
+
+/// Runs `f` on a thread that sees `ns` ([`enter_view`]) and waits for it.
+pub fn in_view<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> io::Result<T> {
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("napilab-netns".into())
+            .spawn_scoped(s, || {
+                enter_view(ns)?;
+                Ok(f())
+            })?
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other(format!("the thread in {ns} panicked"))))
+    })
+}
+
 /// Pins the calling thread (pid 0) or a task to `cpus`.
 pub fn pin(pid: i32, cpus: &[u32]) -> io::Result<()> {
     if cpus.is_empty() {

@@ -382,7 +382,7 @@ fn measure_point(
     // before (`observer_lead_s`, learnt from late first samples), as in the vpn
     // topology, because its trace-derived numbers need the observer's window to be the
     // point's.
-    let warmup_s = if many_napi_topology(s) && ctx.opts.observer.is_some() {
+    let warmup_s = if many_napi_topology(s) && ctx.opts.observe {
         m.warmup_s.max(ctx.observer_lead_s)
     } else {
         m.warmup_s
@@ -505,19 +505,20 @@ fn measure_point(
     // opens (`--start-at`).
     let t_measure = Instant::now() + warmup + Duration::from_millis(5);
     let measure_wall_ms = now_ms() + (warmup + Duration::from_millis(5)).as_millis() as u64;
-    let observer = match &ctx.opts.observer {
-        Some(exe) if !stop.load(Ordering::Relaxed) => {
-            let o = Observer::start(exe, &lab.dut_ns, duration, m.trace, Some(measure_wall_ms));
-            if o.is_none() {
+    let observer = if ctx.opts.observe && !stop.load(Ordering::Relaxed) {
+        match Observer::start(&lab.dut_ns, duration, m.trace, Some(measure_wall_ms)) {
+            Ok(o) => Some(o),
+            Err(e) => {
                 notice(
                     &mut ctx.notices,
                     "DUT observation",
-                    format!("could not start `{} observe` in the DUT namespace: points carry no Observation", exe.display()),
+                    format!("could not start the observer in the DUT namespace ({e}): points carry no Observation"),
                 );
+                None
             }
-            o
         }
-        _ => None,
+    } else {
+        None
     };
     while Instant::now() < t_measure && !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(10).min(t_measure - Instant::now()));
@@ -608,7 +609,7 @@ fn measure_point(
                     notice(
                         &mut ctx.notices,
                         "DUT observation window",
-                        format!("each point's Observation comes from `napilab observe` run in the DUT namespace for the measurement's duration, started at the warm-up's beginning and told to take its first sample when the window opens; a point's window opened {off} ms late (loading the programs took longer than warmup_s): give a longer warm-up"),
+                        format!("each point's Observation comes from the observer run on a thread in the DUT namespace for the measurement's duration, started at the warm-up's beginning and told to take its first sample when the window opens; a point's window opened {off} ms late (loading the programs took longer than warmup_s): give a longer warm-up"),
                     );
                 }
                 Some(obs)

@@ -5,16 +5,17 @@
 //! cleanly: the point in progress is dropped, finished points are kept, everything
 //! created is removed and `RunRecord.interrupted` is set.
 
-use std::io::{IsTerminal, Read};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use napilab_core::scenario::{self, Configuration, Scenario, SearchMethod, TraceTier};
 use napilab_core::{Notice, Observation, RunKind, RunRecord, RUN_SCHEMA};
+use napilab_trace::live::LiveOptions;
 
 use crate::netns::{self, new_run_id, pid_file, RUN_DIR};
 
@@ -28,13 +29,13 @@ pub struct RunOptions {
     pub scenario_file: String,
     /// Results root: the record goes to `<out_dir>/<run_id>/run.json`.
     pub out_dir: PathBuf,
-    /// A `napilab` binary to run `observe --json` in the DUT namespace for each point;
-    /// None: points carry no Observation (a notice says so).
-    pub observer: Option<PathBuf>,
-    /// The `napilab` binary, which the server topology runs inside the DUT namespace
-    /// to apply its interrupt modes (`napilab tune apply`); None: server scenarios
-    /// refuse to run, saying so.
-    pub napilab_exe: Option<PathBuf>,
+    /// Write `run.json` here. false: the caller writes it from the returned record
+    /// (`napilab lab run` adds the twin first, so the file is written once); a run
+    /// that fails is still written here, since its caller gets no record.
+    pub write_record: bool,
+    /// Observe the DUT namespace during each point (in-process, on a thread in that
+    /// namespace); false: points carry no Observation (a notice says so).
+    pub observe: bool,
     /// Journal directory for the global sysctls (napilab-tune).
     pub journal_dir: PathBuf,
     /// Set by SIGINT/SIGTERM handlers: stop cleanly.
@@ -47,6 +48,7 @@ pub struct RunOptions {
 
 pub struct RunOutcome {
     pub record: RunRecord,
+    /// Where `run.json` is (or, without `write_record`, goes).
     pub path: PathBuf,
 }
 
@@ -164,94 +166,91 @@ impl Drop for SysctlGuard {
     }
 }
 
-/// Kills the observer process on drop. Its output is read while it runs: an
-/// Observation with the trace tier (stage tables, context shares) is larger than a
-/// pipe's buffer, and an observer blocked writing it would never exit.
+/// The DUT's observer: napilab_trace::live (the loop of `napilab observe`) on a thread
+/// that sees the DUT's namespace (netns::enter_view), so its devices, counters and
+/// per-namespace settings are the DUT's. No process is started: a killed run takes its
+/// observer with it. Dropping it, or a stop, ends the loop at its next wait.
 pub(crate) struct Observer {
-    child: Option<Child>,
-    output: Option<std::thread::JoinHandle<String>>,
+    ns: String,
+    /// Dropped to stop the loop (the loop stops when its channel's sender goes).
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<std::io::Result<Result<Observation, String>>>>,
 }
 
+/// The shortest interval the observer samples (`napilab observe --interval`'s floor).
+const MIN_OBSERVER_INTERVAL: Duration = Duration::from_millis(100);
+
 impl Observer {
-    /// Starts `napilab observe` in `ns` for `duration`; with `start_at_unix_ms` its
-    /// first sample waits for that time (`--start-at`), so that it can load its
-    /// programs while the caller's warm-up runs.
+    /// Starts observing `ns` for `duration` with the trace tier `tier`; with
+    /// `start_at_unix_ms` the first sample waits for that time, so that the observer
+    /// can load its programs while the caller's warm-up runs.
     pub(crate) fn start(
-        exe: &Path,
         ns: &str,
         duration: Duration,
         tier: TraceTier,
         start_at_unix_ms: Option<u64>,
-    ) -> Option<Observer> {
+    ) -> Result<Observer, String> {
         let secs = duration.as_secs_f64();
         let interval = if secs >= 2.0 { 1.0 } else { secs };
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", ns])
-            .arg(exe)
-            .args([
-                "observe",
-                "--json",
-                "--no-map",
-                "--for",
-                &format!("{}ms", (secs * 1000.0).round()),
-                "--interval",
-                &format!("{}ms", (interval * 1000.0).round()),
-            ])
-            .args(tier.observe_flags())
-            .args(
-                start_at_unix_ms
-                    .map(|ms| vec!["--start-at".to_string(), ms.to_string()])
-                    .unwrap_or_default(),
-            )
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok()?;
-        let output = child.stdout.take().map(|mut o| {
-            std::thread::spawn(move || {
-                let mut out = String::new();
-                let _ = o.read_to_string(&mut out);
-                out
-            })
-        });
-        Some(Observer {
-            child: Some(child),
-            output,
+        // Whole milliseconds, as `napilab observe --for .. --interval ..` took them.
+        let ms = |s: f64| Duration::from_millis((s * 1000.0).round() as u64);
+        let (duration, interval) = (ms(secs), ms(interval));
+        if interval < MIN_OBSERVER_INTERVAL {
+            return Err(format!(
+                "the measurement window of {secs} s is shorter than the observer's shortest interval (100 ms): give a longer duration_s"
+            ));
+        }
+        let (trace, stages, trace_packets) = match tier {
+            TraceTier::Off => (false, false, false),
+            TraceTier::Always => (true, false, false),
+            TraceTier::Stages => (true, true, false),
+            TraceTier::Packets => (true, false, true),
+        };
+        let options = LiveOptions {
+            duration,
+            interval,
+            trace,
+            stages,
+            trace_packets,
+            start_at_unix_ms,
+            ..LiveOptions::default()
+        };
+        let (tx, rx) = mpsc::channel::<()>();
+        let thread = netns::spawn_in_view(ns, "napilab-observe", move || {
+            napilab_trace::live::observe(&options, &rx, &mut |_| {}).map_err(|e| format!("{e:#}"))
+        })
+        .map_err(|e| format!("starting the observer's thread: {e}"))?;
+        Ok(Observer {
+            ns: ns.to_string(),
+            stop: Some(tx),
+            thread: Some(thread),
         })
     }
 
-    /// Waits (bounded) for the Observation.
+    /// Waits (bounded by `timeout`, and ended early by `stop`) for the Observation.
     pub(crate) fn finish(
         mut self,
         timeout: Duration,
         stop: &AtomicBool,
     ) -> Result<Observation, String> {
-        let Some(mut child) = self.child.take() else {
+        let Some(thread) = self.thread.take() else {
             return Err("observer not started".into());
         };
         let deadline = Instant::now() + timeout;
-        loop {
-            match child.try_wait() {
-                Ok(Some(_)) => break,
-                Ok(None) if Instant::now() < deadline && !stop.load(Ordering::Relaxed) => {
-                    std::thread::sleep(Duration::from_millis(20))
-                }
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err("the observer did not finish in time".into());
-                }
+        while !thread.is_finished() {
+            if Instant::now() >= deadline || stop.load(Ordering::Relaxed) {
+                self.stop.take();
+                wait_for(&thread, OBSERVER_STOP_WAIT);
+                return Err("the observer did not finish in time".into());
             }
+            std::thread::sleep(Duration::from_millis(20));
         }
-        // The process has exited: its end of the pipe is closed, so the reader ends.
-        let out = self
-            .output
-            .take()
-            .and_then(|h| h.join().ok())
-            .unwrap_or_default();
-        let mut observation: Observation =
-            serde_json::from_str(&out).map_err(|e| format!("observer output: {e}"))?;
+        let mut observation = match thread.join() {
+            Ok(Ok(Ok(o))) => o,
+            Ok(Ok(Err(e))) => return Err(e),
+            Ok(Err(e)) => return Err(format!("the observer's view of {}: {e}", self.ns)),
+            Err(_) => return Err("the observer panicked".into()),
+        };
         // The run's own `host.identity` names the machine once: the observer runs on the
         // same host, and a copy in every point would add about 1.5 KB per point to
         // run.json and the store.
@@ -260,11 +259,22 @@ impl Observer {
     }
 }
 
+/// How long a stopped observer is given to detach its BPF programs and end.
+const OBSERVER_STOP_WAIT: Duration = Duration::from_secs(5);
+
+fn wait_for<T>(thread: &std::thread::JoinHandle<T>, within: Duration) {
+    let end = Instant::now() + within;
+    while !thread.is_finished() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 impl Drop for Observer {
     fn drop(&mut self) {
-        if let Some(c) = self.child.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
+        // Its loop ends at its next wait; its programs go with its thread.
+        self.stop.take();
+        if let Some(t) = self.thread.take() {
+            wait_for(&t, OBSERVER_STOP_WAIT);
         }
     }
 }
@@ -278,9 +288,9 @@ pub(crate) struct Ctx<'a> {
     pub(crate) observer_offset_noted: bool,
     /// CPUs of the host (the highest CPU number + 1).
     pub(crate) ncpus: u32,
-    /// How long `napilab observe` took from its start to being ready for its first
-    /// sample (loading BPF programs), the most seen, seconds: the server topology
-    /// starts it that much ahead, with `--start-at` the measurement window's opening.
+    /// How long the observer took from its start to being ready for its first sample
+    /// (loading BPF programs), the most seen, seconds: the server topology starts it
+    /// that much ahead, with its start time the measurement window's opening.
     pub(crate) observer_lead_s: f64,
 }
 
@@ -345,11 +355,11 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
         ncpus,
         observer_lead_s: 1.0,
     };
-    if opts.observer.is_none() {
+    if !opts.observe {
         notice(
             &mut ctx.notices,
             "DUT observation",
-            "no napilab binary was given to observe the DUT namespace: points carry no Observation",
+            "observation of the DUT namespace was turned off (--no-observe): points carry no Observation",
         );
     }
     let mut results = Vec::new();
@@ -405,10 +415,12 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
         twin: None,
     };
     let dir = opts.out_dir.join(&run_id);
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let path = dir.join("run.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&record)?)
-        .with_context(|| format!("writing {}", path.display()))?;
+    if opts.write_record || error.is_some() {
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::write(&path, serde_json::to_string_pretty(&record)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     if let Some(e) = error {
         return Err(e.context(format!(
             "the run stopped; its finished points are in {}",

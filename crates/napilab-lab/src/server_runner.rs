@@ -4,7 +4,6 @@
 //! revert and tear down. Each point restarts the server, so its statistics (epoll
 //! returns, busy-poll loops, service time) cover that window alone.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +30,10 @@ use crate::request::server::{KvServer, ServerConfig};
 use crate::runner::{notice, Ctx, Observer, SysctlGuard};
 use crate::server_topology::ServerLab;
 
+/// The mode journals of a run go to `<journal_dir>/lab-<run_id><this>` (`lab clean`
+/// removes them once the run's namespaces are gone).
+pub(crate) const MODE_JOURNALS_SUFFIX: &str = "-server";
+
 /// The most the observer is started ahead of the measurement window, seconds.
 const MAX_OBSERVER_LEAD_S: f64 = 10.0;
 
@@ -53,7 +56,8 @@ struct Bench<'a> {
     mode: EpollMode,
     server_cpus: Vec<u32>,
     client_cpus: Vec<u32>,
-    observer: Option<PathBuf>,
+    /// Observe the DUT during each measured point.
+    observe: bool,
 }
 
 /// Why `engine` cannot run `mode` here, from outside the namespaces.
@@ -79,9 +83,6 @@ pub(crate) fn run_configuration(
         .as_ref()
         .context("the server topology needs [requests] (the scenario check should have said so)")?;
     let set = &cfg.settings;
-    let exe = ctx.opts.napilab_exe.clone().context(
-        "the server topology applies its interrupt modes with napilab tune inside the DUT namespace: run it through the napilab binary (napilab lab run)",
-    )?;
     let server_cpus = if set.server_cpus.is_empty() {
         vec![ctx.ncpus.saturating_sub(1)]
     } else {
@@ -135,17 +136,17 @@ pub(crate) fn run_configuration(
     };
     if let Err(why) = check {
         result.requests = Some(not_runnable(ctx, why));
-        lab.teardown(Some(&exe))
+        lab.teardown()
             .context("deleting the namespaces (run `napilab lab clean`)")?;
         sysctls.revert()?;
         return Ok((result, false));
     }
-    let journals = ctx
-        .opts
-        .journal_dir
-        .join(format!("{}{run_id}-server", crate::runner::JOURNAL_PREFIX));
+    let journals = ctx.opts.journal_dir.join(format!(
+        "{}{run_id}{MODE_JOURNALS_SUFFIX}",
+        crate::runner::JOURNAL_PREFIX
+    ));
     let applied = lab
-        .apply_mode(&exe, set.mode, &server_cpus, &journals)
+        .apply_mode(set.mode, &server_cpus, &journals)
         .map_err(|e| anyhow::anyhow!("applying mode {}: {e}", set.mode.as_str()))?;
     for (k, v) in applied.changes {
         result.settings.push((format!("mode: {k}"), v));
@@ -157,7 +158,7 @@ pub(crate) fn run_configuration(
         mode,
         server_cpus,
         client_cpus: set.generator_cpus.clone(),
-        observer: ctx.opts.observer.clone(),
+        observe: ctx.opts.observe,
     };
     let stopped = measure_all(ctx, &bench, cfg, &mut requests)?;
     result.findings = napilab_core::explain::findings_of(
@@ -167,7 +168,7 @@ pub(crate) fn run_configuration(
             .filter_map(|p| p.observation.as_ref()),
     );
     result.requests = Some(requests);
-    lab.teardown(Some(&exe))
+    lab.teardown()
         .context("reverting the mode and deleting the namespaces (run `napilab lab clean`)")?;
     sysctls.revert()?;
     Ok((result, stopped))
@@ -367,7 +368,7 @@ fn measure_point(
     role: PointRole,
     repeat: u32,
 ) -> Result<Option<RequestPointResult>> {
-    let observe = bench.observer.is_some();
+    let observe = bench.observe;
     let Some(window) = run_window(ctx, bench, LoopKind::Open { qps }, repeat, observe)? else {
         return Ok(None);
     };
@@ -438,30 +439,25 @@ fn run_window(
         timeout: Duration::from_millis(w.timeout_ms),
         seed: ctx.scenario.traffic.seed ^ rate_salt ^ (u64::from(repeat) << 32),
     };
-    // `napilab observe` reads the host and loads its BPF programs before its first
-    // sample (seconds on a busy machine): it is started `lead` ahead of the client,
-    // the longest start-up seen so far, and told to take its first sample when the
-    // measurement window opens (`--start-at`), so that its window is the client's.
+    // The observer reads the host and loads its BPF programs before its first sample
+    // (seconds on a busy machine): it is started `lead` ahead of the client, the
+    // longest start-up seen so far, and told to take its first sample when the
+    // measurement window opens, so that its window is the client's.
     let warmup = Duration::from_secs_f64(m.warmup_s);
     let lead = Duration::from_secs_f64(ctx.observer_lead_s.clamp(0.0, MAX_OBSERVER_LEAD_S));
-    let observed = observe && bench.observer.is_some();
+    let observed = observe && bench.observe;
     let started_ms = crate::runner::now_ms();
     let window_opens_ms =
         started_ms + if observed { lead.as_millis() as u64 } else { 0 } + warmup.as_millis() as u64;
     let (loaded, observation) = std::thread::scope(|scope| {
-        let observer = bench
-            .observer
-            .as_deref()
-            .filter(|_| observe)
-            .and_then(|exe| {
-                Observer::start(
-                    exe,
-                    &bench.lab.dut_ns,
-                    Duration::from_secs_f64(m.duration_s),
-                    m.trace,
-                    Some(window_opens_ms),
-                )
-            });
+        let observer = observed.then(|| {
+            Observer::start(
+                &bench.lab.dut_ns,
+                Duration::from_secs_f64(m.duration_s),
+                m.trace,
+                Some(window_opens_ms),
+            )
+        });
         if observed {
             sleep_unless_stopped(lead, &stop);
         }
@@ -469,7 +465,8 @@ fn run_window(
         let loaded = client
             .join()
             .unwrap_or_else(|_| Err("the load generator panicked".into()));
-        let observation = observer.map(|o| o.finish(Duration::from_secs(20), &stop));
+        let observation =
+            observer.map(|o| o.and_then(|o| o.finish(Duration::from_secs(20), &stop)));
         (loaded, observation)
     });
     if let Some(Ok(o)) = &observation {
@@ -485,7 +482,7 @@ fn run_window(
                 &mut ctx.notices,
                 "DUT observation window (server)",
                 format!(
-                    "a point's Observation window opened {:.0} ms after the measurement window (napilab observe loads its programs before its first sample); later points start it earlier",
+                    "a point's Observation window opened {:.0} ms after the measurement window (the observer loads its programs before its first sample); later points start it earlier",
                     late_s * 1000.0
                 ),
             );

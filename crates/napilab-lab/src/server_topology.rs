@@ -4,19 +4,20 @@
 //! the client's veth make every TCP segment a frame of its own, so each passes through
 //! that NAPI instance and the server's sockets learn its id (`SO_INCOMING_NAPI_ID`).
 //!
-//! The interrupt mode is applied with napilab-tune's journalled apply, run inside the
-//! DUT namespace (`ip netns exec ... napilab tune apply`: the per-device sysfs files are
-//! only visible with the namespace's own /sys), and reverted before the namespaces go.
+//! The interrupt mode is applied with napilab-tune's journalled apply, run in this
+//! process on a thread that sees the DUT namespace (netns::enter_view: the per-device
+//! sysfs files are only visible with the namespace's own /sys), and reverted before the
+//! namespaces go.
 //! Deleting the namespaces removes everything else; [`ServerLab`]'s Drop does both.
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use napilab_core::scenario::{ServerMode, Topology};
+use napilab_tune::profile::Params;
 
-use crate::netns::{delete_namespace, linked_namespaces, ns_name, sh_in, LinkEnd};
+use crate::netns::{delete_namespace, in_view, linked_namespaces, ns_name, sh_in, LinkEnd};
 
 pub const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 201, 3, 1);
 pub const SERVER_ADDR: Ipv4Addr = Ipv4Addr::new(10, 201, 3, 2);
@@ -91,12 +92,12 @@ impl ServerLab {
     }
 
     /// Applies `mode` to the DUT's device through napilab-tune (journalled in
-    /// `journal_dir`), with `exe` the napilab binary; `cpus` pins the NAPI kthreads of
-    /// `threaded`. An error names the mode and what tune said; nothing stays applied
-    /// (tune rolls back a failed apply).
+    /// `journal_dir`), in this process on a thread that sees the DUT's namespace
+    /// (netns::enter_view: the per-device sysfs files and NAPI instances are the
+    /// namespace's); `cpus` pins the NAPI kthreads of `threaded`. An error names the
+    /// mode and what tune said; nothing stays applied (tune rolls back a failed apply).
     pub fn apply_mode(
         &mut self,
-        exe: &Path,
         mode: ServerMode,
         cpus: &[u32],
         journal_dir: &Path,
@@ -105,25 +106,20 @@ impl ServerLab {
             .map_err(|e| format!("creating {}: {e}", journal_dir.display()))?;
         // Every mode is a shipped napilab-tune profile of the same name.
         let profile = mode.as_str().to_string();
-        let mut args: Vec<String> = vec![
-            "tune".into(),
-            "apply".into(),
-            profile,
-            "--dev".into(),
-            self.dut_dev.clone(),
-            "--journal-dir".into(),
-            journal_dir.display().to_string(),
-            "--json".into(),
-        ];
-        if mode == ServerMode::Threaded && !cpus.is_empty() {
-            args.push("--cpus".into());
-            args.push(napilab_core::scenario::cpu_list(cpus));
-        }
+        let cpus = (mode == ServerMode::Threaded && !cpus.is_empty())
+            .then(|| napilab_core::scenario::cpu_list(cpus));
+        let params = Params::from_args(std::slice::from_ref(&self.dut_dev), cpus.as_deref(), &[])
+            .map_err(|e| format!("mode {profile}: {e}"))?;
         // From here on a partial apply is reverted by Drop.
         self.mode_journals = Some(journal_dir.to_path_buf());
-        let out = self.napilab_in_dut(exe, &args)?;
-        let report: napilab_tune::ApplyReport = serde_json::from_str(&out)
-            .map_err(|e| format!("mode {}: tune apply's output: {e}", mode.as_str()))?;
+        let dir = journal_dir.to_path_buf();
+        let report = self.tune_in_dut(move || {
+            let mut ctx = napilab_tune::host_ctx();
+            let plan = napilab_tune::plan_profile(&mut ctx, &profile, &params)
+                .map_err(|e| format!("napilab tune apply {profile}: {e}"))?;
+            napilab_tune::apply(&mut ctx, plan, &dir)
+                .map_err(|e| format!("napilab tune apply {profile}: {e}"))
+        })?;
         let changes = report
             .applied
             .iter()
@@ -132,60 +128,44 @@ impl ServerLab {
         Ok(AppliedMode { changes })
     }
 
-    /// Reverts the mode's journal (a no-op when nothing was applied).
-    pub fn revert_mode(&mut self, exe: &Path) -> Result<(), String> {
+    /// Reverts the mode's journal (a no-op when nothing was applied), on a thread in
+    /// the DUT's namespace, where it was applied.
+    pub fn revert_mode(&mut self) -> Result<(), String> {
         let Some(dir) = self.mode_journals.take() else {
             return Ok(());
         };
-        let args: Vec<String> = vec![
-            "tune".into(),
-            "revert".into(),
-            "--journal-dir".into(),
-            dir.display().to_string(),
-            "--json".into(),
-        ];
-        match self.napilab_in_dut(exe, &args) {
-            Ok(_) => Ok(()),
+        self.tune_in_dut(move || {
             // Nothing was journalled (the mode changed nothing): nothing to revert.
-            Err(e) if e.contains("no journal") => Ok(()),
-            Err(e) => Err(e),
-        }
+            let Ok(path) = napilab_tune::find_journal(&dir, None) else {
+                return Ok(());
+            };
+            let mut ctx = napilab_tune::host_ctx();
+            napilab_tune::revert(&mut ctx, &path)
+                .map(drop)
+                .map_err(|e| format!("napilab tune revert {}: {e}", path.display()))
+        })
     }
 
-    fn napilab_in_dut(&self, exe: &Path, args: &[String]) -> Result<String, String> {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &self.dut_ns])
-            .arg(exe)
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("running {} {}: {e}", exe.display(), args.join(" ")))?;
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        if out.status.success() {
-            Ok(stdout)
-        } else {
-            Err(format!(
-                "napilab {} in {}: {}{}",
-                args[..2].join(" "),
-                self.dut_ns,
-                stdout.trim(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ))
-        }
+    /// Runs `f` (napilab-tune) on a thread that sees the DUT's namespace.
+    fn tune_in_dut<T: Send>(
+        &self,
+        f: impl FnOnce() -> Result<T, String> + Send,
+    ) -> Result<T, String> {
+        in_view(&self.dut_ns, f)
+            .map_err(|e| format!("a thread in {}: {e}", self.dut_ns))?
+            .map_err(|e| format!("{e} (in {})", self.dut_ns))
     }
 
-    /// Reverts the mode with `exe` and deletes the namespaces.
-    pub fn teardown(&mut self, exe: Option<&Path>) -> io::Result<()> {
+    /// Reverts the mode and deletes the namespaces.
+    pub fn teardown(&mut self) -> io::Result<()> {
         if self.torn_down {
             return Ok(());
         }
         let mut first_err = None;
-        if let Some(exe) = exe {
-            if let Err(e) = self.revert_mode(exe) {
-                first_err = Some(io::Error::other(format!(
-                    "reverting the mode: {e} (run `napilab lab clean`)"
-                )));
-            }
+        if let Err(e) = self.revert_mode() {
+            first_err = Some(io::Error::other(format!(
+                "reverting the mode: {e} (run `napilab lab clean`)"
+            )));
         }
         self.torn_down = true;
         for ns in [&self.client_ns, &self.dut_ns] {

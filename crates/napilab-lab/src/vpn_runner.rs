@@ -238,7 +238,7 @@ fn measure_point(
     // The observer loads its programs during the warm-up and takes its first sample
     // when the measured window opens: the warm-up lasts at least as long as its
     // start-up took before (`observer_lead_s`, learnt from late first samples).
-    let observed = ctx.opts.observer.is_some();
+    let observed = ctx.opts.observe;
     let warmup_s = if observed {
         m.warmup_s.max(ctx.observer_lead_s)
     } else {
@@ -248,15 +248,27 @@ fn measure_point(
     // the window opens a drain after the warm-up ends.
     let drain_before_window_ms = if warmup_s > 0.0 { m.drain_ms } else { 0 };
     let window_opens_ms = now_ms() + (warmup_s * 1000.0) as u64 + drain_before_window_ms;
-    let observer = ctx.opts.observer.as_deref().and_then(|exe| {
-        Observer::start(
-            exe,
-            &lab.dut_ns,
-            Duration::from_secs_f64(m.duration_s),
-            m.trace,
-            Some(window_opens_ms),
-        )
-    });
+    let observer = observed
+        .then(|| {
+            Observer::start(
+                &lab.dut_ns,
+                Duration::from_secs_f64(m.duration_s),
+                m.trace,
+                Some(window_opens_ms),
+            )
+        })
+        .transpose();
+    let observer = match observer {
+        Ok(o) => o,
+        Err(e) => {
+            notice(
+                &mut ctx.notices,
+                "DUT observation",
+                format!("could not start the observer in the DUT namespace ({e}): a point has no Observation"),
+            );
+            None
+        }
+    };
     if warmup_s > 0.0 {
         peers::run(&peers_cfg(warmup_s), &stop).map_err(anyhow::Error::msg)?;
         // Without this the warm-up's packets still in the workers' queues and the TUN
@@ -280,7 +292,7 @@ fn measure_point(
                     &mut ctx.notices,
                     "DUT observation window (vpn)",
                     format!(
-                        "a point's Observation window opened {:.0} ms after the measured window (napilab observe loads its programs first); later points warm up longer",
+                        "a point's Observation window opened {:.0} ms after the measured window (the observer loads its programs first); later points warm up longer",
                         late_s * 1000.0
                     ),
                 );

@@ -6,11 +6,13 @@
 //! [`TraceInterval`](napilab_core::trace::TraceInterval); it is pure and tested without
 //! root. [`stages`] samples kernel stacks (cpu-clock) and maps them to packet-path
 //! stages by their callers. [`packets`] is the opt-in per-packet tier: stage-to-stage
-//! latency per packet and drops by reason (`observe --trace-packets`).
+//! latency per packet and drops by reason (`observe --trace-packets`). [`live`] is the
+//! live observation loop (proc tier plus these) that `napilab observe` and the lab run.
 
 pub mod always_on;
 pub mod cost;
 pub mod floor;
+pub mod live;
 pub mod packets;
 pub mod snapshot;
 pub mod stages;

@@ -71,10 +71,12 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Inode of this process's network namespace.
+/// Inode of the calling thread's network namespace (/proc/thread-self: the lab applies
+/// and reverts modes on a thread that entered the DUT's namespace).
 pub fn netns_id() -> u64 {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self/ns/net")
+    std::fs::metadata("/proc/thread-self/ns/net")
+        .or_else(|_| std::fs::metadata("/proc/self/ns/net"))
         .map(|m| m.ino())
         .unwrap_or(0)
 }

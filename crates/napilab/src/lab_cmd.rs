@@ -78,10 +78,18 @@ pub fn run(args: LabArgs) -> Result<()> {
                 for j in &r.journals_reverted {
                     println!("reverted journal {j}");
                 }
+                for j in &r.journals_removed {
+                    println!(
+                        "removed the mode journals {j} (their device went with its namespace)"
+                    );
+                }
                 for n in &r.left_running {
                     println!("left alone (its run is still in progress): {n}");
                 }
-                if r.namespaces_removed.is_empty() && r.journals_reverted.is_empty() {
+                if r.namespaces_removed.is_empty()
+                    && r.journals_reverted.is_empty()
+                    && r.journals_removed.is_empty()
+                {
                     println!("nothing to clean");
                 }
             }
@@ -110,17 +118,13 @@ fn run_scenario(a: RunArgs) -> Result<()> {
         signal_hook::flag::register(sig, stop.clone())
             .context("cannot install the Ctrl-C handler")?;
     }
-    let observer = if a.no_observe {
-        None
-    } else {
-        std::env::current_exe().ok()
-    };
     let opts = RunOptions {
         scenario_text: text,
         scenario_file: file,
         out_dir: a.out.clone(),
-        observer,
-        napilab_exe: std::env::current_exe().ok(),
+        // Written once, with the twin, by write_outputs below.
+        write_record: false,
+        observe: !a.no_observe,
         journal_dir: napilab_tune::journal::journal_dir(a.journal_dir.as_deref()),
         stop,
         progress: !a.json,

@@ -3,13 +3,12 @@
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use napilab_core::{Observation, OriginKind};
-use napilab_probe::observe::{describe_host, replay, wait_until, Analysis};
-use napilab_probe::record::RecordingWriter;
-use napilab_probe::sample::Sampler;
+use napilab_core::Observation;
+use napilab_probe::observe::replay;
+use napilab_trace::live::{self, Event, LiveOptions};
 
 use crate::render;
 
@@ -36,12 +35,6 @@ pub struct Options {
     /// Wait until this wall-clock time (ms since the Unix epoch) before the first sample.
     pub start_at_unix_ms: Option<u64>,
 }
-
-/// The furthest ahead `--start-at` may be.
-const MAX_START_DELAY: Duration = Duration::from_secs(600);
-
-/// How often the process list is rescanned for new ksoftirqd/napi threads.
-const THREAD_RESCAN: Duration = Duration::from_secs(10);
 
 pub fn run(options: &Options) -> Result<()> {
     let observation = match &options.replay {
@@ -88,183 +81,36 @@ fn observe_live(options: &Options) -> Result<Observation> {
             root.display()
         );
     }
-    let use_netlink = options.root.is_none();
     let stop = stop_on_signals()?;
-    let mut header = describe_host(root, use_netlink);
-    let mut sampler = Sampler::new(root, use_netlink);
-    let mut tracer = Tracer::start(
-        options.trace,
-        options.stages,
-        options.trace_packets,
-        options.trace_packets_full,
-        options.trace_raise_always,
-        &header,
-    );
-    if let Some(at) = options.start_at_unix_ms {
-        let now = napilab_probe::observe::unix_ms_now();
-        let wait = Duration::from_millis(at.saturating_sub(now));
-        if wait > MAX_START_DELAY {
-            anyhow::bail!(
-                "--start-at {at} is {} s ahead: give a time at most {} s from now (milliseconds since the Unix epoch)",
-                wait.as_secs(),
-                MAX_START_DELAY.as_secs()
-            );
-        }
-        if wait_until(Instant::now() + wait, &stop) {
-            return Err(
-                crate::Interrupted("napilab observe: interrupted before its first sample").into(),
-            );
-        }
-    }
-    // The observation starts with its first sample, now: loading the BPF programs can
-    // take seconds, and a caller lining its own window up with ours (the lab) needs
-    // the time our window opened, not the time we started.
-    header.origin.started_unix_ms = napilab_probe::observe::unix_ms_now();
-    let mut writer = match &options.record {
-        Some(path) => Some(RecordingWriter::create(path, &header).with_context(|| {
-            format!(
-                "cannot record to {}: choose a writable path",
-                path.display()
-            )
-        })?),
-        None => None,
+    let live = LiveOptions {
+        duration: options.duration,
+        interval: options.interval,
+        record: options.record.clone(),
+        root: options.root.clone(),
+        trace: options.trace,
+        stages: options.stages,
+        flamegraph: options.flamegraph.clone(),
+        trace_packets: options.trace_packets,
+        trace_packets_full: options.trace_packets_full,
+        trace_raise_always: options.trace_raise_always,
+        start_at_unix_ms: options.start_at_unix_ms,
     };
-    let mut analysis = Analysis::new(header);
-    tracer.report_start(&mut analysis);
-    let steps = (options.duration.as_nanos() / options.interval.as_nanos()).max(1) as u64;
-    let progress = progress_bar(steps, options.interval);
-    let start = Instant::now();
-    let mut last_rescan = start;
-    // One sample refilled each step: its strings are reused, not reallocated.
-    let mut raw = napilab_probe::sample::RawSample::default();
-    for step in 0..=steps {
-        let deadline = start + options.interval * u32::try_from(step).unwrap_or(u32::MAX);
-        if wait_until(deadline, &stop) {
-            eprintln!(
-                "napilab: interrupted: reporting the {} complete interval(s)",
-                analysis.intervals().len()
-            );
-            break;
-        }
-        if last_rescan.elapsed() >= THREAD_RESCAN {
-            sampler.refresh_threads();
-            last_rescan = Instant::now();
-        }
-        sampler.sample_into(&mut raw);
-        if let Some(w) = writer.as_mut() {
-            w.append(&raw).context("cannot write the recording")?;
-        }
-        let traced = tracer.sample();
-        let closed = analysis
-            .push(&raw)
-            .map(|i| i.host.rx_bits.as_ref().map(|m| m.value / 1e6));
-        if let (Some(rx_mbps), Some(mut trace)) = (closed, traced) {
-            tracer.add_stages(&mut trace, rx_mbps);
-            analysis.attach_trace(trace);
-        }
+    let mut progress = indicatif::ProgressBar::hidden();
+    let observed = live::observe(&live, &stop, &mut |event| match event {
+        Event::Begin { steps, interval } => progress = progress_bar(steps, interval),
         // A hidden bar (stderr not a terminal) still updates its rate estimate on
         // every inc: skip it.
-        if step > 0 && !progress.is_hidden() {
-            progress.inc(1);
+        Event::Step if !progress.is_hidden() => progress.inc(1),
+        Event::Step => {}
+        Event::End => progress.finish_and_clear(),
+        Event::Message(line) => eprintln!("napilab: {line}"),
+    });
+    match observed {
+        Err(e) if e.is::<live::Interrupted>() => {
+            Err(crate::Interrupted("napilab observe: interrupted before its first sample").into())
         }
+        other => other,
     }
-    progress.finish_and_clear();
-    if let Some(path) = &options.flamegraph {
-        match tracer.flamegraph(path) {
-            Ok(()) => eprintln!("napilab: flame graph written to {}", path.display()),
-            Err(e) => analysis.add_notice("flame graph", e),
-        }
-    }
-    let cost = tracer.cost();
-    if let Some(e) = tracer.packets.as_ref().and_then(|(p, _)| p.window_error()) {
-        analysis.add_notice(
-            "per-packet tracing windows",
-            format!("{e}; the stages it names were not traced in some windows"),
-        );
-    }
-    if let Some((_, Some(e))) = tracer
-        .live
-        .as_ref()
-        .and_then(|(always_on, _, _)| always_on.raise_windows())
-    {
-        analysis.add_notice(
-            "softirq raise windows",
-            format!("{e}; the raise-to-entry latency was not sampled in some windows"),
-        );
-    }
-    // Detach and unload the BPF programs before reporting (also after Ctrl-C).
-    drop(tracer);
-    analysis.merge_notices(&sampler.notices);
-    if let Some(path) = &options.record {
-        eprintln!(
-            "napilab: recorded to {} (replay with `napilab observe --replay {}`)",
-            path.display(),
-            path.display()
-        );
-    }
-    let mut observation = analysis.finish(OriginKind::Live);
-    let lost_polls: u64 = observation
-        .intervals
-        .iter()
-        .filter_map(|i| i.trace.as_ref())
-        .map(|t| t.lost_polls)
-        .sum();
-    if lost_polls > 0 {
-        observation.notices.push(napilab_core::Notice {
-            what: "NAPI polls by instance (trace tier)".into(),
-            why: format!(
-                "{lost_polls} polls were not counted: a CPU's table of {} (NAPI instance, context) pairs was full, so the per-instance poll counts are low (the per-CPU softirq and CPU times are not affected)",
-                napilab_trace::snapshot::NAPI_SLOTS
-            ),
-        });
-    }
-    if let Some(cost) = cost {
-        let cost =
-            napilab_trace::cost::WithPackets::with_packets(cost, received_packets(&observation));
-        eprintln!("napilab: {}", describe_cost(&cost));
-        observation.trace_cost = Some(cost);
-    }
-    Ok(observation)
-}
-
-/// Packets the observation's devices received over all its intervals.
-fn received_packets(observation: &Observation) -> u64 {
-    let packets: f64 = observation
-        .intervals
-        .iter()
-        .flat_map(|i| {
-            i.devices
-                .iter()
-                .filter_map(move |d| d.rx_packets.as_ref().map(|m| m.value * i.duration_s))
-        })
-        .sum();
-    packets.max(0.0).round() as u64
-}
-
-/// "tracing cost: ..." for the end of a traced observation.
-fn describe_cost(cost: &napilab_core::TraceCost) -> String {
-    let mut text = format!(
-        "tracing cost: BPF programs ran {} times for {:.1} ms in {:.1} s = {:.2}% of one CPU",
-        cost.runs,
-        cost.run_ns as f64 / 1e6,
-        cost.seconds,
-        cost.cpu_share * 100.0
-    );
-    match cost.ns_per_packet {
-        Some(ns) => text.push_str(&format!(
-            ", {ns:.1} ns per received packet ({} packets on the observed devices)",
-            cost.packets
-        )),
-        None => text.push_str(", no packets received on the observed devices"),
-    }
-    if let Some(duty) = cost.packet_duty {
-        text.push_str(&format!(
-            "; per-packet stages traced {:.1}% of the time",
-            duty * 100.0
-        ));
-    }
-    text.push_str(" (kernel BPF statistics, which add two clock reads per run: an upper bound)");
-    text
 }
 
 /// A channel that receives a message on SIGINT or SIGTERM, so the sampling loop can
@@ -296,201 +142,4 @@ fn progress_bar(steps: u64, interval: Duration) -> indicatif::ProgressBar {
     bar.set_style(style);
     bar.set_message(humantime::format_duration(interval).to_string());
     bar
-}
-
-/// The BPF tracing tier during a live observation (`--trace`). When it cannot start,
-/// the observation goes on with /proc only and a notice says what is missing.
-struct Tracer {
-    live: Option<(napilab_trace::AlwaysOn, napilab_trace::Snapshot, Instant)>,
-    cpus: Vec<u32>,
-    notices: Vec<(String, String)>,
-    /// The stage sampler, its previous reading, and the reading and length of the
-    /// interval `sample` last closed.
-    stages: Option<StageState>,
-    /// The per-packet tier (`--trace-packets`) and its previous reading.
-    packets: Option<(
-        napilab_trace::PacketTrace,
-        napilab_trace::packets::PacketSnapshot,
-    )>,
-    /// The kernel's BPF run-time statistics, on while tracing, and the programs' run
-    /// counters when they were turned on.
-    meter: Option<napilab_trace::cost::CostMeter>,
-}
-
-struct StageState {
-    sampler: napilab_trace::stages::StageSampler,
-    previous: napilab_trace::stages::StageSamples,
-    pending: Option<(napilab_trace::stages::StageSamples, f64)>,
-}
-
-/// Stage sampling frequency (cpu-clock samples per second and CPU).
-const STAGE_HZ: u64 = 1000;
-
-impl Tracer {
-    fn start(
-        enabled: bool,
-        stages: bool,
-        packets: bool,
-        packets_full: bool,
-        raise_always: bool,
-        header: &napilab_probe::record::RecordingHeader,
-    ) -> Tracer {
-        let mut tracer = Tracer {
-            live: None,
-            cpus: header.online_cpus.clone(),
-            notices: Vec::new(),
-            stages: None,
-            packets: None,
-            meter: None,
-        };
-        if !enabled {
-            return tracer;
-        }
-        let options = napilab_trace::TraceOptions {
-            netdev_budget: header.settings.netdev_budget,
-            netdev_budget_usecs: header.settings.netdev_budget_usecs,
-            raise_timing: if raise_always {
-                napilab_trace::RaiseTiming::Always
-            } else {
-                napilab_trace::RaiseTiming::default()
-            },
-            ..napilab_trace::TraceOptions::default()
-        };
-        match napilab_trace::AlwaysOn::start(&options) {
-            Ok(always_on) => {
-                tracer.notices.extend(always_on.notices.iter().cloned());
-                if packets {
-                    let options = napilab_trace::PacketOptions {
-                        windows: (!packets_full).then_some(napilab_trace::Windows::DEFAULT),
-                        ..napilab_trace::PacketOptions::default()
-                    };
-                    match napilab_trace::PacketTrace::start(&options) {
-                        Ok(trace) => {
-                            tracer.notices.extend(trace.notices.iter().cloned());
-                            let first = trace.snapshot();
-                            tracer.packets = Some((trace, first));
-                        }
-                        Err(e) => tracer.notices.push((
-                            "per-packet tier (--trace-packets)".into(),
-                            format!("{e}; stage latencies and drops by reason are absent"),
-                        )),
-                    }
-                }
-                let first = always_on.snapshot(&tracer.cpus);
-                let mut programs = always_on.program_costs();
-                if let Some((p, _)) = &tracer.packets {
-                    programs.extend(p.program_costs());
-                }
-                match napilab_trace::cost::CostMeter::start(programs) {
-                    Ok(meter) => tracer.meter = Some(meter),
-                    Err(e) => tracer.notices.push(("tracing cost".into(), e)),
-                }
-                tracer.live = Some((always_on, first, Instant::now()));
-                if stages {
-                    match napilab_trace::stages::StageSampler::start(&tracer.cpus, STAGE_HZ) {
-                        Ok(sampler) => {
-                            let previous = sampler.read();
-                            tracer.stages = Some(StageState {
-                                sampler,
-                                previous,
-                                pending: None,
-                            });
-                        }
-                        Err(e) => tracer.notices.push((
-                            "stage profile (--stages)".into(),
-                            format!("{e}; per-stage shares are absent"),
-                        )),
-                    }
-                }
-            }
-            Err(e) => tracer.notices.push((
-                "BPF tracing tier (--trace)".into(),
-                format!("{e}; observing with /proc only, so measured softirq/IRQ time and per-NAPI contexts are absent"),
-            )),
-        }
-        tracer
-    }
-
-    /// What the programs cost since they were attached (the statistics stay on until
-    /// the tracer is dropped).
-    fn cost(&self) -> Option<napilab_core::TraceCost> {
-        let meter = self.meter.as_ref()?;
-        let (always_on, _, _) = self.live.as_ref()?;
-        let mut programs = always_on.program_costs();
-        let mut duty = None;
-        if let Some((p, _)) = &self.packets {
-            programs.extend(p.program_costs());
-            duty = Some(p.window_duty().unwrap_or(1.0));
-        }
-        let mut cost = meter.cost(&programs);
-        cost.packet_duty = duty;
-        Some(cost)
-    }
-
-    fn report_start(&self, analysis: &mut Analysis) {
-        for (what, why) in &self.notices {
-            analysis.add_notice(what.clone(), why.clone());
-        }
-    }
-
-    /// The trace interval since the previous call (the first call covers the time since
-    /// the programs were attached, and is discarded with the first /proc sample).
-    fn sample(&mut self) -> Option<napilab_core::trace::TraceInterval> {
-        let (always_on, previous, at) = self.live.as_mut()?;
-        let now = Instant::now();
-        let current = always_on.snapshot(&self.cpus);
-        let mut interval = napilab_trace::trace_interval(
-            previous,
-            &current,
-            now.duration_since(*at).as_secs_f64(),
-        );
-        let seconds = now.duration_since(*at).as_secs_f64();
-        if let Some((packets, packets_before)) = self.packets.as_mut() {
-            let packets_now = packets.snapshot();
-            (interval.packet_stages, interval.drops) = napilab_trace::packets::packet_interval(
-                packets_before,
-                &packets_now,
-                seconds,
-                &packets.reasons,
-                // Rows of this network namespace, like the per-device tables.
-                napilab_trace::packets::own_netns(),
-            );
-            *packets_before = packets_now;
-        }
-        *previous = current;
-        *at = now;
-        if let Some(stages) = self.stages.as_mut() {
-            // A reading whose interval was discarded (the first) starts the next one.
-            if let Some((unused, _)) = stages.pending.take() {
-                stages.previous = unused;
-            }
-            stages.pending = Some((stages.sampler.read(), seconds));
-        }
-        Some(interval)
-    }
-
-    /// Adds the stage shares of the interval `sample` last closed.
-    fn add_stages(&mut self, trace: &mut napilab_core::trace::TraceInterval, rx_mbps: Option<f64>) {
-        let Some(stages) = self.stages.as_mut() else {
-            return;
-        };
-        let Some((current, seconds)) = stages.pending.take() else {
-            return;
-        };
-        let (shares, costs) =
-            napilab_trace::stages::stage_shares(&stages.previous, &current, seconds, rx_mbps);
-        trace.stages = shares;
-        trace.stage_costs = costs;
-        trace.context_shares =
-            napilab_trace::stages::context_shares(&stages.previous, &current, seconds);
-        stages.previous = current;
-    }
-
-    fn flamegraph(&self, path: &Path) -> std::result::Result<(), String> {
-        let stages = self
-            .stages
-            .as_ref()
-            .ok_or("the stage sampler is not running")?;
-        napilab_trace::stages::write_flamegraph(&stages.sampler.read(), path)
-    }
 }

@@ -7,7 +7,6 @@
 //! - [`epoll`]: the interrupt modes' epoll side (`EPIOCSPARAMS`, blocking or not) and
 //!   what this kernel supports.
 //! - [`server`]: napilab's server, one epoll instance per NAPI instance.
-//! - [`server_process`]: the same server as a `napilab kv-server` process.
 //! - [`memcached`]: the distribution's memcached, started in a namespace.
 //! - [`loadgen`]: the open- and closed-loop load generator, and a simple client.
 //! - [`results`]: what a point stores (latency percentiles, server statistics).
@@ -19,7 +18,6 @@ pub mod memcached;
 pub mod protocol;
 pub mod results;
 pub mod server;
-pub mod server_process;
 
 /// Time the calling thread has spent runnable but waiting for a CPU, ns (second field
 /// of /proc/thread-self/schedstat; None without CONFIG_SCHED_INFO). Tells a thread that

@@ -288,6 +288,14 @@ fn bind_in(cfg: &ServerConfig) -> Result<TcpListener, String> {
             format!("entering namespace {ns}: {e} (does it exist? see `ip netns list`)")
         })?;
     }
+    // The acceptor's work (accepting, handing connections over) is the server's: on
+    // the server's CPUs, as its workers are (each pins itself to one of them).
+    netns::pin(0, &cfg.cpus).map_err(|e| {
+        format!(
+            "pinning the acceptor to CPUs {:?}: {e} (are they online?)",
+            cfg.cpus
+        )
+    })?;
     epoll::check_supported(&cfg.mode)?;
     let l =
         TcpListener::bind(cfg.listen).map_err(|e| format!("listening on {}: {e}", cfg.listen))?;
