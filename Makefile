@@ -63,7 +63,7 @@ build: deps
 
 # The main job: the built-in lab scenario (scenarios/default.toml: a veth router in
 # network namespaces, one-CPU vs two-CPU DUT placement x softirq vs threaded NAPI, a load
-# sweep and a maximum-throughput search; about 4-6 minutes), then an observation of
+# sweep and three maximum-throughput searches per configuration; about 8-10 minutes), then an observation of
 # this host. Needs root for the namespaces.
 run: build
 	@mkdir -p $(RESULTS)
@@ -97,7 +97,7 @@ test: deps lint unit fuzz
 	@awk '/^test result:/ {p += $$4; f += $$6} / ok +[0-9]+ runs/ {p++} / CRASH / {f++} \
 		END {printf "summary: %d passed, %d failed\n", p, f}' $(TEST_LOG) target/napilab-fuzz.log
 
-# Sampling cost per 1-second sample, side by side with sar and node_exporter (see README).
+# Sampling cost per 1-second sample, side by side with sar and node_exporter (docs/cli.md, "Benchmarks").
 bench-sampling: build
 	@bash bench/host-line.sh
 	$(CARGO) build --release -p napilab-probe --example sample-reads
@@ -110,7 +110,7 @@ bench-export: deps
 	$(CARGO) build --release -p napilab
 	bash bench/export-cost.sh
 
-# RT latency with and without the ingress-priority profile (see README).
+# RT latency with and without the ingress-priority profile (docs/cli.md, "Benchmarks").
 bench-ingress: deps
 	@bash bench/host-line.sh
 	bash bench/ingress-priority.sh
