@@ -160,7 +160,7 @@ bench-kv: deps
 	@bash bench/host-line.sh
 	$(CARGO) run --release -p napilab-lab --example kv-bench -- 3 3
 
-# The server topology's modes (issue 14): max requests/s at the p99 SLO and CPU per
+# The server topology's modes (docs/lab.md): max requests/s at the p99 SLO and CPU per
 # request per mode, five searches each, napilab's server and memcached; the report has
 # the twin's prediction beside each (scenarios/bench-server-modes.toml; docs/lab.md). Root.
 bench-server-modes: build
@@ -174,7 +174,7 @@ bench-many-napi: build
 	@bash bench/host-line.sh
 	RESULTS=$(RESULTS) bash bench/many-napi.sh
 
-# Flake audit of the root tests (issue 26): each test of the namespace, BPF and lab
+# Flake audit of the root tests (each must pass every run): each test of the namespace, BPF and lab
 # targets RUNS times on its own, a table of passes and wall time per test, the host
 # first (bench/flake-audit.sh; root, about RUNS x 6 minutes).
 RUNS ?= 10
