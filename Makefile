@@ -63,7 +63,7 @@ build: deps
 
 # The main job: the built-in lab scenario (scenarios/default.toml: a veth router in
 # network namespaces, one-CPU vs two-CPU DUT placement x softirq vs threaded NAPI, a load
-# sweep and a maximum-throughput search; about 4-6 minutes), then an observation of
+# sweep and three maximum-throughput searches per configuration; about 8-10 minutes), then an observation of
 # this host. Needs root for the namespaces.
 run: build
 	@mkdir -p $(RESULTS)
@@ -97,7 +97,7 @@ test: deps lint unit fuzz
 	@awk '/^test result:/ {p += $$4; f += $$6} / ok +[0-9]+ runs/ {p++} / CRASH / {f++} \
 		END {printf "summary: %d passed, %d failed\n", p, f}' $(TEST_LOG) target/napilab-fuzz.log
 
-# Sampling cost per 1-second sample, side by side with sar and node_exporter (see README).
+# Sampling cost per 1-second sample, side by side with sar and node_exporter (docs/cli.md, "Benchmarks").
 bench-sampling: build
 	@bash bench/host-line.sh
 	$(CARGO) build --release -p napilab-probe --example sample-reads
@@ -110,7 +110,7 @@ bench-export: deps
 	$(CARGO) build --release -p napilab
 	bash bench/export-cost.sh
 
-# RT latency with and without the ingress-priority profile (see README).
+# RT latency with and without the ingress-priority profile (docs/cli.md, "Benchmarks").
 bench-ingress: deps
 	@bash bench/host-line.sh
 	bash bench/ingress-priority.sh
@@ -160,7 +160,7 @@ bench-kv: deps
 	@bash bench/host-line.sh
 	$(CARGO) run --release -p napilab-lab --example kv-bench -- 3 3
 
-# The server topology's modes (issue 14): max requests/s at the p99 SLO and CPU per
+# The server topology's modes (docs/lab.md): max requests/s at the p99 SLO and CPU per
 # request per mode, five searches each, napilab's server and memcached; the report has
 # the twin's prediction beside each (scenarios/bench-server-modes.toml; docs/lab.md). Root.
 bench-server-modes: build
@@ -174,7 +174,7 @@ bench-many-napi: build
 	@bash bench/host-line.sh
 	RESULTS=$(RESULTS) bash bench/many-napi.sh
 
-# Flake audit of the root tests (issue 26): each test of the namespace, BPF and lab
+# Flake audit of the root tests (each must pass every run): each test of the namespace, BPF and lab
 # targets RUNS times on its own, a table of passes and wall time per test, the host
 # first (bench/flake-audit.sh; root, about RUNS x 6 minutes).
 RUNS ?= 10

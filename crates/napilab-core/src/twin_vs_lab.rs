@@ -1,4 +1,4 @@
-//! The twin beside a lab run (issue 16 items 5 and 6): what the twin predicts for each
+//! The twin beside a lab run (docs/sim.md, "The joint calibration"): what the twin predicts for each
 //! configuration the lab measured, kept in the run's record so the text report, the
 //! HTML report and `--json` show the same table. napilab-sim computes it; this crate
 //! only carries it, so the store and the reports need not depend on the twin.

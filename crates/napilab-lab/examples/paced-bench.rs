@@ -1,4 +1,4 @@
-//! Benchmark of the paced back end (docs/lab.md, "Paced back end"): does the generator
+//! Benchmark of the paced back end (docs/lab.md, "The paced back end"): does the generator
 //! hold the requested rate, and do generator and sink keep up? For each requested rate
 //! it runs the send paths side by side (UDP GSO batches, and one sendmmsg message per
 //! packet as before), interleaved so that both see the same machine load, and prints

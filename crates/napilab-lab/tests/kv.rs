@@ -1,4 +1,4 @@
-//! Root integration tests of the request workload engines (issue 14) in fresh network
+//! Root integration tests of the request workload engines (docs/lab.md) in fresh network
 //! namespaces `nl-kv-<pid>-<tag>-a` (client, 10.77.0.1) and `-b` (server, 10.77.0.2),
 //! from napilab-testkit: GRO on the server's veth gives it a NAPI instance and TSO off
 //! on the client's makes every TCP frame use it. Without root each test prints

@@ -1,4 +1,4 @@
-//! Root integration tests of the user-space tunnel endpoint (issue 15 item 3), in fresh
+//! Root integration tests of the user-space tunnel endpoint (docs/lab.md), in fresh
 //! namespaces `nl-tun-<pid>-<tag>-a` (the peers, 10.77.0.1) and `-b` (the DUT with the
 //! endpoint, 10.77.0.2) from napilab-testkit. Without root each test prints
 //! `SKIPPED <name>: <reason>`.

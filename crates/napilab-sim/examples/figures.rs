@@ -1,5 +1,5 @@
 //! Print the twin's values for the published figures that the validation tests check
-//! (the tests assert tolerances; this prints the numbers for docs/sim.md).
+//! (the tests assert tolerances; this prints the numbers for docs/results/sim.md).
 //!
 //!   cargo run --release -p napilab-sim --example figures
 

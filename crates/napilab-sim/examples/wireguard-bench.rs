@@ -1,4 +1,4 @@
-//! Twin speed with 1,000 NAPI instances on 18 CPUs (issue 15): the WireGuard study's
+//! Twin speed with 1,000 NAPI instances on 18 CPUs (docs/results/sim.md): the WireGuard study's
 //! server at 1,000 clients in each NAPI context, events per second of wall time and
 //! wall seconds per simulated second, measured side by side in one run.
 //!

@@ -772,7 +772,7 @@ pub struct Prediction {
     pub relative_error: f64,
     /// The lab's search stopped at the generator's or the sink's limit, not the
     /// DUT's: its maximum is a lower bound on the DUT's, and a prediction is compared
-    /// with it only as "at least" (issue 16 item 5).
+    /// with it only as "at least": it bounds the DUT's maximum from below.
     pub lab_lower_bound: bool,
     /// The twin lacks a mechanism that can only lower this configuration's maximum
     /// (see [`twin_is_upper_bound`]): its maximum is an upper bound on the lab's, and
@@ -1001,7 +1001,7 @@ pub struct LeaveOneOut {
     pub why_none: Option<String>,
 }
 
-/// A joint calibration (issue 16 item 5): the costs from the CPU figures of one
+/// A joint calibration (docs/sim.md, "The joint calibration"): the costs from the CPU figures of one
 /// threaded configuration, clamped to physical ranges, and the threaded poller's
 /// wake-up delay fitted by least squares over every DUT-limited maximum of the run,
 /// with the testbed-limited maxima as "at least" constraints only.

@@ -47,7 +47,7 @@ pub const VETH_RING: u32 = 256;
 pub const VETH_WEIGHT: u32 = 64;
 /// `net.core.netdev_max_backlog` default: the per-CPU backlog veth uses without GRO.
 pub const MAX_BACKLOG: u32 = 1000;
-/// The lab machine: CONFIG_HZ and kernel (docs/lab.md, "Benchmarks").
+/// The lab machine: CONFIG_HZ and kernel (docs/results/lab.md, "Benchmarks").
 pub const LAB_HZ: u32 = 250;
 pub const LAB_KERNEL: &str = "6.18";
 /// veth has no wire: a rate high enough that serialisation never matters.

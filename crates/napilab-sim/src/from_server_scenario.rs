@@ -143,7 +143,7 @@ pub struct ServerCosts {
 
 impl ServerCosts {
     /// The costs before any fit. ASSUMED from the lab's `make bench-kv` figures
-    /// (docs/lab.md, "Benchmark": the server's worker CPU per request 12-16 us on a
+    /// (docs/results/lab.md, "kv-bench": the server's worker CPU per request 12-16 us on a
     /// loaded machine, user and kernel together), split about 1:2 between the
     /// application and the kernel, and a TCP receive of about 1.5 us.
     pub fn assumed() -> ServerCosts {

@@ -719,7 +719,7 @@ fn observation_interval(sim: &Sim, mi: &ModelInterval, k: &Counts, secs: f64) ->
 /// `softirq` and `net_softirq` are the same time.
 /// The tracing tier's view of an interval. `tunnel_device`: with a tunnel, the per-poll,
 /// per-softirq and per-IRQ rows are filled too (per CPU and context), under that
-/// device name; other configurations carry only the time rows (as before issue 15).
+/// device name; other configurations carry only the time rows.
 fn trace_interval(mi: &ModelInterval, tunnel_device: Option<&str>) -> TraceInterval {
     let share = |v: f64| m(v, Unit::CpuFraction);
     let cpus = mi

@@ -29,7 +29,7 @@ pub struct Profile {
     pub provenance: BTreeMap<String, ParamSource>,
 }
 
-/// The source of one profile parameter, machine-readable (issue 20 item 3).
+/// The source of one profile parameter, machine-readable (docs/sim.md, "Profiles...").
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ParamSource {
@@ -341,7 +341,7 @@ mod tests {
         assert!(Profile::builtin("nope").is_err());
     }
 
-    /// Issue 20 item 3: every parameter of every shipped profile says where its value
+    /// Every parameter of every shipped profile says where its value
     /// comes from.
     #[test]
     fn every_shipped_parameter_has_a_source() {

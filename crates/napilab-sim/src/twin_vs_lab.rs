@@ -1,4 +1,4 @@
-//! The twin beside a lab run (issue 16 items 5 and 6): after `napilab lab run`, every
+//! The twin beside a lab run (docs/sim.md, "The joint calibration"): after `napilab lab run`, every
 //! searched configuration's maximum and, in scenarios with several traffic classes
 //! (ingress-qos), every class's latency and loss at each sweep load, predicted with the
 //! shipped `veth-lab` profile. That profile was fitted on other runs (its description

@@ -9,7 +9,7 @@
 //! published qualitative findings. The twin's predicted maximum per path (E2W, W2E)
 //! and core configuration. W2E runs on its own profile built from the W2E stage
 //! figures; its one emergent published figure (TX softirq on the other core) is a
-//! pinned deviation, see docs/sim.md.
+//! pinned deviation, see docs/results/sim.md.
 
 mod common;
 use common::rel;
@@ -109,7 +109,7 @@ fn e2w_dual_core_stays_on_the_ethernet_core_with_more_irqs() {
 /// The twin instead predicts about 5,400 NET_RX runs/s on the Ethernet core at 500
 /// Mbit/s (its 70 us RX coalescing collects about 7.6 packets per IRQ), which gives
 /// about 6 M cycles/s: known deviation, pinned here below half the published value
-/// (if it ever reaches the published figure, update docs/sim.md and this test). The
+/// (if it ever reaches the published figure, update docs/results/sim.md and this test). The
 /// published figure implies either about 32,000 runs/s (far less coalescing at 500
 /// Mbit/s than the 70 us that fits 100 Mbit/s) or about 6,400 cycles per run; no
 /// published IRQ or softirq rate at 500 Mbit/s decides between them.
@@ -192,7 +192,7 @@ fn e2w_predicted_maximum_per_core_configuration() {
 /// ASSUMED for W2E). Known deviation, pinned: the published "TX SoftIRQ" 23 M cycles/s
 /// (the Ethernet qdisc running on the other core) does not appear, because the twin's
 /// FIFO is bypassed while empty and the TX ring never fills at 500 Mbit/s; FQ-CoDel,
-/// which is never bypassed, is not modelled (docs/sim.md).
+/// which is never bypassed, is not modelled (docs/results/sim.md).
 #[test]
 fn w2e_single_and_dual_core() {
     let p = Profile::from_toml_str(
@@ -298,7 +298,7 @@ fn e2w_total_cycles_per_core_match_the_published_totals() {
 /// which NOHZ idle never samples), nor the restart-limit experiment
 /// (docs/studies.md#ap-12: core 1 from about 11% to 67% with MAX_SOFTIRQ_RESTART 1;
 /// the twin's softirq passes end with nothing pending, so nothing goes to ksoftirqd).
-/// Pinned so that a change of either shows here; docs/sim.md explains.
+/// Pinned so that a change of either shows here; docs/results/sim.md explains.
 #[test]
 fn e2w_tick_view_against_mpstat() {
     let p = Profile::builtin("ap-cortex-a72-bcmgenet").expect("profile");

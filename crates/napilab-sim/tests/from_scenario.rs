@@ -372,7 +372,7 @@ fn calibration_round_trip_on_a_recorded_lab_run() {
     let text = cal.to_toml("napilab sim calibrate ...", &record, &predicted);
     let mut back = LabProfile::from_toml_str(&text, "fitted.toml").expect("reads back");
     // Every parameter's source is written; the fitted ones name the run and the
-    // command (issue 20 item 3).
+    // command (docs/sim.md, "Profiles and their calibration").
     let fitted = &back.profile.provenance["stage_cycles.poll"];
     assert_eq!(fitted.kind, napilab_sim::profile::SourceKind::Fitted);
     assert!(
@@ -416,7 +416,7 @@ fn without_batches_the_generator_cost_comes_from_its_paced_points() {
     );
 }
 
-/// The issue's goal: calibrated on one lab configuration, the twin predicts another's
+/// The goal: calibrated on one lab configuration, the twin predicts another's
 /// maximum within 10%. Calibrated on the DUT alone on CPU 1 (two-cpu/threaded), it
 /// predicts the two softirq configurations, where the DUT's poll runs inline on the
 /// generator's CPU 0 beside the sink and CPU 0 sets the maximum, in both recorded runs.

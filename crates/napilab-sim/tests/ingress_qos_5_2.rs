@@ -28,7 +28,7 @@ fn rx_polls_and_full(r: &SimResult) -> (u64, u64) {
 /// ring budgets until the poll size is exhausted". With both rings holding work
 /// (overload), every RX poll of LL-RR (ring budgets 4 / 4) must use the whole device
 /// budget of 64, not stop after one visit of each ring (8 packets): the regression
-/// behind issue 16, where LL-RR saturated at 1.28 Mpps.
+/// of the one-pass poll, where LL-RR saturated at 1.28 Mpps.
 #[test]
 fn ll_poll_uses_the_whole_device_budget_when_rings_hold_work() {
     let r = run_strategy(Strategy::LlRr, 2_000_000.0, 0.3, 40.0);

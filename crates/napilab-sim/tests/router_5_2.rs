@@ -69,7 +69,7 @@ fn latency_jumps_near_saturation() {
 
 /// docs/studies.md QOS-5: "CPU utilisation rises steeply to 0.2 Mpps (IRQ cost) ... then
 /// grows linearly to 100% near 1.7 Mpps". The published flat stretch from 0.2 to 0.7
-/// Mpps is NOT reproduced (the twin rises by about 0.28 there); docs/sim.md says what
+/// Mpps is NOT reproduced (the twin rises by about 0.28 there); docs/results/sim.md says what
 /// was ruled out (tick sampling: a periodic tick reads the true curve, NOHZ reads
 /// about 0) and what is not modelled. What is checked: the steep start, the slope
 /// falling with load, and ~100% near 1.7 Mpps.

@@ -1,4 +1,4 @@
-//! Issue 16 items 5 and 6: the joint calibration (lower-bound maxima are constraints,
+//! The twin beside the lab: the joint calibration (lower-bound maxima are constraints,
 //! never targets; known parameters come back from a twin-generated run), the
 //! twin-vs-lab table of a recorded lab run, and the ingress-qos lab scenario on the
 //! twin (docs/sim.md "The veth-lab profile and its calibration").
@@ -240,8 +240,8 @@ fn a_lab_runs_record_gets_the_twin_vs_lab_table() {
     assert_eq!(back.twin, unanswered.twin);
 }
 
-/// The ingress-qos lab scenario's stock-kernel mechanism on the twin (issue 16 item
-/// 6): the RT and BE queues' NAPI kthreads share CPU 1 (the BE sender too). Beyond
+/// The ingress-qos lab scenario's stock-kernel mechanism on the twin (docs/results/sim.md):
+/// the RT and BE queues' NAPI kthreads share CPU 1 (the BE sender too). Beyond
 /// CPU 1's capacity (1.5 Mpps offered, 10% RT) BE's ring stays full and BE loses
 /// packets, while the RT kthread gets CPU 1 at the BE poller's next poll boundary: RT
 /// waits a poll, BE a ring. The twin finds the same with the RT kthread at SCHED_FIFO
@@ -293,7 +293,7 @@ fn ingress_qos_on_the_twin_ranks_rt_below_be_latency() {
     assert!(rt < 10.0 && be < 10.0, "RT {rt} us, BE {be} us");
 }
 
-/// Issue 27 item 3: the twin judged on the run's own host. With leave-one-out, every
+/// The twin judged on the run's own host, beside the shipped profile. With leave-one-out, every
 /// DUT-limited maximum also gets the prediction of a fit to the run without it, beside
 /// the shipped profile's; the testbed-limited ones (lower bounds) and those where the
 /// twin is only an upper bound get none: they are bounds in the fit, not targets. The table

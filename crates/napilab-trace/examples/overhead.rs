@@ -1,5 +1,5 @@
 //! A/B overhead benchmark of the always-on tier against the DUT's MAXIMUM forwarding
-//! rate (docs/architecture.md principle 8, issue 4: at most 2%).
+//! rate (docs/architecture.md principle 8; goal: at most 2%).
 //!
 //! Builds a three-namespace veth router `napilab-trace-<pid>-bench-{a,r,b}` and keeps
 //! the router (the DUT) saturated:
@@ -23,7 +23,7 @@
 //! clock read in `softirq_entry` and `softirq_exit` (the floor of timing every softirq
 //! run exactly, as the tier does); R the tier without `softirq_raise`; B the always-on
 //! tier as shipped (`softirq_raise` attached in 100 ms windows of every second); E the
-//! tier with `softirq_raise` attached all the time (as before issue 18); C 1 kHz stage
+//! tier with `softirq_raise` attached all the time (as before the tracing windows); C 1 kHz stage
 //! sampling alone. A round counts only if the DUT was at least 95% busy in every window
 //! (at its maximum). Each window reports the DUT's CPU per forwarded packet; a is compared
 //! with A, every other arm with the round's two untraced windows merged (median and mean
@@ -607,7 +607,7 @@ enum Arm {
     TierWithoutRaise,
     /// The always-on tier as shipped (`softirq_raise` attached in its windows).
     Tier,
-    /// The always-on tier with `softirq_raise` attached all the time (before issue 18).
+    /// The always-on tier with `softirq_raise` attached all the time (before the tracing windows).
     TierEveryRaise,
     /// 1 kHz stage sampling (`observe --stages`) alone.
     StageSampling,

@@ -134,7 +134,7 @@ fn run_scenario(a: RunArgs) -> Result<()> {
     let mut outcome = napilab_lab::run(&opts)?;
     // A server run gets the twin's maximum per mode beside the lab's.
     crate::sim_calibrate_server::beside_lab(&mut outcome.record, &opts.scenario_file);
-    // The twin beside the lab (issue 16): its predictions go into the record, so every
+    // The twin beside the lab (docs/sim.md): its predictions go into the record, so every
     // report of the run shows them.
     let packet_run = outcome
         .record

@@ -1,4 +1,4 @@
-//! `napilab lab run` on the many-napi topology (issue 15 item 3) at N = 8: the DUT's
+//! `napilab lab run` on the many-napi topology (docs/lab.md) at N = 8: the DUT's
 //! ingress has 8 NAPI instances, the generator's flows reach more than one of them,
 //! threaded NAPI creates 8 kthreads and pinning pins them, the kthreads' context
 //! switches are reported, and everything is removed afterwards -- also when the run is

@@ -109,7 +109,7 @@ fn a_short_mlrsearch_gives_bounded_answers_with_their_trials() {
             }
         }
     }
-    // The twin beside the lab (issue 16): the record and the report carry its
+    // The twin beside the lab (docs/sim.md): the record and the report carry its
     // prediction of the configuration's maximum, with the lab's limiter.
     let twin = &record["twin"]["maxima"][0];
     assert_eq!(twin["configuration"], "threaded", "{}", record["twin"]);

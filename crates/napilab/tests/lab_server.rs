@@ -1,4 +1,4 @@
-//! `napilab lab run` on the server topology (issue 14): a two-mode scenario
+//! `napilab lab run` on the server topology (docs/lab.md): a two-mode scenario
 //! (deferral and irq-suspend, napilab's server) and memcached's baseline, one load
 //! and a two-step search each, end to end. Every point has its rate, latency and the
 //! server's statistics; the modes' per-NAPI settings were applied through the tune

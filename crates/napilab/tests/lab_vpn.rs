@@ -1,4 +1,4 @@
-//! `napilab lab run` on the vpn topology (issue 15 item 3): 4 peers through napilab's
+//! `napilab lab run` on the vpn topology (docs/lab.md): 4 peers through napilab's
 //! user-space tunnel endpoint into an IFF_NAPI multi-queue TUN device, softirq and
 //! threaded NAPI, with the trace tier. The datagrams arrive decrypted, the loss is
 //! decomposed, kernel WireGuard's availability is reported, and the TUN's polls run

@@ -1,4 +1,4 @@
-//! Provenance a user can follow (issue 20): no tracked file may cite a document outside
+//! Provenance a user can follow: no tracked file may cite a document outside
 //! the repository, and every citation of docs/studies.md or docs/kernel.md must point
 //! at an anchor or a numbered figure that exists there.
 //!

@@ -1,4 +1,4 @@
-//! `napilab sim calibrate` on a server-topology run (issue 14 item 7): the fit and the
+//! `napilab sim calibrate` on a server-topology run (docs/sim.md): the fit and the
 //! twin's maxima as JSON, the profile written with its [server] table, `--config`
 //! refused with the reason, and `napilab sim run` on a server scenario reading the
 //! written profile's costs.

@@ -1,4 +1,4 @@
-//! Issue 20 item 3: `napilab sim run` shows where each profile parameter comes from,
+//! `napilab sim run` shows where each profile parameter comes from,
 //! in its JSON (the configuration's settings, which the report renders) and its text.
 
 use std::path::PathBuf;

@@ -1,4 +1,4 @@
-//! `napilab map` on NAPI instances without a NAPI id (issue 15 item 3, root): a 4-queue
+//! `napilab map` on NAPI instances without a NAPI id (docs/cli.md, map; root): a 4-queue
 //! TUN device opened with `IFF_NAPI | IFF_MULTI_QUEUE` (napilab's user-space tunnel
 //! endpoint) in a fresh namespace `nl-tun-<pid>-<tag>-b`, fed by encrypting peers in
 //! `-a`. netdev `napi-get` lists none of its instances; the map must show them from

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * napilab lab's line-rate back end (docs/lab.md, "Line-rate back end").
+ * napilab lab's line-rate back end (docs/lab.md, "The line-rate back end").
  *
  *  - lr_gen runs through BPF_PROG_RUN with BPF_F_TEST_XDP_LIVE_FRAMES in the
  *    generator namespace; every frame it returns XDP_TX leaves through the generator's

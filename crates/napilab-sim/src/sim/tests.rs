@@ -1,4 +1,4 @@
-//! Unit tests of the execution contexts (issue 15 item 1): workqueue workers, NAPI
+//! Unit tests of the execution contexts (docs/sim.md): workqueue workers, NAPI
 //! instances scheduled from threads, the softirq at a worker's bottom-half enable,
 //! and the placement of unpinned NAPI kthreads. Each builds a small tunnel
 //! configuration, queues work by hand and steps the event loop.
