@@ -5,6 +5,7 @@
 //! beside the lab's maximum. Needs root (namespaces, BPF); without it the test prints
 //! why it was skipped.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -148,4 +149,91 @@ fn a_short_mlrsearch_gives_bounded_answers_with_their_trials() {
             .filter(|t| t["disturbance"]["disturbed"] == true)
             .count()
     );
+    // One experiment, two testbeds: the same scenario file on the twin goes through the
+    // same search, so its record has the lab's shape; only the testbed's own parts
+    // (the engines' statistics, the machine's disturbance readings, the observation,
+    // which this lab run leaves out) and the values differ.
+    let twin = Command::new(env!("CARGO_BIN_EXE_napilab"))
+        .args([
+            "sim",
+            "run",
+            "--json",
+            "--no-report",
+            "--profile",
+            "veth-lab",
+        ])
+        .arg(&scenario)
+        .output()
+        .expect("run napilab sim");
+    assert!(
+        twin.status.success(),
+        "{}",
+        String::from_utf8_lossy(&twin.stderr)
+    );
+    let twin: Value = serde_json::from_slice(&twin.stdout).expect("twin RunRecord JSON");
+    let twin_max = &twin["configurations"][0]["max_throughput"];
+    assert_eq!(twin_max["method"], max["method"], "{twin_max}");
+    assert_eq!(twin_max["searches"].as_array().map(Vec::len), Some(2));
+    let (lab_shape, twin_shape) = (shape(conf), shape(&twin["configurations"][0]));
+    let differ: Vec<&String> = lab_shape
+        .symmetric_difference(&twin_shape)
+        .filter(|p| !by_value(p))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "the lab's and the twin's records differ in shape at {differ:?}\nlab: {lab_shape:?}\ntwin: {twin_shape:?}"
+    );
+}
+
+/// Fields whose presence depends on the values: optional answers (a search that found
+/// no lower bound has no conditional throughput, one search has no interval) and the
+/// findings' contents (none without an observation).
+const BY_VALUE: [&str; 8] = [
+    "findings",
+    "conditional_throughput",
+    "undisturbed_conditional_throughput",
+    "relevant_lower_bound",
+    "relevant_upper_bound",
+    "interval",
+    "mean",
+    "undisturbed_mean",
+];
+
+fn by_value(path: &str) -> bool {
+    path.split('.')
+        .any(|segment| BY_VALUE.contains(&segment.trim_end_matches("[]")))
+}
+
+/// Parts of a record that belong to one testbed: what the lab's engines and machine
+/// report, and the Observation (the twin always models one; this lab run has none).
+const TESTBED_OWN: [&str; 5] = ["generator", "sink", "disturbance", "observation", "latency"];
+
+/// The key paths of a configuration's record (arrays as `[]`, every element's keys),
+/// without the testbed's own parts; a null or absent field has no path.
+fn shape(v: &Value) -> BTreeSet<String> {
+    fn walk(v: &Value, at: &str, out: &mut BTreeSet<String>) {
+        match v {
+            Value::Object(map) => {
+                for (k, child) in map {
+                    if child.is_null() || TESTBED_OWN.contains(&k.as_str()) {
+                        continue;
+                    }
+                    let path = format!("{at}.{k}");
+                    out.insert(path.clone());
+                    walk(child, &path, out);
+                }
+            }
+            Value::Array(items) => {
+                for item in items {
+                    walk(item, &format!("{at}[]"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = BTreeSet::new();
+    walk(v, "", &mut out);
+    // Settings are (name, value) pairs: their shape is the list, not the names.
+    out.retain(|p| !p.starts_with(".settings[]"));
+    out
 }
