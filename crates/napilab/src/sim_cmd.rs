@@ -899,6 +899,7 @@ fn scenario_summary(record: &RunRecord, profile: &str) -> String {
             "probes",
             "stopped",
         ]);
+        let mut methods: Vec<&str> = Vec::new();
         for (c, x) in maxima {
             m.add_row(vec![
                 c.name.clone(),
@@ -907,9 +908,13 @@ fn scenario_summary(record: &RunRecord, profile: &str) -> String {
                 x.probes.len().to_string(),
                 x.stopped.clone(),
             ]);
+            if !methods.contains(&x.method.as_str()) {
+                methods.push(&x.method);
+            }
         }
         out.push_str(&format!(
-            "maximum throughput (the lab's RFC 2544 bisection on the twin)\n{m}\n"
+            "maximum throughput (the lab's search on the twin: {})\n{m}\n",
+            methods.join(", ")
         ));
     }
     for n in &record.notices {
