@@ -31,21 +31,13 @@ use libbpf_rs::libbpf_sys;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 use napilab_core::EngineStats;
+use napilab_trace::loader::words64;
 
 use crate::checksum::internet_checksum;
 use crate::netns::{enter, mono_ns, pin, set_irq_deferral, sh_in, thread_cpu_ns};
 use crate::topology::{napi_threads, Lab, GEN_ADDR, SINK_ADDR};
 
-#[allow(
-    clippy::all,
-    clippy::pedantic,
-    clippy::unwrap_used,
-    unused_qualifications,
-    unsafe_op_in_unsafe_fn
-)]
-mod skel {
-    include!(concat!(env!("OUT_DIR"), "/linerate.skel.rs"));
-}
+napilab_trace::bpf_skeleton!("linerate");
 
 use skel::{LinerateSkel, LinerateSkelBuilder};
 
@@ -634,12 +626,9 @@ impl LineRate {
                 .lookup_percpu(&key.to_ne_bytes(), MapFlags::ANY)?
                 .unwrap_or_default();
             Ok(per_cpu.iter().fold((0, 0), |(p, b), v| {
-                let word = |o: usize| {
-                    v.get(o..o + 8)
-                        .and_then(|s| s.try_into().ok())
-                        .map_or(0, u64::from_ne_bytes)
-                };
-                (p + word(0), b + word(8))
+                let w = words64(v, 2).unwrap_or_default();
+                let word = |i: usize| w.get(i).copied().unwrap_or(0);
+                (p + word(0), b + word(1))
             }))
         };
         let maps = &self.skel.maps;

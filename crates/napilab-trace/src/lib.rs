@@ -6,11 +6,13 @@
 //! [`TraceInterval`](napilab_core::trace::TraceInterval); it is pure and tested without
 //! root. [`stages`] samples kernel stacks (cpu-clock) and maps them to packet-path
 //! stages by their callers. [`packets`] is the opt-in per-packet tier: stage-to-stage
-//! latency per packet and drops by reason (`observe --trace-packets`).
+//! latency per packet and drops by reason (`observe --trace-packets`). [`loader`] holds
+//! what every BPF loader shares, the lab's line-rate generator included.
 
 pub mod always_on;
 pub mod cost;
 pub mod floor;
+pub mod loader;
 pub mod packets;
 pub mod snapshot;
 pub mod stages;
