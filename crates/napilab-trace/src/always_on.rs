@@ -17,7 +17,7 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 use napilab_core::trace::ExecContext;
 
-use crate::loader::{c_string, load_error, words32, words64};
+use crate::loader::{c_string, load_error, words32, words64, Attach};
 use crate::snapshot::{
     IrqCounts, NapiCounts, NapiKey, NetRxCounts, Snapshot, SoftirqCounts, IRQ_ARRAY, LOG2_SLOTS,
     NAPI_SLOTS, NR_SOFTIRQS, WORK_SLOTS,
@@ -169,14 +169,6 @@ fn kernel_version(release: &str) -> Option<(u32, u32)> {
     let major = parts.next()?.parse().ok()?;
     let minor = parts.next()?.parse().ok()?;
     Some((major, minor))
-}
-
-/// How one hook is attached.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Attach {
-    Btf,
-    Raw,
-    Off,
 }
 
 macro_rules! program_pairs {
@@ -361,11 +353,7 @@ impl AlwaysOn {
         let mut notices = Vec::new();
         let (mut skel, plan, attach_kind) = match open(options, &plan)?.load() {
             Ok(skel) => {
-                let kind = match (plan.contains(&Attach::Btf), plan.contains(&Attach::Raw)) {
-                    (false, _) => "raw_tp",
-                    (true, true) => "tp_btf+raw_tp",
-                    (true, false) => "tp_btf",
-                };
+                let kind = Attach::kind(&plan);
                 (skel, plan, kind)
             }
             Err(first) => {

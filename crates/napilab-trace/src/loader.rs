@@ -27,6 +27,26 @@ macro_rules! bpf_skeleton {
     };
 }
 
+/// How one hook of a tier is attached: its BTF-typed program (`tp_btf`), its
+/// `raw_tp` twin, or neither.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Attach {
+    Btf,
+    Raw,
+    Off,
+}
+
+impl Attach {
+    /// What a plan attaches, for messages: `tp_btf`, `raw_tp` or `tp_btf+raw_tp`.
+    pub(crate) fn kind(plan: &[Attach]) -> &'static str {
+        match (plan.contains(&Attach::Btf), plan.contains(&Attach::Raw)) {
+            (false, _) => "raw_tp",
+            (true, true) => "tp_btf+raw_tp",
+            (true, false) => "tp_btf",
+        }
+    }
+}
+
 /// A libbpf load error as a [`StartError`]: a refusal for lack of privilege says so.
 pub fn load_error(e: libbpf_rs::Error) -> StartError {
     let text = e.to_string();

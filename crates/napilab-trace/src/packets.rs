@@ -19,7 +19,7 @@ use napilab_core::trace::{DropReasonCount, LatencyBucket, StageLatency};
 use napilab_core::{Metric, Source, Unit};
 
 use crate::always_on::{StartError, VMLINUX_BTF};
-use crate::loader::{c_string, load_error, words32, words64};
+use crate::loader::{c_string, load_error, words32, words64, Attach};
 use crate::windows::{windowed_rate, WindowDriver, WindowProgram, WindowReading, Windows};
 
 crate::bpf_skeleton!("packets");
@@ -164,13 +164,6 @@ macro_rules! program_pairs {
             (&mut $p.btf_consume_skb, &mut $p.raw_consume_skb),
         ]
     };
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Attach {
-    Btf,
-    Raw,
-    Off,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -427,11 +420,7 @@ impl PacketTrace {
         }
         let (mut skel, plan, attach_kind) = match open(&plan)?.load() {
             Ok(skel) => {
-                let kind = match (plan.contains(&Attach::Btf), plan.contains(&Attach::Raw)) {
-                    (false, _) => "raw_tp",
-                    (true, true) => "tp_btf+raw_tp",
-                    (true, false) => "tp_btf",
-                };
+                let kind = Attach::kind(&plan);
                 (skel, plan, kind)
             }
             Err(first) => {
