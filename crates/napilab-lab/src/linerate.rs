@@ -36,6 +36,7 @@ use napilab_trace::loader::words64;
 use crate::checksum::internet_checksum;
 use crate::netns::{enter, mono_ns, pin, set_irq_deferral, sh_in, thread_cpu_ns};
 use crate::topology::{napi_threads, Lab, GEN_ADDR, SINK_ADDR};
+use crate::traffic::sleep_until;
 
 napilab_trace::bpf_skeleton!("linerate");
 
@@ -390,23 +391,6 @@ fn explain_run_error(e: &io::Error, gen_dev: &str) -> String {
         Some(libc::EPERM) | Some(libc::EACCES) => format!("BPF_PROG_RUN was refused ({e}): the line-rate back end needs root (CAP_BPF, CAP_NET_ADMIN)"),
         _ => format!("BPF_PROG_RUN (XDP live frames) on {gen_dev} failed: {e}"),
     }
-}
-
-/// Schedulers' nanoseconds sleep (absolute, CLOCK_MONOTONIC).
-fn sleep_until(t_ns: u64) {
-    let ts = libc::timespec {
-        tv_sec: (t_ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (t_ns % 1_000_000_000) as libc::c_long,
-    };
-    // SAFETY: absolute sleep with a valid timespec.
-    unsafe {
-        libc::clock_nanosleep(
-            libc::CLOCK_MONOTONIC,
-            libc::TIMER_ABSTIME,
-            &ts,
-            std::ptr::null_mut(),
-        )
-    };
 }
 
 /// Total on-CPU time of tasks, ns (`/proc/<pid>/schedstat`, first field).

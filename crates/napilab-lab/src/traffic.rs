@@ -467,7 +467,9 @@ fn steal_ticks(cpus: &[u32]) -> u64 {
         .sum()
 }
 
-fn sleep_until(t_ns: u64) {
+/// Sleeps until `t_ns` on CLOCK_MONOTONIC (absolute, nanoseconds; the clock of
+/// [`mono_ns`]). The paced and the line-rate generators' one sleep.
+pub(crate) fn sleep_until(t_ns: u64) {
     let ts = libc::timespec {
         tv_sec: (t_ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (t_ns % 1_000_000_000) as libc::c_long,
