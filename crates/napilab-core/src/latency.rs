@@ -57,6 +57,9 @@ impl LatencyHistogram {
         }
     }
 
+    // Inline: the twin records every packet, and is optimised in test builds where
+    // this crate is not (Cargo.toml, profile.dev.package.napilab-sim).
+    #[inline]
     pub fn record(&mut self, ns: u64) {
         if ns > MAX_TRACKABLE_NS {
             self.above_range += 1;
@@ -69,6 +72,7 @@ impl LatencyHistogram {
     }
 
     /// [`LatencyHistogram::record`] for each value.
+    #[inline]
     pub fn record_all(&mut self, values: &[u64]) {
         for &v in values {
             self.record(v);
