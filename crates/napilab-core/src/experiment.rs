@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::finding::Finding;
+use crate::latency::LatencySummary;
 use crate::observation::{HostFacts, Notice, Observation};
 
 pub const RUN_SCHEMA: &str = "napilab.run/1";
@@ -314,21 +315,6 @@ pub struct ClassResult {
     pub loss_counters: Vec<(String, u64)>,
     /// One-way latency (one clock), present for the paced back end.
     pub latency: Option<LatencySummary>,
-}
-
-/// A latency distribution with microsecond resolution.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct LatencySummary {
-    pub samples: u64,
-    pub mean_us: f64,
-    pub p50_us: f64,
-    pub p90_us: f64,
-    pub p99_us: f64,
-    pub p999_us: f64,
-    pub max_us: f64,
-    /// (upper bound of the bucket in us, count), increasing bounds, empty buckets left
-    /// out.
-    pub histogram: Vec<(f64, u64)>,
 }
 
 /// How hard a traffic engine (generator or sink) worked, so a report can show it was not

@@ -9,6 +9,7 @@ pub mod experiment;
 pub mod explain;
 pub mod finding;
 pub mod host_identity;
+pub mod latency;
 pub mod many_napi;
 pub mod metric;
 pub mod observation;
@@ -25,14 +26,15 @@ pub mod units;
 
 pub use experiment::{
     CapacityProbe, ClassResult, ConfigurationResult, Disturbance, EngineStats, GoalResult,
-    GoalSummary, LatencySummary, MaxQpsAtSlo, MaxThroughput, PointResult, PointRole,
-    RequestPointResult, RequestResults, RunKind, RunRecord, SearchRecord, ServerSummary,
-    TrialRecord, TwinMaxQps, RUN_SCHEMA,
+    GoalSummary, MaxQpsAtSlo, MaxThroughput, PointResult, PointRole, RequestPointResult,
+    RequestResults, RunKind, RunRecord, SearchRecord, ServerSummary, TrialRecord, TwinMaxQps,
+    RUN_SCHEMA,
 };
 pub use finding::{Evidence, Finding, RuleId, Severity, Subject};
 pub use host_identity::{
     CpuIdentity, CpuIdle, HostIdentity, IdentityDifference, KernelIdentity, Virtualization,
 };
+pub use latency::{LatencyHistogram, LatencySummary};
 pub use metric::{Metric, Source};
 pub use observation::{
     CpuAccounting, CpuInterval, CpuTimeShares, DeviceInterval, HostFacts, HostInterval, Hz,

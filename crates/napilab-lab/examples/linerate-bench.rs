@@ -77,8 +77,7 @@ fn point(
 }
 
 fn main() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !napilab_probe::kernel::is_root() {
         eprintln!("linerate-bench needs root (network namespaces, BPF)");
         std::process::exit(2);
     }

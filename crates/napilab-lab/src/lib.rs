@@ -9,7 +9,6 @@
 //! - [`linerate`]: the line-rate back end (XDP live frames through `BPF_PROG_RUN`, an
 //!   in-kernel counting sink).
 //! - [`many_napi`]: the many-napi topology's NAPI kthread and poll measurements.
-//! - [`histogram`]: the sink's microsecond latency histogram.
 //! - [`counters`]: where the kernel counted lost packets.
 //! - [`disturbance`]: what the machine took away from a trial (steal, other processes).
 //! - [`runner`]: configurations x loads x repeats, the search (napilab-experiment's,
@@ -24,7 +23,6 @@ pub(crate) mod checksum;
 pub mod clean;
 pub mod counters;
 pub mod disturbance;
-pub mod histogram;
 pub mod linerate;
 pub mod many_napi;
 pub mod netns;

@@ -31,21 +31,14 @@ use libbpf_rs::libbpf_sys;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 use napilab_core::EngineStats;
+use napilab_trace::loader::words64;
 
 use crate::checksum::internet_checksum;
 use crate::netns::{enter, mono_ns, pin, set_irq_deferral, sh_in, thread_cpu_ns};
 use crate::topology::{napi_threads, Lab, GEN_ADDR, SINK_ADDR};
+use crate::traffic::sleep_until;
 
-#[allow(
-    clippy::all,
-    clippy::pedantic,
-    clippy::unwrap_used,
-    unused_qualifications,
-    unsafe_op_in_unsafe_fn
-)]
-mod skel {
-    include!(concat!(env!("OUT_DIR"), "/linerate.skel.rs"));
-}
+napilab_trace::bpf_skeleton!("linerate");
 
 use skel::{LinerateSkel, LinerateSkelBuilder};
 
@@ -400,23 +393,6 @@ fn explain_run_error(e: &io::Error, gen_dev: &str) -> String {
     }
 }
 
-/// Schedulers' nanoseconds sleep (absolute, CLOCK_MONOTONIC).
-fn sleep_until(t_ns: u64) {
-    let ts = libc::timespec {
-        tv_sec: (t_ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (t_ns % 1_000_000_000) as libc::c_long,
-    };
-    // SAFETY: absolute sleep with a valid timespec.
-    unsafe {
-        libc::clock_nanosleep(
-            libc::CLOCK_MONOTONIC,
-            libc::TIMER_ABSTIME,
-            &ts,
-            std::ptr::null_mut(),
-        )
-    };
-}
-
 /// Total on-CPU time of tasks, ns (`/proc/<pid>/schedstat`, first field).
 fn tasks_cpu_ns(pids: &[i32]) -> u64 {
     pids.iter()
@@ -634,12 +610,9 @@ impl LineRate {
                 .lookup_percpu(&key.to_ne_bytes(), MapFlags::ANY)?
                 .unwrap_or_default();
             Ok(per_cpu.iter().fold((0, 0), |(p, b), v| {
-                let word = |o: usize| {
-                    v.get(o..o + 8)
-                        .and_then(|s| s.try_into().ok())
-                        .map_or(0, u64::from_ne_bytes)
-                };
-                (p + word(0), b + word(8))
+                let w = words64(v, 2).unwrap_or_default();
+                let word = |i: usize| w.get(i).copied().unwrap_or(0);
+                (p + word(0), b + word(1))
             }))
         };
         let maps = &self.skel.maps;

@@ -189,14 +189,7 @@ pub fn set_irq_deferral(
 /// Moves the calling thread into the network namespace `ns` (other threads stay).
 /// Sockets created afterwards belong to it.
 pub fn enter(ns: &str) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let f = std::fs::File::open(format!("/run/netns/{ns}"))?;
-    // SAFETY: setns on a valid namespace fd affects only the calling thread.
-    let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    napilab_probe::netns::enter(ns)
 }
 
 /// Gives the calling thread the view of the network namespace `ns` that `ip netns

@@ -54,8 +54,7 @@ pub struct RunOutcome {
 
 /// Checks root, iproute2, ethtool and network-namespace support; says what is missing.
 pub fn preflight() -> Result<()> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !napilab_probe::kernel::is_root() {
         bail!("napilab lab needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) to create network namespaces, veth links and to pin kernel threads: run it with sudo");
     }
     if !Path::new("/proc/self/ns/net").exists() {

@@ -40,9 +40,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use napilab_core::scenario::Pattern;
-use napilab_core::EngineStats;
+use napilab_core::{EngineStats, LatencyHistogram};
 
-use crate::histogram::Histogram;
 use crate::netns::{cmd, enter, mono_ns, pin, thread_cpu_ns};
 
 const MAGIC: u32 = 0x4e4c_4142; // "NLAB"
@@ -468,7 +467,9 @@ fn steal_ticks(cpus: &[u32]) -> u64 {
         .sum()
 }
 
-fn sleep_until(t_ns: u64) {
+/// Sleeps until `t_ns` on CLOCK_MONOTONIC (absolute, nanoseconds; the clock of
+/// [`mono_ns`]). The paced and the line-rate generators' one sleep.
+pub(crate) fn sleep_until(t_ns: u64) {
     let ts = libc::timespec {
         tv_sec: (t_ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (t_ns % 1_000_000_000) as libc::c_long,
@@ -868,7 +869,7 @@ pub struct SinkClass {
     pub received: u64,
     pub reordered: u64,
     pub duplicates_or_stale: u64,
-    pub latency: Histogram,
+    pub latency: LatencyHistogram,
     /// Drops of this class's socket (SO_MEMINFO's SK_MEMINFO_DROPS delta).
     pub socket_drops: u64,
     max_seq: u64,
@@ -1254,7 +1255,7 @@ fn receive(socks: &[OwnedFd], ctl: &mpsc::Receiver<SinkCtl>, stop: &AtomicBool) 
                         // send; counted rather than folded into the histogram as 0.
                         res.negative_latency += 1;
                     }
-                    c.latency.record_ns(arrival.saturating_sub(departed));
+                    c.latency.record(arrival.saturating_sub(departed));
                 }
             }
         }

@@ -23,8 +23,7 @@ port = 9000
 
 #[test]
 fn interrupt_deferral_is_applied_to_the_dut_ingress() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !napilab_probe::kernel::is_root() {
         println!("SKIPPED interrupt_deferral_is_applied_to_the_dut_ingress: needs root for network namespaces");
         return;
     }

@@ -16,14 +16,10 @@ use napilab_lab::linerate::{LineRate, LrClass, LrGenSpec};
 use napilab_lab::netns::{self, new_run_id};
 use napilab_lab::topology::Lab;
 use napilab_lab::RunOptions;
+use napilab_probe::kernel::is_root;
 
 /// A test outcome: Err fails, Ok(Some(reason)) skips.
 type Outcome = Result<Option<String>, String>;
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
 
 /// Names of the loaded BPF programs of this back end (lr_gen, lr_sink, lr_pass).
 fn our_programs() -> Vec<(u32, String)> {

@@ -17,13 +17,9 @@ use napilab_core::RunRecord;
 use napilab_lab::netns::{self, new_run_id};
 use napilab_lab::topology::Lab;
 use napilab_lab::{clean, RunOptions};
+use napilab_probe::kernel::is_root;
 
 const CHILD_ENV: &str = "NAPILAB_LAB_CHILD";
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
 
 fn tmpdir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("napilab-lab-test-{}-{tag}", std::process::id()));

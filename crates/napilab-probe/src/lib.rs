@@ -9,6 +9,7 @@ pub mod kernel;
 pub mod map;
 mod near;
 pub mod netlink;
+pub mod netns;
 pub mod observe;
 pub mod procfs;
 pub mod record;

@@ -10,12 +10,12 @@
 //! ends can live in one namespace (a ping between two local addresses would go
 //! through `lo`, not the veth pair) and the packet count is exact.
 
-use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use napilab_probe::kernel::is_root;
 use napilab_probe::netlink::{
     EthtoolSettings, LinkStats, Netlink, NetlinkError, QdiscStats, QueueType,
 };
@@ -23,11 +23,6 @@ use napilab_probe::netlink::{
 const VA_MAC: [u8; 6] = [0x02, 0x00, 0x0a, 0xfb, 0x00, 0x01];
 const VB_MAC: [u8; 6] = [0x02, 0x00, 0x0a, 0xfb, 0x00, 0x02];
 const FRAMES: u64 = 20;
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
 
 /// Runs a command; `Err` carries its stderr so a skip message can say what failed.
 fn run(cmd: &str, args: &[&str]) -> Result<(), String> {
@@ -80,13 +75,10 @@ impl Netns {
 
     /// Runs `f` in a thread that has joined this namespace; re-raises its panic.
     fn run_inside<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
-        let path = format!("/run/netns/{}", self.name);
+        let name = self.name.as_str();
         std::thread::scope(|s| {
             let handle = s.spawn(move || {
-                let ns = File::open(&path).expect("open the namespace file");
-                // SAFETY: a valid namespace fd; CLONE_NEWNET moves only this thread.
-                let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
-                assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+                napilab_probe::netns::enter(name).expect("join the namespace");
                 f()
             });
             match handle.join() {

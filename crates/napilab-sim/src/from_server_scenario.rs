@@ -27,8 +27,7 @@ use std::collections::BTreeMap;
 
 use napilab_core::scenario::{RequestWorkload, Scenario, ServerEngine, ServerMode};
 use napilab_core::{
-    LatencySummary as CoreLatency, Notice, PointRole, RequestPointResult, RequestResults,
-    ServerSummary,
+    LatencySummary, Notice, PointRole, RequestPointResult, RequestResults, ServerSummary,
 };
 use napilab_experiment::request_search::{self, RateSearchSpec, RequestTestbed};
 
@@ -40,7 +39,6 @@ use crate::from_scenario::{
     EnginesOnPoller, TwinConfiguration, TwinPlan, LAB_HZ, LAB_KERNEL, MAX_BACKLOG, VETH_LINK_MBPS,
     VETH_RING, VETH_WEIGHT,
 };
-use crate::latency::LatencySummary;
 use crate::profile::{ParamSource, SourceKind};
 use crate::{ConfigError, Profile, SimConfig, SimResult};
 
@@ -615,16 +613,16 @@ impl ServerCosts {
 }
 
 /// Merges the latency of several classes (the per-queue request streams).
-fn merged_latency(r: &SimResult) -> CoreLatency {
+fn merged_latency(r: &SimResult) -> LatencySummary {
     let classes: Vec<&LatencySummary> = r.model.classes.iter().map(|c| &c.latency).collect();
     if let [one] = classes.as_slice() {
-        return core_latency(one);
+        return (*one).clone();
     }
     let mut hist: BTreeMap<u64, (f64, u64)> = BTreeMap::new();
     let (mut n, mut sum, mut max) = (0u64, 0.0, 0.0f64);
     for l in &classes {
-        n += l.packets;
-        sum += l.mean_us * l.packets as f64;
+        n += l.samples;
+        sum += l.mean_us * l.samples as f64;
         max = max.max(l.max_us);
         for &(hi, k) in &l.histogram {
             // Bucket bounds are the same floats in every class: key them by their bits.
@@ -644,7 +642,7 @@ fn merged_latency(r: &SimResult) -> CoreLatency {
         }
         max
     };
-    CoreLatency {
+    LatencySummary {
         samples: n,
         mean_us: if n > 0 { sum / n as f64 } else { 0.0 },
         p50_us: quantile(0.5),
@@ -653,19 +651,6 @@ fn merged_latency(r: &SimResult) -> CoreLatency {
         p999_us: quantile(0.999),
         max_us: max,
         histogram: buckets,
-    }
-}
-
-fn core_latency(l: &LatencySummary) -> CoreLatency {
-    CoreLatency {
-        samples: l.packets,
-        mean_us: l.mean_us,
-        p50_us: l.p50_us,
-        p90_us: l.p90_us,
-        p99_us: l.p99_us,
-        p999_us: l.p999_us,
-        max_us: l.max_us,
-        histogram: l.histogram.clone(),
     }
 }
 

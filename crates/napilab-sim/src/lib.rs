@@ -14,7 +14,6 @@ pub mod event;
 pub mod from_scenario;
 pub mod from_server_scenario;
 pub mod ingress_qos;
-pub mod latency;
 pub mod napi;
 pub mod nic;
 pub mod output;

@@ -21,9 +21,9 @@ use serde::Serialize;
 use crate::accounting::{Column, CpuTime, Ctx};
 use crate::config::{QdiscKind, TickMode};
 use crate::cpu::ThreadKind;
-use crate::latency::LatencySummary;
 use crate::nic::LineKind;
 use crate::sim::{Counts, Sim};
+use napilab_core::LatencySummary;
 
 /// Everything one run produced.
 #[derive(Clone, Debug, Serialize)]

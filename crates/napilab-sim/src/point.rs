@@ -4,9 +4,7 @@
 //! bisection).
 
 use napilab_core::scenario::SearchMethod;
-use napilab_core::{
-    ClassResult, EngineStats, LatencySummary as CoreLatency, MaxThroughput, PointResult, PointRole,
-};
+use napilab_core::{ClassResult, EngineStats, MaxThroughput, PointResult, PointRole};
 use napilab_experiment::bisection::{bisect, Probe};
 use napilab_experiment::maximum::method_name;
 
@@ -30,16 +28,7 @@ impl SimResult {
                     ("model rx drops".to_string(), c.rx_dropped),
                     ("model tx drops".to_string(), c.tx_dropped),
                 ],
-                latency: (c.latency.packets > 0).then(|| CoreLatency {
-                    samples: c.latency.packets,
-                    mean_us: c.latency.mean_us,
-                    p50_us: c.latency.p50_us,
-                    p90_us: c.latency.p90_us,
-                    p99_us: c.latency.p99_us,
-                    p999_us: c.latency.p999_us,
-                    max_us: c.latency.max_us,
-                    histogram: c.latency.histogram.clone(),
-                }),
+                latency: (c.latency.samples > 0).then(|| c.latency.clone()),
             })
             .collect();
         let engine = |what: &str| EngineStats {

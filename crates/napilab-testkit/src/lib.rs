@@ -11,10 +11,8 @@ pub struct VethPair {
     pub b: String,
 }
 
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
+/// The one root check (effective uid 0), re-exported for the tests' skips.
+pub use napilab_probe::kernel::is_root;
 
 fn run(cmd: &mut Command) -> Result<Output, String> {
     let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;

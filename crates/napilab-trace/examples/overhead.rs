@@ -122,13 +122,7 @@ fn set_nice(tid: i32, nice: i32) -> Result<(), String> {
 
 /// Moves the calling thread into namespace `ns` (network namespaces are per thread).
 fn enter(ns: &str) -> Result<(), String> {
-    let file = std::fs::File::open(format!("/var/run/netns/{ns}"))
-        .map_err(|e| format!("/var/run/netns/{ns}: {e}"))?;
-    // SAFETY: setns on a valid namespace fd affects only this thread.
-    if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        return Err(format!("setns {ns}: {}", std::io::Error::last_os_error()));
-    }
-    Ok(())
+    napilab_probe::netns::enter(ns).map_err(|e| e.to_string())
 }
 
 /// (rx_packets, tx_packets, tx_dropped) of `dev` in namespace `ns`, from

@@ -94,13 +94,7 @@ fn pin(pid: i32, cpu: usize) -> Result<(), String> {
 
 /// Moves the calling thread into namespace `ns` (network namespaces are per thread).
 fn enter(ns: &str) -> Result<(), String> {
-    let file = std::fs::File::open(format!("/var/run/netns/{ns}"))
-        .map_err(|e| format!("/var/run/netns/{ns}: {e}"))?;
-    // SAFETY: setns on a valid namespace fd affects only this thread.
-    if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        return Err(format!("setns {ns}: {}", std::io::Error::last_os_error()));
-    }
-    Ok(())
+    napilab_probe::netns::enter(ns).map_err(|e| e.to_string())
 }
 
 /// RX packets of `dev` in namespace `ns` (/proc/thread-self/net/dev read from inside).
@@ -671,8 +665,7 @@ fn run() -> Result<(), String> {
     let rounds = arg(0, 6.0)? as usize;
     let seconds = arg(1, 3.0)?;
     let senders = arg(2, 3.0)? as usize;
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !napilab_probe::kernel::is_root() {
         return Err("needs root (namespaces and BPF)".into());
     }
     let online = std::thread::available_parallelism().map_or(1, |n| n.get());

@@ -8,11 +8,14 @@
 //! stages by their callers. [`packets`] is the opt-in per-packet tier: stage-to-stage
 //! latency per packet and drops by reason (`observe --trace-packets`). [`live`] is the
 //! live observation loop (proc tier plus these) that `napilab observe` and the lab run.
+//! [`loader`] holds what every BPF loader shares, the lab's line-rate generator
+//! included.
 
 pub mod always_on;
 pub mod cost;
 pub mod floor;
 pub mod live;
+pub mod loader;
 pub mod packets;
 pub mod snapshot;
 pub mod stages;

@@ -43,14 +43,6 @@ fn setup_with(
     }
 }
 
-/// Moves the calling thread into namespace `ns` (network namespaces are per thread).
-fn enter(ns: &str) {
-    let file = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("netns file");
-    // SAFETY: setns on a valid namespace fd affects only this thread.
-    let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-    assert_eq!(rc, 0, "setns {ns}: {}", std::io::Error::last_os_error());
-}
-
 fn name_thread(name: &str) {
     let c = std::ffi::CString::new(name).expect("name");
     // SAFETY: PR_SET_NAME with a NUL-terminated string of at most 16 bytes.
@@ -61,7 +53,7 @@ fn name_thread(name: &str) {
 fn send(pair: &VethPair, count: usize, burst: usize, pause: Duration) {
     let ns = pair.a.clone();
     std::thread::spawn(move || {
-        enter(&ns);
+        napilab_probe::netns::enter(&ns).expect("enter the namespace");
         let sock = UdpSocket::bind("10.77.0.1:0").expect("bind sender");
         let payload = [0u8; 64];
         let mut sent = 0;
@@ -106,7 +98,7 @@ fn spawn_receiver(
     let ns = pair.b.clone();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let handle = std::thread::spawn(move || {
-        enter(&ns);
+        napilab_probe::netns::enter(&ns).expect("enter the namespace");
         name_thread("nl-receiver");
         let sock = UdpSocket::bind(("10.77.0.2", PORT)).expect("bind receiver");
         let buf_size: libc::c_int = 8 << 20;

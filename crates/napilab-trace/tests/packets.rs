@@ -11,7 +11,6 @@
 //! Without root or BPF each test prints `SKIPPED <name>: <reason>` and returns.
 
 use std::net::UdpSocket;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::process::Command;
 use std::sync::Mutex;
@@ -111,12 +110,7 @@ fn in_ns<T: Send + 'static>(
 ) -> Result<T, String> {
     let ns = ns.to_string();
     std::thread::spawn(move || {
-        let file = std::fs::File::open(format!("/var/run/netns/{ns}"))
-            .map_err(|e| format!("/var/run/netns/{ns}: {e}"))?;
-        // SAFETY: setns on a valid namespace fd affects only this thread.
-        if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            return Err(format!("setns {ns}: {}", std::io::Error::last_os_error()));
-        }
+        napilab_probe::netns::enter(&ns).map_err(|e| e.to_string())?;
         f()
     })
     .join()

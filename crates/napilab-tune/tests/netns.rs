@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use napilab_probe::kernel::is_root;
 use serde_json::{json, Value as Json};
 
 const CHILD_ENV: &str = "NAPILAB_TUNE_CHILD";
@@ -85,11 +86,6 @@ fn child(spec: &str) -> i32 {
 }
 
 // ---------------------------------------------------------------- fixture
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
 
 fn sh(script: &str) -> Result<String, String> {
     let out = Command::new("sh")

@@ -12,7 +12,6 @@
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
@@ -103,12 +102,9 @@ fn has_program(name: &str) -> bool {
 /// Runs `f` on a thread that has entered network namespace `ns` (sockets it opens live
 /// there); the test's own thread stays in the host namespace.
 fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let path = format!("/run/netns/{ns}");
+    let ns = ns.to_string();
     std::thread::spawn(move || {
-        let file = std::fs::File::open(&path).expect("open the namespace");
-        // SAFETY: setns on this thread only, with a valid namespace fd.
-        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+        napilab_probe::netns::enter(&ns).expect("enter the namespace");
         f()
     })
     .join()

@@ -6,6 +6,7 @@ use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+use napilab_probe::kernel::is_root;
 use napilab_testkit::{lab_namespaces, lab_run_id_of, LabRunGuard};
 use std::time::{Duration, Instant};
 
@@ -25,11 +26,6 @@ port = 9000
 duration_s = 30.0
 warmup_s = 0.2
 "#;
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
 
 fn scratch() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("napilab-lab-interrupt");

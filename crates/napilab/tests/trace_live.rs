@@ -5,7 +5,6 @@
 //! not root or when BPF is unavailable.
 
 use std::net::UdpSocket;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,12 +14,7 @@ use serde_json::Value;
 
 fn flood(ns: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        let file = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("netns");
-        // SAFETY: setns on a valid namespace fd affects only this thread.
-        assert_eq!(
-            unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) },
-            0
-        );
+        napilab_probe::netns::enter(&ns).expect("netns");
         let sock = UdpSocket::bind("10.77.0.1:0").expect("bind");
         while !stop.load(Ordering::Relaxed) {
             for _ in 0..64 {

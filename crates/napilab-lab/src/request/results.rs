@@ -2,20 +2,17 @@
 //! the load generator's [`LoadResult`] with its latency percentiles and its own health
 //! (is it, not the server, the limit?), and the server's [`ServerStats`].
 
+use napilab_core::LatencyHistogram;
 use serde::{Deserialize, Serialize};
 
-/// Highest latency the recorders hold (60 s); longer ones are clamped to it.
-const MAX_TRACKABLE_NS: u64 = 60_000_000_000;
 /// Significant decimal digits of the recorders: 3 keeps every value within 0.1%.
 const SIGNIFICANT_DIGITS: u8 = 3;
 
-/// A latency recorder in nanoseconds (an HDR histogram: 0.1% resolution from 1 ns to
-/// 60 s). One per thread; [`LatencyRecorder::merge`] adds them up exactly.
+/// A request latency recorder in nanoseconds: napilab-core's [`LatencyHistogram`] at
+/// 0.1% resolution from 1 ns to 60 s (longer ones are counted as above the range). One
+/// per thread; [`LatencyRecorder::merge`] adds them up exactly.
 #[derive(Clone, Debug)]
-pub struct LatencyRecorder {
-    hist: hdrhistogram::Histogram<u64>,
-    clamped: u64,
-}
+pub struct LatencyRecorder(LatencyHistogram);
 
 impl Default for LatencyRecorder {
     fn default() -> Self {
@@ -25,68 +22,42 @@ impl Default for LatencyRecorder {
 
 impl LatencyRecorder {
     pub fn new() -> Self {
-        LatencyRecorder {
-            hist: hdrhistogram::Histogram::new_with_bounds(1, MAX_TRACKABLE_NS, SIGNIFICANT_DIGITS)
-                .expect(
-                    "constant bounds hdrhistogram accepts: low >= 1, high >= 2 low, digits <= 5",
-                ),
-            clamped: 0,
-        }
+        LatencyRecorder(LatencyHistogram::with_digits(SIGNIFICANT_DIGITS))
     }
 
     pub fn record_ns(&mut self, ns: u64) {
-        if ns > MAX_TRACKABLE_NS {
-            self.clamped += 1;
-        }
-        self.hist.saturating_record(ns.clamp(1, MAX_TRACKABLE_NS));
+        self.0.record(ns);
     }
 
-    /// Adds `other`'s samples (the recorders share their bounds, so no sample moves).
+    /// Adds `other`'s samples (the recorders share their buckets, so no sample moves).
     pub fn merge(&mut self, other: &LatencyRecorder) {
-        // Same bounds on both sides: `add` only fails when other's range is wider.
-        if self.hist.add(&other.hist).is_err() {
-            for v in other.hist.iter_recorded() {
-                self.hist
-                    .saturating_record_n(v.value_iterated_to(), v.count_at_value());
-            }
-        }
-        self.clamped += other.clamped;
+        self.0.merge(&other.0);
     }
 
     pub fn samples(&self) -> u64 {
-        self.hist.len()
+        self.0.samples()
     }
 
     pub fn percentiles(&self) -> LatencyPercentiles {
-        let us = |ns: u64| ns as f64 / 1000.0;
-        let n = self.hist.len();
-        let q = |q: f64| {
-            if n == 0 {
-                0.0
-            } else {
-                us(self.hist.value_at_quantile(q))
-            }
-        };
+        let h = &self.0;
         LatencyPercentiles {
-            samples: n,
-            mean_us: if n == 0 {
-                0.0
-            } else {
-                self.hist.mean() / 1000.0
-            },
-            p50_us: q(0.50),
-            p90_us: q(0.90),
-            p95_us: q(0.95),
-            p99_us: q(0.99),
-            p999_us: q(0.999),
-            max_us: if n == 0 { 0.0 } else { us(self.hist.max()) },
-            above_range: self.clamped,
+            samples: h.samples(),
+            mean_us: h.mean_ns() / 1e3,
+            p50_us: h.quantile_us(0.50),
+            p90_us: h.quantile_us(0.90),
+            p95_us: h.quantile_us(0.95),
+            p99_us: h.quantile_us(0.99),
+            p999_us: h.quantile_us(0.999),
+            max_us: h.max_ns() as f64 / 1e3,
+            above_range: h.above_range(),
         }
     }
 }
 
-/// Percentiles in microseconds. Each is the HDR histogram's value at that quantile
-/// (within 0.1% of a recorded sample).
+/// Percentiles in microseconds. Each is the histogram's value at that quantile (within
+/// 0.1% above a recorded sample, never above the maximum); the mean and maximum are
+/// exact. napilab-core's [`LatencySummary`](napilab_core::LatencySummary) plus p95 and
+/// the samples above the range: the request client's and server's own record.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LatencyPercentiles {
     pub samples: u64,

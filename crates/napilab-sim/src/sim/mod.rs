@@ -32,13 +32,13 @@ use crate::accounting::{Accounting, Ctx};
 use crate::config::{NapiContext, QdiscKind, RingPoll, SimConfig, TickMode};
 use crate::cpu::{pick_thread, Cpu, IrqSrc, Thread, ThreadKind};
 use crate::event::{EventQueue, Nanos, Window};
-use crate::latency::LatencyHistogram;
 use crate::napi::{Completion, Napi};
 use crate::nic::{Batch, IrqLine, LineKind, RxRing, TxQueue};
 use crate::profile::Profile;
 use crate::rng::Rng;
 use crate::softirq::{NetRxRun, SoftirqRun, NET_RX, NET_TX};
 use crate::traffic::{Feed, Packet, Source};
+use napilab_core::LatencyHistogram;
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Ev {

@@ -32,6 +32,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "napi_trace.h"
+#include "log2.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -158,34 +159,11 @@ static __always_inline struct cpu_state *state(void)
 	return bpf_map_lookup_elem(&cpu_states, &zero);
 }
 
-/* floor(log2(v)) (0 for 0 and 1), at most NT_LOG2_SLOTS - 1: six compares instead of
- * a loop over the slots. */
+/* floor(log2(v)) (0 for 0 and 1), at most NT_LOG2_SLOTS - 1. */
 static __always_inline __u32 log2_slot(__u64 v)
 {
-	__u32 r = 0;
+	__u32 r = msb64(v);
 
-	if (v >> 32) {
-		v >>= 32;
-		r += 32;
-	}
-	if (v >> 16) {
-		v >>= 16;
-		r += 16;
-	}
-	if (v >> 8) {
-		v >>= 8;
-		r += 8;
-	}
-	if (v >> 4) {
-		v >>= 4;
-		r += 4;
-	}
-	if (v >> 2) {
-		v >>= 2;
-		r += 2;
-	}
-	if (v >> 1)
-		r += 1;
 	return r > NT_LOG2_SLOTS - 1 ? NT_LOG2_SLOTS - 1 : r;
 }
 

@@ -22,6 +22,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "packets.h"
+#include "log2.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -100,34 +101,6 @@ static __always_inline void dev_of(struct net_device *dev, bool btf, struct pk_d
 static __always_inline struct net_device *skb_dev(struct sk_buff *skb, bool btf)
 {
 	return btf ? skb->dev : BPF_CORE_READ(skb, dev);
-}
-
-static __always_inline __u32 msb64(__u64 v)
-{
-	__u32 r = 0;
-	if (v >> 32) {
-		v >>= 32;
-		r += 32;
-	}
-	if (v >> 16) {
-		v >>= 16;
-		r += 16;
-	}
-	if (v >> 8) {
-		v >>= 8;
-		r += 8;
-	}
-	if (v >> 4) {
-		v >>= 4;
-		r += 4;
-	}
-	if (v >> 2) {
-		v >>= 2;
-		r += 2;
-	}
-	if (v >> 1)
-		r += 1;
-	return r;
 }
 
 static __always_inline __u32 slot_of(__u64 ns)
