@@ -13,27 +13,11 @@ use napilab_trace::live::{self, Event, LiveOptions};
 use crate::render;
 
 pub struct Options {
-    pub duration: Duration,
-    pub interval: Duration,
+    /// What to observe and how (the library's options).
+    pub live: LiveOptions,
     pub json: bool,
-    pub record: Option<PathBuf>,
     pub replay: Option<PathBuf>,
-    pub root: Option<PathBuf>,
     pub show_map: bool,
-    /// Load the always-on BPF tier (docs/trace.md).
-    pub trace: bool,
-    /// Sample kernel stacks and split CPU time by stage (needs `trace`).
-    pub stages: bool,
-    pub flamegraph: Option<PathBuf>,
-    /// Load the opt-in per-packet tier: stage latencies and drops by reason (needs
-    /// `trace`).
-    pub trace_packets: bool,
-    /// With `trace_packets`: every packet instead of tracing windows.
-    pub trace_packets_full: bool,
-    /// With `trace`: `softirq_raise` attached all the time instead of in its windows.
-    pub trace_raise_always: bool,
-    /// Wait until this wall-clock time (ms since the Unix epoch) before the first sample.
-    pub start_at_unix_ms: Option<u64>,
 }
 
 pub fn run(options: &Options) -> Result<()> {
@@ -61,20 +45,20 @@ pub fn run(options: &Options) -> Result<()> {
 }
 
 fn observe_live(options: &Options) -> Result<Observation> {
-    if options.interval < Duration::from_millis(100) {
+    if options.live.interval < Duration::from_millis(100) {
         bail!(
             "--interval {:?} is too short: use 100ms or more",
-            options.interval
+            options.live.interval
         );
     }
-    if options.duration < options.interval {
+    if options.live.duration < options.live.interval {
         bail!(
             "--for {} is shorter than --interval {}: observe for at least one interval",
-            humantime::format_duration(options.duration),
-            humantime::format_duration(options.interval)
+            humantime::format_duration(options.live.duration),
+            humantime::format_duration(options.live.interval)
         );
     }
-    let root = options.root.as_deref().unwrap_or(Path::new("/"));
+    let root = options.live.root.as_deref().unwrap_or(Path::new("/"));
     if !root.join("proc/stat").exists() {
         bail!(
             "{} has no proc/stat: --root must name a directory holding proc/ and sys/",
@@ -82,21 +66,9 @@ fn observe_live(options: &Options) -> Result<Observation> {
         );
     }
     let stop = stop_on_signals()?;
-    let live = LiveOptions {
-        duration: options.duration,
-        interval: options.interval,
-        record: options.record.clone(),
-        root: options.root.clone(),
-        trace: options.trace,
-        stages: options.stages,
-        flamegraph: options.flamegraph.clone(),
-        trace_packets: options.trace_packets,
-        trace_packets_full: options.trace_packets_full,
-        trace_raise_always: options.trace_raise_always,
-        start_at_unix_ms: options.start_at_unix_ms,
-    };
+    let live = &options.live;
     let mut progress = indicatif::ProgressBar::hidden();
-    let observed = live::observe(&live, &stop, &mut |event| match event {
+    let observed = live::observe(live, &stop, &mut |event| match event {
         Event::Begin { steps, interval } => progress = progress_bar(steps, interval),
         // A hidden bar (stderr not a terminal) still updates its rate estimate on
         // every inc: skip it.
