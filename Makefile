@@ -29,7 +29,7 @@ APT_OPTIONAL := linux-perf
 RESULTS ?= results
 FUZZ_SECONDS ?= 10
 
-.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-export bench-sampling bench-ingress bench-sim bench-trace bench-trace-packets bench-lab bench-linerate bench-kv bench-server-modes bench-many-napi flake-audit clean
+.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-export bench-sampling bench-ingress bench-sim bench-trace bench-trace-packets bench-lab bench-linerate bench-kv bench-server-modes bench-many-napi flake-audit code-shape clean
 
 all: build
 
@@ -181,6 +181,11 @@ RUNS ?= 10
 flake-audit: deps
 	@bash bench/host-line.sh
 	bash bench/flake-audit.sh $(RUNS)
+
+# How the code base reads: non-test functions over 150 lines and files over 1,500
+# lines under crates/*/src, each listed (bench/code-shape.py; needs only python3).
+code-shape:
+	python3 bench/code-shape.py --list
 
 clean:
 	$(CARGO) clean
