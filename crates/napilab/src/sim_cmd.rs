@@ -145,7 +145,8 @@ struct RunArgs {
     #[arg(long, value_delimiter = ',', value_parser = parse_rate)]
     loads: Vec<f64>,
     /// Also search the maximum throughput: the highest load with loss <= --loss (a
-    /// scenario searches when its measurement.search says so).
+    /// twin configuration: the RFC 2544 bisection; a scenario: its own search_method,
+    /// and it searches anyway when its measurement.search says so).
     #[arg(long)]
     max_search: bool,
     /// Loss threshold of the search, as a fraction (default: the scenario's
