@@ -1,6 +1,6 @@
 //! The lab runs its observer, its key-value server and its interrupt modes (napilab
-//! tune) in-process (issue 28): during a packet run and a server run no napilab process
-//! is started under the lab, yet the points carry their Observations; and `kill -9` of
+//! tune) in-process: during a packet run and a server run no napilab process is
+//! started under the lab, yet the points carry their Observations; and `kill -9` of
 //! a server run leaves no napilab process behind, after which `napilab lab clean`
 //! removes its namespaces, links and journals. Needs root (namespaces); without it the
 //! tests print why they were skipped.

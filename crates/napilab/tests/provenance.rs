@@ -141,8 +141,12 @@ fn cited_figures(text: &str) -> Vec<String> {
 
 fn read_doc(name: &str) -> String {
     let path = repo_root().join("docs").join(name);
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{} must exist (issue 20): {e}", path.display()))
+    std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{} must exist (the provenance table names it): {e}",
+            path.display()
+        )
+    })
 }
 
 #[test]

@@ -50,7 +50,7 @@ pub const WAKEUP_CYCLES: Bound = Bound {
 pub const ENGINE_PACKET_CYCLES: Bound = Bound {
     min: 30.0,
     max: 5_000.0,
-    why: "the generator builds and sends each frame, the sink runs its veth poll and an XDP program on it: each touches the frame's memory, tens of ns at the least (a slope below that means an intercept took the cost, as the 2-cycle sink of issue 16 did); above 5 us a frame neither engine would reach the 200 kpps every sweep here reaches",
+    why: "the generator builds and sends each frame, the sink runs its veth poll and an XDP program on it: each touches the frame's memory, tens of ns at the least (a slope below that means an intercept took the cost, as a 2-cycle sink fit once did); above 5 us a frame neither engine would reach the 200 kpps every sweep here reaches",
 };
 
 /// The threaded poller's wake-up delay (latency_ns.irq_delivery), ns.
