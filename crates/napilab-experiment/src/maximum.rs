@@ -310,3 +310,111 @@ fn refine_stopped(o: &mlrsearch::GoalOutcome, trials: &[TrialRecord]) -> String 
         o.stopped.to_string()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use napilab_core::{ClassResult, PointRole};
+
+    /// A testbed whose DUT forwards up to `capacity` pps and loses the rest.
+    struct Dut {
+        capacity: f64,
+        trials: u32,
+    }
+
+    impl PacketTestbed for Dut {
+        type Error = String;
+
+        fn search_trial(
+            &mut self,
+            load_pps: f64,
+            duration_s: f64,
+            search: u32,
+        ) -> Result<Option<MeasuredTrial>, String> {
+            self.trials += 1;
+            let sent = (load_pps * duration_s).round() as u64;
+            let received = (load_pps.min(self.capacity) * duration_s).round() as u64;
+            Ok(Some(MeasuredTrial {
+                point: point(load_pps, duration_s, search, sent, received),
+                disturbance: Disturbance::default(),
+                wall_s: duration_s,
+            }))
+        }
+    }
+
+    fn point(load_pps: f64, duration_s: f64, repeat: u32, sent: u64, received: u64) -> PointResult {
+        PointResult {
+            role: PointRole::Search,
+            requested_pps: load_pps,
+            offered_pps: load_pps,
+            repeat,
+            duration_s,
+            classes: vec![ClassResult {
+                name: "be".into(),
+                packet_bytes: 64,
+                sent,
+                received,
+                reordered: 0,
+                loss_counters: Vec::new(),
+                latency: None,
+            }],
+            generator: Default::default(),
+            sink: Default::default(),
+            observation: None,
+            many_napi: None,
+        }
+    }
+
+    fn measurement(method: SearchMethod) -> Measurement {
+        Measurement {
+            search: true,
+            search_method: method,
+            search_max_pps: 2e6,
+            search_repeats: 2,
+            search_iterations: 12,
+            search_resolution: 0.02,
+            loss_threshold: 0.005,
+            duration_s: 1.0,
+            ..Measurement::default()
+        }
+    }
+
+    #[test]
+    fn both_methods_find_the_capacity_and_say_which_they_are() {
+        for method in [SearchMethod::Mlrsearch, SearchMethod::Bisection] {
+            let m = measurement(method);
+            let mut dut = Dut {
+                capacity: 700_000.0,
+                trials: 0,
+            };
+            let mut points = vec![point(1.0, 1.0, 0, 1, 1)];
+            let (max, stopped) =
+                max_throughput(&m, &[], &mut points, &mut dut).expect("no testbed error");
+            assert!(!stopped);
+            assert_eq!(max.method, method_name(method));
+            assert!(
+                max.pps <= 700_000.0 * 1.006 && max.pps >= 700_000.0 * 0.95,
+                "{method:?}: {}",
+                max.pps
+            );
+            // Every trial's point was appended after what the caller had, and the
+            // probes index them.
+            assert_eq!(points.len() as u32, 1 + dut.trials);
+            assert!(max.probes.iter().all(|i| *i >= 1 && *i < points.len()));
+            assert_eq!(recorded_method(&max), Some(method));
+            if method == SearchMethod::Mlrsearch {
+                assert_eq!(max.searches.len(), 2);
+                assert!(max
+                    .trials
+                    .iter()
+                    .all(|t| points[t.point].repeat == t.search));
+            }
+        }
+    }
+
+    #[test]
+    fn a_record_without_a_method_was_a_bisection() {
+        let old = MaxThroughput::default();
+        assert_eq!(recorded_method(&old), Some(SearchMethod::Bisection));
+    }
+}
