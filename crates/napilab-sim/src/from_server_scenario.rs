@@ -864,10 +864,7 @@ pub fn run_configuration(
         point: &point,
         first_seed,
     };
-    let mut points = std::mem::take(&mut out.points);
-    let max = request_search::max_rate(&spec, &mut points, &mut testbed)?;
-    out.points = points;
-    out.max_qps = max;
+    out.max_qps = request_search::max_rate(&spec, &mut out.points, &mut testbed)?;
     Ok(out)
 }
 
