@@ -14,6 +14,7 @@
 //! Pure logic: no namespaces, no clock; the tests drive it with synthetic testbeds.
 
 pub mod bisection;
+pub mod configuration;
 pub mod maximum;
 pub mod mlrsearch;
 pub mod request_search;

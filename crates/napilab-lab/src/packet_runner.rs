@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use napilab_core::scenario::{self, Backend, Configuration, SearchMethod};
-use napilab_core::{ClassResult, ConfigurationResult, Finding, PointResult, PointRole};
-use napilab_experiment::maximum::{self, passes, MeasuredTrial, PacketTestbed};
+use napilab_core::{ClassResult, ConfigurationResult, PointResult, PointRole};
+use napilab_experiment::configuration::{self, PointSpec, SearchSetup, Testbed};
+use napilab_experiment::maximum::{MeasuredTrial, PacketTestbed};
 
 use crate::counters;
 use crate::disturbance;
@@ -39,133 +40,198 @@ enum Engine {
     },
 }
 
-/// One configuration: topology, sysctls, sink, sweep, search, teardown. Returns the
-/// result and whether the run was stopped.
+/// One configuration on the lab through the experiment layer's loop
+/// ([`napilab_experiment::configuration::run`]): namespaces, sysctls and the traffic
+/// engine, the sweep, the search, teardown. Returns the result and whether the run was
+/// stopped.
 pub(crate) fn run_configuration(
     ctx: &mut Ctx<'_>,
     run_id: &str,
     cfg: &Configuration,
     per_config: u64,
 ) -> Result<(ConfigurationResult, bool)> {
-    let s = ctx.scenario;
-    let m = &s.measurement;
+    let plan = configuration::Plan::of_scenario(ctx.scenario);
     let pos0 = ctx.bar.position();
-    let (mut sysctls, sysctl_notes) = SysctlGuard::apply(run_id, cfg, &ctx.opts.journal_dir)?;
-    let mut lab = Lab::build(run_id, &s.topology, &cfg.settings).with_context(|| {
-        if s.topology.kind == scenario::TopologyKind::ManyNapi {
-            format!(
-                "building the namespaces and a veth with napi_instances = {} queues (configuration {}: lower it if the kernel refuses)",
-                cfg.settings.napi_instances, cfg.name
-            )
-        } else {
-            "building the namespaces and veth links".to_string()
-        }
-    })?;
-    for w in &lab.warnings {
-        notice(
-            &mut ctx.notices,
-            format!("configuration {}", cfg.name),
-            w.clone(),
-        );
-    }
-    let (mut engine, engine_notes) = start_engine(ctx, &lab, cfg, s.traffic.backend)?;
-    let mut settings = vec![
-        (
-            "topology".to_string(),
-            match s.topology.kind {
-                scenario::TopologyKind::Ap => format!("ap {:?}", s.topology.direction),
-                other => other.as_str().to_string(),
-            },
-        ),
-        ("dut_in".into(), lab.dut_in.clone()),
-        ("dut_out".into(), lab.dut_out.clone()),
-    ];
-    settings.extend(cfg.settings.pairs());
-    for n in sysctl_notes {
-        settings.push(("sysctl".into(), n));
-    }
-    settings.extend(engine_notes);
-    let mut result = ConfigurationResult::new(&cfg.name, settings);
-    let mut stopped = false;
-    let mut known: Vec<(f64, bool)> = Vec::new();
-    'sweep: for &load in &s.loads() {
-        for repeat in 0..m.repeats {
-            ctx.bar
-                .set_message(format!("{} @ {:.0} pps", cfg.name, load));
-            let spec = PointSpec {
-                load,
-                role: PointRole::Sweep,
-                repeat,
-                duration_s: m.duration_s,
-            };
-            match measure_point(ctx, &lab, &mut engine, cfg, spec)? {
-                Some(p) => {
-                    known.push((load, passes(&p, m.loss_threshold)));
-                    result.points.push(p);
-                    ctx.bar.inc(1);
-                }
-                None => {
-                    stopped = true;
-                    break 'sweep;
-                }
-            }
-        }
-    }
-    let search_backend = m.search_backend.unwrap_or(s.traffic.backend);
-    if m.search && !stopped && search_backend != s.traffic.backend {
-        // The sweep's engine measured latency (paced); the search measures throughput
-        // with the other one. Sweep verdicts do not carry over: the paced generator
-        // fails loads the DUT could carry, so the search starts from its own bounds.
-        drop(engine);
-        let (search_engine, notes) = start_engine(ctx, &lab, cfg, search_backend)?;
-        engine = search_engine;
-        result
-            .settings
-            .extend(notes.into_iter().map(|(k, v)| (format!("search: {k}"), v)));
-        result.settings.push((
-            "search back end".into(),
-            match &engine {
-                Engine::Paced(_) => "paced".into(),
-                Engine::LineRate { .. } => "line-rate".into(),
-            },
-        ));
-        known.clear();
-    }
-    if m.search && !stopped {
-        let mut testbed = LabSearch {
-            lab_cpus: lab_cpus(&cfg.settings),
-            ctx: &mut *ctx,
-            lab: &lab,
-            engine: &mut engine,
-            cfg,
-        };
-        let (max, search_stopped) =
-            maximum::max_throughput(m, &known, &mut result.points, &mut testbed)?;
-        stopped |= search_stopped;
-        result.max_throughput = Some(max);
-    }
+    let mut testbed = LabPackets {
+        ctx: &mut *ctx,
+        run_id,
+        built: None,
+    };
+    let outcome = configuration::run(&mut testbed, cfg, &plan)?;
     ctx.bar.set_position(pos0 + per_config);
-    result.findings = findings_of(&result.points);
-    // Detaches and unloads the BPF programs (line rate) or stops the sink thread
-    // before the namespaces go.
-    drop(engine);
-    lab.teardown()
-        .context("deleting the namespaces (run `napilab lab clean`)")?;
-    sysctls.revert()?;
-    Ok((result, stopped))
+    Ok((outcome.result, outcome.stopped))
 }
 
-/// The lab as the search's testbed: each trial a point on the configuration's
-/// namespaces, with what the machine took away during it.
-struct LabSearch<'c, 'a, 'l> {
+/// The lab as a packet testbed: each configuration built on its own three namespaces,
+/// each point measured on them with the machine's disturbance readings.
+struct LabPackets<'c, 'a> {
     ctx: &'c mut Ctx<'a>,
-    lab: &'l Lab,
-    engine: &'l mut Engine,
-    cfg: &'l Configuration,
+    run_id: &'c str,
+    built: Option<Built>,
+}
+
+/// A configuration as built on the lab. Fields drop in order: the engine (its BPF
+/// programs detached, its sink thread stopped) before the namespaces it uses, the
+/// sysctls reverted last.
+struct Built {
+    engine: Engine,
+    lab: Lab,
+    sysctls: SysctlGuard,
+    cfg: Configuration,
     lab_cpus: Vec<u32>,
 }
 
-impl PacketTestbed for LabSearch<'_, '_, '_> {
+impl<'a> LabPackets<'_, 'a> {
+    fn built(&mut self) -> Result<(&mut Ctx<'a>, &mut Built)> {
+        match self.built.as_mut() {
+            Some(b) => Ok((&mut *self.ctx, b)),
+            None => {
+                anyhow::bail!("internal: a point was asked for before its configuration was built")
+            }
+        }
+    }
+}
+
+impl Testbed for LabPackets<'_, '_> {
+    type Configuration = Configuration;
+
+    fn build(&mut self, cfg: &Configuration) -> Result<Vec<(String, String)>> {
+        let s = self.ctx.scenario;
+        let (sysctls, sysctl_notes) =
+            SysctlGuard::apply(self.run_id, cfg, &self.ctx.opts.journal_dir)?;
+        let lab = Lab::build(self.run_id, &s.topology, &cfg.settings).with_context(|| {
+            if s.topology.kind == scenario::TopologyKind::ManyNapi {
+                format!(
+                    "building the namespaces and a veth with napi_instances = {} queues (configuration {}: lower it if the kernel refuses)",
+                    cfg.settings.napi_instances, cfg.name
+                )
+            } else {
+                "building the namespaces and veth links".to_string()
+            }
+        })?;
+        for w in &lab.warnings {
+            notice(
+                &mut self.ctx.notices,
+                format!("configuration {}", cfg.name),
+                w.clone(),
+            );
+        }
+        let (engine, engine_notes) = start_engine(self.ctx, &lab, cfg, s.traffic.backend)?;
+        let mut settings = vec![
+            (
+                "topology".to_string(),
+                match s.topology.kind {
+                    scenario::TopologyKind::Ap => format!("ap {:?}", s.topology.direction),
+                    other => other.as_str().to_string(),
+                },
+            ),
+            ("dut_in".into(), lab.dut_in.clone()),
+            ("dut_out".into(), lab.dut_out.clone()),
+        ];
+        settings.extend(cfg.settings.pairs());
+        for n in sysctl_notes {
+            settings.push(("sysctl".into(), n));
+        }
+        settings.extend(engine_notes);
+        self.built = Some(Built {
+            engine,
+            lab,
+            sysctls,
+            cfg: cfg.clone(),
+            lab_cpus: lab_cpus(&cfg.settings),
+        });
+        Ok(settings)
+    }
+
+    fn measure(&mut self, points: &[PointSpec]) -> Result<Vec<PointResult>> {
+        let (ctx, b) = self.built()?;
+        let mut out = Vec::new();
+        for &spec in points {
+            ctx.bar
+                .set_message(format!("{} @ {:.0} pps", b.cfg.name, spec.load_pps));
+            match measure_point(ctx, &b.lab, &mut b.engine, &b.cfg, spec)? {
+                Some(p) => {
+                    out.push(p);
+                    ctx.bar.inc(1);
+                }
+                None => break,
+            }
+        }
+        Ok(out)
+    }
+
+    fn prepare_search(&mut self) -> Result<SearchSetup> {
+        let s = self.ctx.scenario;
+        let search_backend = s.measurement.search_backend.unwrap_or(s.traffic.backend);
+        if search_backend == s.traffic.backend {
+            return Ok(SearchSetup {
+                settings: Vec::new(),
+                sweep_verdicts_hold: true,
+            });
+        }
+        // The sweep's engine measured latency (paced); the search measures throughput
+        // with the other one. Sweep verdicts do not carry over: the paced generator
+        // fails loads the DUT could carry, so the search starts from its own bounds.
+        let Some(Built {
+            engine,
+            lab,
+            sysctls,
+            cfg,
+            lab_cpus,
+        }) = self.built.take()
+        else {
+            anyhow::bail!("internal: a search was asked for before its configuration was built");
+        };
+        // The old engine goes before the new one binds the same sink ports (on an
+        // error, the namespaces and sysctls go with `lab` and `sysctls`).
+        drop(engine);
+        let (engine, notes) = start_engine(self.ctx, &lab, &cfg, search_backend)?;
+        let mut settings: Vec<(String, String)> = notes
+            .into_iter()
+            .map(|(k, v)| (format!("search: {k}"), v))
+            .collect();
+        settings.push((
+            "search back end".into(),
+            match &engine {
+                Engine::LineRate { .. } => "line-rate".into(),
+                Engine::Paced(_) => "paced".into(),
+            },
+        ));
+        self.built = Some(Built {
+            engine,
+            lab,
+            sysctls,
+            cfg,
+            lab_cpus,
+        });
+        Ok(SearchSetup {
+            settings,
+            sweep_verdicts_hold: false,
+        })
+    }
+
+    fn teardown(&mut self) -> Result<()> {
+        let Some(Built {
+            engine,
+            mut lab,
+            mut sysctls,
+            ..
+        }) = self.built.take()
+        else {
+            return Ok(());
+        };
+        // Detaches and unloads the BPF programs (line rate) or stops the sink thread
+        // before the namespaces go.
+        drop(engine);
+        lab.teardown()
+            .context("deleting the namespaces (run `napilab lab clean`)")?;
+        sysctls.revert()
+    }
+}
+
+/// Each search trial a point on the configuration's namespaces, with what the machine
+/// took away during it.
+impl PacketTestbed for LabPackets<'_, '_> {
     type Error = anyhow::Error;
 
     fn search_trial(
@@ -174,25 +240,26 @@ impl PacketTestbed for LabSearch<'_, '_, '_> {
         duration_s: f64,
         search: u32,
     ) -> Result<Option<MeasuredTrial>> {
-        let m = &self.ctx.scenario.measurement;
+        let (ctx, b) = self.built()?;
+        let m = &ctx.scenario.measurement;
         let of = match m.search_method {
             SearchMethod::Mlrsearch => format!(" {}/{}", search + 1, m.search_repeats),
             SearchMethod::Bisection => String::new(),
         };
-        self.ctx.bar.set_message(format!(
+        ctx.bar.set_message(format!(
             "{} search{of} @ {load:.0} pps, {duration_s} s",
-            self.cfg.name
+            b.cfg.name
         ));
         let started = Instant::now();
         let before = disturbance::snapshot(Path::new("/"));
         let spec = PointSpec {
-            load,
+            load_pps: load,
             role: PointRole::Search,
             repeat: search,
             duration_s,
         };
-        let point = measure_point(self.ctx, self.lab, self.engine, self.cfg, spec)?;
-        self.ctx.bar.inc(1);
+        let point = measure_point(ctx, &b.lab, &mut b.engine, &b.cfg, spec)?;
+        ctx.bar.inc(1);
         Ok(point.map(|point| {
             let after = disturbance::snapshot(Path::new("/"));
             let sent = point.classes.iter().map(|c| c.sent).sum();
@@ -201,7 +268,7 @@ impl PacketTestbed for LabSearch<'_, '_, '_> {
             let disturbance = disturbance::assess(
                 &before,
                 &after,
-                &self.lab_cpus,
+                &b.lab_cpus,
                 LAB_KERNEL_THREADS,
                 late,
                 short,
@@ -301,11 +368,6 @@ fn start_engine(
     Ok((Engine::Paced(sink), notes))
 }
 
-/// The findings of a configuration's points (each rule and subject once).
-pub(crate) fn findings_of(points: &[PointResult]) -> Vec<Finding> {
-    napilab_core::explain::findings_of(points.iter().filter_map(|p| p.observation.as_ref()))
-}
-
 /// Whether the line-rate generator's CPUs do no DUT work (threaded NAPI elsewhere, no
 /// RPS there): only then may it spin at a high priority (nice -10) or run SCHED_FIFO;
 /// otherwise it would take CPU time from the DUT it measures, and it spins only at
@@ -347,15 +409,6 @@ struct LineRateStart {
     at: Instant,
 }
 
-/// What one point measures.
-#[derive(Clone, Copy, Debug)]
-struct PointSpec {
-    load: f64,
-    role: PointRole,
-    repeat: u32,
-    duration_s: f64,
-}
-
 /// Measures one point; None when the run was stopped during it.
 fn measure_point(
     ctx: &mut Ctx<'_>,
@@ -365,7 +418,7 @@ fn measure_point(
     spec: PointSpec,
 ) -> Result<Option<PointResult>> {
     let PointSpec {
-        load,
+        load_pps: load,
         role,
         repeat,
         duration_s,

@@ -22,6 +22,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use napilab_core::scenario::{Configuration, NapiContext, Topology, TunnelWorkload};
 use napilab_core::{ClassResult, ConfigurationResult, EngineStats, PointResult, PointRole};
+use napilab_experiment::configuration::{self, PointSpec, Testbed};
+use napilab_experiment::maximum::{MeasuredTrial, PacketTestbed};
 
 use crate::netns::{delete_namespace, linked_namespaces, ns_name, pin, sh_in, LinkEnd};
 use crate::runner::{notice, now_ms, Ctx, Observer, SysctlGuard};
@@ -91,119 +93,207 @@ impl Drop for VpnLab {
 /// The keys of the run's peers (the endpoint and the peers derive the same).
 const KEY_SEED: [u8; 32] = [0x6e; 32];
 
+/// One configuration on the lab through the experiment layer's loop
+/// ([`napilab_experiment::configuration::run`]): the namespaces and the endpoint, the
+/// sweep of offered rates (no search: the study compares contexts at fixed rates),
+/// teardown. Returns the result and whether the run was stopped.
 pub(crate) fn run_configuration(
     ctx: &mut Ctx<'_>,
     run_id: &str,
     cfg: &Configuration,
 ) -> Result<(ConfigurationResult, bool)> {
     let s = ctx.scenario;
-    let m = &s.measurement;
-    let w: &TunnelWorkload = s
+    let w = s
         .tunnel
         .as_ref()
         .context("the vpn topology needs [tunnel] (the scenario check should have said so)")?;
-    let set = &cfg.settings;
-    let worker_cpus = if set.server_cpus.is_empty() {
-        vec![ctx.ncpus.saturating_sub(1)]
-    } else {
-        set.server_cpus.clone()
+    let plan = configuration::Plan {
+        loads: w.loads_pps.clone(),
+        search: None,
+        ..configuration::Plan::of_scenario(s)
     };
-    let workers = w.workers.unwrap_or(worker_cpus.len());
-    let detection = detect::detect().map_err(anyhow::Error::msg)?;
-    if let Some(why) = &detection.tun_error {
-        anyhow::bail!(
-            "the vpn topology cannot run here: {why} ({})",
-            detection.summary()
-        );
-    }
-    notice(&mut ctx.notices, "vpn endpoint", detection.summary());
-    let (mut sysctls, sysctl_notes) = SysctlGuard::apply(run_id, cfg, &ctx.opts.journal_dir)?;
-    let mut lab = VpnLab::build(run_id, &s.topology)
-        .context("building the peers and DUT namespaces and their veth pair")?;
-    let threaded = set.napi == NapiContext::Threaded;
-    let ep = endpoint::Endpoint::start(endpoint::EndpointConfig {
-        netns: Some(lab.dut_ns.clone()),
-        listen: SocketAddrV4::new(DUT_ADDR, endpoint::DEFAULT_PORT),
-        peers: w.peers,
-        workers,
-        worker_cpus: worker_cpus.clone(),
-        receiver_cpu: None,
-        tun_name: lab.tun_name.clone(),
-        inner_net: endpoint::DEFAULT_INNER_NET,
-        threaded,
-        key_seed: KEY_SEED,
-        sink_port: Some(endpoint::DEFAULT_SINK_PORT),
-    })
-    .map_err(|e| anyhow::anyhow!("starting the tunnel endpoint in {}: {e}", lab.dut_ns))?;
-    let mut settings = vec![
-        ("topology".to_string(), "vpn".to_string()),
-        (
-            "endpoint".into(),
-            "napilab user-space (ChaCha20-Poly1305, round-robin workers, IFF_NAPI multi-queue TUN)"
-                .into(),
-        ),
-        (
-            "kernel wireguard".into(),
-            detection.wireguard_error.clone().map_or_else(
-                || "available (not used: the lab measures napilab's endpoint)".into(),
-                |e| format!("not available: {e}"),
-            ),
-        ),
-        ("peers".into(), w.peers.to_string()),
-        ("tun_device".into(), lab.tun_name.clone()),
-        ("napi".into(), set.napi.as_str().into()),
-        ("workers".into(), workers.to_string()),
-        (
-            "worker_cpus".into(),
-            napilab_core::scenario::cpu_list(&worker_cpus),
-        ),
-        (
-            "peer_cpus".into(),
-            napilab_core::scenario::cpu_list(&set.generator_cpus),
-        ),
-    ];
-    // threaded with napi_cpus: pin the TUN's NAPI kthreads (the study's threaded-pinned).
-    if threaded && !set.napi_cpus.is_empty() {
-        let threads = crate::topology::napi_threads(&lab.tun_name);
-        for (i, (pid, _)) in threads.iter().enumerate() {
-            let cpu = set.napi_cpus[i % set.napi_cpus.len()];
-            pin(*pid, &[cpu])
-                .with_context(|| format!("pinning NAPI kthread {pid} to CPU {cpu}"))?;
+    let mut testbed = LabTunnel {
+        ctx,
+        run_id,
+        built: None,
+    };
+    let outcome = configuration::run(&mut testbed, cfg, &plan)?;
+    Ok((outcome.result, outcome.stopped))
+}
+
+/// The lab as the tunnel workload's testbed.
+struct LabTunnel<'c, 'a> {
+    ctx: &'c mut Ctx<'a>,
+    run_id: &'c str,
+    built: Option<BuiltTunnel>,
+}
+
+/// A configuration as built: fields drop in order, the endpoint (its TUN device and
+/// workers) before the namespaces, the sysctls reverted last.
+struct BuiltTunnel {
+    ep: endpoint::Endpoint,
+    lab: VpnLab,
+    sysctls: SysctlGuard,
+    cfg: Configuration,
+    workload: TunnelWorkload,
+}
+
+impl Testbed for LabTunnel<'_, '_> {
+    type Configuration = Configuration;
+
+    fn build(&mut self, cfg: &Configuration) -> Result<Vec<(String, String)>> {
+        let s = self.ctx.scenario;
+        let w: &TunnelWorkload = s
+            .tunnel
+            .as_ref()
+            .context("the vpn topology needs [tunnel] (the scenario check should have said so)")?;
+        let set = &cfg.settings;
+        let worker_cpus = if set.server_cpus.is_empty() {
+            vec![self.ctx.ncpus.saturating_sub(1)]
+        } else {
+            set.server_cpus.clone()
+        };
+        let workers = w.workers.unwrap_or(worker_cpus.len());
+        let detection = detect::detect().map_err(anyhow::Error::msg)?;
+        if let Some(why) = &detection.tun_error {
+            anyhow::bail!(
+                "the vpn topology cannot run here: {why} ({})",
+                detection.summary()
+            );
         }
-        settings.push((
-            "napi_cpus".into(),
-            format!(
-                "{} kthreads pinned to {}",
-                threads.len(),
-                napilab_core::scenario::cpu_list(&set.napi_cpus)
+        notice(&mut self.ctx.notices, "vpn endpoint", detection.summary());
+        let (sysctls, sysctl_notes) =
+            SysctlGuard::apply(self.run_id, cfg, &self.ctx.opts.journal_dir)?;
+        let lab = VpnLab::build(self.run_id, &s.topology)
+            .context("building the peers and DUT namespaces and their veth pair")?;
+        let threaded = set.napi == NapiContext::Threaded;
+        let ep = endpoint::Endpoint::start(endpoint::EndpointConfig {
+            netns: Some(lab.dut_ns.clone()),
+            listen: SocketAddrV4::new(DUT_ADDR, endpoint::DEFAULT_PORT),
+            peers: w.peers,
+            workers,
+            worker_cpus: worker_cpus.clone(),
+            receiver_cpu: None,
+            tun_name: lab.tun_name.clone(),
+            inner_net: endpoint::DEFAULT_INNER_NET,
+            threaded,
+            key_seed: KEY_SEED,
+            sink_port: Some(endpoint::DEFAULT_SINK_PORT),
+        })
+        .map_err(|e| anyhow::anyhow!("starting the tunnel endpoint in {}: {e}", lab.dut_ns))?;
+        let mut settings = vec![
+            ("topology".to_string(), "vpn".to_string()),
+            (
+                "endpoint".into(),
+                "napilab user-space (ChaCha20-Poly1305, round-robin workers, IFF_NAPI multi-queue TUN)"
+                    .into(),
             ),
-        ));
-    }
-    for n in sysctl_notes {
-        settings.push(("sysctl".into(), n));
-    }
-    let mut result = ConfigurationResult::new(&cfg.name, settings);
-    let mut stopped = false;
-    'sweep: for &load in &w.loads_pps {
-        for repeat in 0..m.repeats {
-            ctx.bar
-                .set_message(format!("{} @ {load:.0} datagrams/s", cfg.name));
-            match measure_point(ctx, &lab, &ep, w, cfg, load, repeat)? {
-                Some(p) => result.points.push(p),
-                None => {
-                    stopped = true;
-                    break 'sweep;
-                }
+            (
+                "kernel wireguard".into(),
+                detection.wireguard_error.clone().map_or_else(
+                    || "available (not used: the lab measures napilab's endpoint)".into(),
+                    |e| format!("not available: {e}"),
+                ),
+            ),
+            ("peers".into(), w.peers.to_string()),
+            ("tun_device".into(), lab.tun_name.clone()),
+            ("napi".into(), set.napi.as_str().into()),
+            ("workers".into(), workers.to_string()),
+            (
+                "worker_cpus".into(),
+                napilab_core::scenario::cpu_list(&worker_cpus),
+            ),
+            (
+                "peer_cpus".into(),
+                napilab_core::scenario::cpu_list(&set.generator_cpus),
+            ),
+        ];
+        // threaded with napi_cpus: pin the TUN's NAPI kthreads (the study's threaded-pinned).
+        if threaded && !set.napi_cpus.is_empty() {
+            let threads = crate::topology::napi_threads(&lab.tun_name);
+            for (i, (pid, _)) in threads.iter().enumerate() {
+                let cpu = set.napi_cpus[i % set.napi_cpus.len()];
+                pin(*pid, &[cpu])
+                    .with_context(|| format!("pinning NAPI kthread {pid} to CPU {cpu}"))?;
             }
-            ctx.bar.inc(1);
+            settings.push((
+                "napi_cpus".into(),
+                format!(
+                    "{} kthreads pinned to {}",
+                    threads.len(),
+                    napilab_core::scenario::cpu_list(&set.napi_cpus)
+                ),
+            ));
         }
+        for n in sysctl_notes {
+            settings.push(("sysctl".into(), n));
+        }
+        self.built = Some(BuiltTunnel {
+            ep,
+            lab,
+            sysctls,
+            cfg: cfg.clone(),
+            workload: w.clone(),
+        });
+        Ok(settings)
     }
-    result.findings = crate::packet_runner::findings_of(&result.points);
-    ep.stop();
-    lab.teardown()
-        .context("deleting the namespaces (run `napilab lab clean`)")?;
-    sysctls.revert()?;
-    Ok((result, stopped))
+
+    fn measure(&mut self, points: &[PointSpec]) -> Result<Vec<PointResult>> {
+        let Some(b) = self.built.as_ref() else {
+            anyhow::bail!("internal: a point was asked for before its configuration was built");
+        };
+        let mut out = Vec::new();
+        for spec in points {
+            self.ctx
+                .bar
+                .set_message(format!("{} @ {:.0} datagrams/s", b.cfg.name, spec.load_pps));
+            match measure_point(
+                self.ctx,
+                &b.lab,
+                &b.ep,
+                &b.workload,
+                &b.cfg,
+                spec.load_pps,
+                spec.repeat,
+            )? {
+                Some(p) => out.push(p),
+                None => break,
+            }
+            self.ctx.bar.inc(1);
+        }
+        Ok(out)
+    }
+
+    fn teardown(&mut self) -> Result<()> {
+        let Some(BuiltTunnel {
+            ep,
+            mut lab,
+            mut sysctls,
+            ..
+        }) = self.built.take()
+        else {
+            return Ok(());
+        };
+        ep.stop();
+        lab.teardown()
+            .context("deleting the namespaces (run `napilab lab clean`)")?;
+        sysctls.revert()
+    }
+}
+
+impl PacketTestbed for LabTunnel<'_, '_> {
+    type Error = anyhow::Error;
+
+    /// The tunnel workload has no maximum search (the scenario check refuses one); a
+    /// plan with a search on it is an internal error, not a measurement.
+    fn search_trial(
+        &mut self,
+        _load: f64,
+        _duration_s: f64,
+        _search: u32,
+    ) -> Result<Option<MeasuredTrial>> {
+        anyhow::bail!("internal: the vpn topology's tunnel workload has no maximum search")
+    }
 }
 
 /// One rate: warm-up, then the measured window with the Observation.

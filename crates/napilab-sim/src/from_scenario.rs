@@ -31,8 +31,7 @@ use napilab_core::scenario::{
     ApDirection, Backend, DutSettings, Measurement, NapiContext as LabNapi, Pattern as LabPattern,
     QdiscKind, Scenario, TopologyKind, TraceTier,
 };
-use napilab_core::{MaxThroughput, Notice, PointResult, PointRole};
-use napilab_experiment::maximum::{self, MeasuredTrial, PacketTestbed};
+use napilab_core::{Notice, PointResult, PointRole};
 
 use crate::config::{
     ClassConfig, EgressConfig, HostConfig, IngressConfig, MeasurementConfig, NapiContext,
@@ -544,90 +543,8 @@ impl TwinConfiguration {
 /// and the offered load at least 99% of the requested one.
 pub use napilab_experiment::maximum::passes;
 
-/// The twin as the search's testbed: each trial one run of the configuration at the
-/// load, for the trial's duration, with the plan's first seed plus the search's index
-/// (MLRsearch's repeats see different arrivals, as the lab's see different noise).
-struct TwinSearch<'p, F> {
-    conf: &'p TwinConfiguration,
-    seed: u64,
-    run_many: &'p mut F,
-}
-
-impl<F> PacketTestbed for TwinSearch<'_, F>
-where
-    F: FnMut(&[(SimConfig, u64, PointRole)]) -> Result<Vec<PointResult>, ConfigError>,
-{
-    type Error = ConfigError;
-
-    fn search_trial(
-        &mut self,
-        load_pps: f64,
-        duration_s: f64,
-        search: u32,
-    ) -> Result<Option<MeasuredTrial>, ConfigError> {
-        let mut config = self.conf.at(load_pps);
-        config.measurement.duration_ms = duration_s * 1000.0;
-        let wall_s = (config.measurement.warmup_ms + config.measurement.duration_ms) / 1e3;
-        let seed = self.seed.wrapping_add(u64::from(search));
-        let mut points = (self.run_many)(&[(config, seed, PointRole::Search)])?;
-        if points.is_empty() {
-            return Ok(None);
-        }
-        let mut point = points.remove(0);
-        point.repeat = search;
-        Ok(Some(MeasuredTrial {
-            point,
-            // The twin has no other tenants: nothing takes its CPUs away.
-            disturbance: Default::default(),
-            wall_s,
-        }))
-    }
-}
-
-/// Runs one configuration's sweep (every load, every repeat's seed, in the lab's order:
-/// load, then repeat) and, if the plan asks, its search. Returns the points (sweep,
-/// then search probes) and the search's answer (indexes into the points). `run_many`
-/// runs a batch of (config, seed, role) (e.g. in parallel) and returns their points in
-/// order; the search (napilab-experiment's, the method the scenario names) runs its
-/// trials one at a time, as they depend on each other.
-pub fn run_configuration(
-    plan: &TwinPlan,
-    conf: &TwinConfiguration,
-    mut run_many: impl FnMut(&[(SimConfig, u64, PointRole)]) -> Result<Vec<PointResult>, ConfigError>,
-) -> Result<(Vec<PointResult>, Option<MaxThroughput>), ConfigError> {
-    let mut batch = Vec::new();
-    let mut repeats = Vec::new();
-    for load in &plan.loads {
-        for (r, seed) in plan.seeds.iter().enumerate() {
-            batch.push((conf.at(*load), *seed, PointRole::Sweep));
-            repeats.push(r as u32);
-        }
-    }
-    let mut points = run_many(&batch)?;
-    let mut known = Vec::new();
-    for (p, r) in points.iter_mut().zip(repeats) {
-        p.repeat = r;
-        known.push((p.requested_pps, passes(p, plan.loss_threshold)));
-    }
-    let Some(m) = &plan.search else {
-        return Ok((points, None));
-    };
-    // `sim run --loss` sets the plan's threshold: the search judges by it too.
-    let mut m = m.clone();
-    if m.loss_threshold != plan.loss_threshold {
-        m.loss_threshold = plan.loss_threshold;
-        for goal in &mut m.search_goals {
-            goal.loss_ratio = plan.loss_threshold;
-        }
-    }
-    let mut testbed = TwinSearch {
-        conf,
-        seed: plan.seeds.first().copied().unwrap_or(1),
-        run_many: &mut run_many,
-    };
-    let (max, _stopped) = maximum::max_throughput(&m, &known, &mut points, &mut testbed)?;
-    Ok((points, Some(max)))
-}
+// One configuration's sweep and search run through the experiment layer's loop.
+pub use crate::twin_testbed::run_configuration;
 
 /// Runs `batch` one after the other on this thread (`try_run`, then `to_point`).
 pub fn run_serial(

@@ -23,6 +23,7 @@ pub mod rng;
 mod sim;
 pub mod softirq;
 pub mod traffic;
+pub mod twin_testbed;
 pub mod twin_vs_lab;
 pub mod wireguard;
 

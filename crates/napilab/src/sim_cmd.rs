@@ -12,11 +12,13 @@ use napilab_core::{
     ConfigurationResult, CpuAccounting, HostFacts, Hz, PointResult, PointRole, RunKind, RunRecord,
     RUN_SCHEMA,
 };
+use napilab_experiment::configuration;
 use napilab_sim::calibrate::{self, LabProfile};
 use napilab_sim::calibrate_server::{self, ServerProfile};
 use napilab_sim::from_scenario::{self, TwinPlan};
 use napilab_sim::from_server_scenario;
-use napilab_sim::{max_throughput, try_run, Profile, SimConfig, SimResult};
+use napilab_sim::twin_testbed::{self, provenance_pairs, run_side_by_side, TwinPackets};
+use napilab_sim::{max_throughput, Profile, SimConfig, SimResult};
 
 #[derive(clap::Args)]
 pub struct SimArgs {
@@ -339,29 +341,7 @@ fn run_parallel(configs: &[SimConfig], profile: &Profile, seed: u64) -> Result<V
 /// Runs (config, seed) pairs on the twin, spread over the machine's CPUs; results keep
 /// their order.
 fn run_batch(batch: &[(SimConfig, u64)], profile: &Profile) -> Result<Vec<SimResult>> {
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let chunk = batch.len().div_ceil(workers).max(1);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = batch
-            .chunks(chunk)
-            .map(|part| {
-                scope.spawn(move || {
-                    part.iter()
-                        .map(|(c, seed)| try_run(c, profile, *seed))
-                        .collect::<Result<Vec<_>, _>>()
-                })
-            })
-            .collect();
-        let mut results = Vec::with_capacity(batch.len());
-        for handle in handles {
-            let part = handle
-                .join()
-                .map_err(|_| anyhow::anyhow!("a twin worker thread panicked"))?
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            results.extend(part);
-        }
-        Ok(results)
-    })
+    run_side_by_side(batch, profile).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 fn run_twin(args: &RunArgs) -> Result<()> {
@@ -460,7 +440,9 @@ fn run_twin(args: &RunArgs) -> Result<()> {
             .into_iter()
             .chain(provenance_pairs(&profile))
             .collect(),
-            findings: findings_of(&points),
+            findings: napilab_core::explain::findings_of(
+                points.iter().filter_map(|p| p.observation.as_ref()),
+            ),
             points,
             max_throughput: max,
             requests: None,
@@ -565,22 +547,6 @@ fn summary(record: &RunRecord, sweep: &[SimResult]) -> String {
     out
 }
 
-/// The profile's parameters with their values and sources, as settings of a
-/// configuration (so the RunRecord's JSON and the report carry them): one pair per
-/// parameter, `source: <parameter>` = `<value> (<kind>: <reference>; <detail>)`.
-fn provenance_pairs(profile: &Profile) -> Vec<(String, String)> {
-    profile
-        .parameters()
-        .into_iter()
-        .map(|(key, value)| {
-            (
-                format!("source: {key}"),
-                profile.provenance_text(key, value),
-            )
-        })
-        .collect()
-}
-
 /// The same, as a block of the text summary.
 fn provenance_block(profile: &Profile) -> String {
     let mut out = format!(
@@ -594,11 +560,6 @@ fn provenance_block(profile: &Profile) -> String {
         ));
     }
     out
-}
-
-/// Findings of a configuration's points, each rule and subject once.
-fn findings_of(points: &[PointResult]) -> Vec<napilab_core::Finding> {
-    napilab_core::explain::findings_of(points.iter().filter_map(|p| p.observation.as_ref()))
 }
 
 /// `napilab sim run SCENARIO`: every configuration of a lab scenario on the twin, with
@@ -674,6 +635,7 @@ fn run_scenario(args: &RunArgs, text: &str) -> Result<()> {
     } else {
         &plan.configurations[..]
     };
+    let experiment_plan = twin_testbed::plan_of(&plan);
     for conf in packet_configurations {
         let profile = conf.profile_for(&lab.profile, lab.testbed.as_ref());
         for n in &conf.notices {
@@ -682,20 +644,7 @@ fn run_scenario(args: &RunArgs, text: &str) -> Result<()> {
                 why: n.why.clone(),
             });
         }
-        let (points, max) = from_scenario::run_configuration(&plan, conf, |batch| {
-            let pairs: Vec<(SimConfig, u64)> =
-                batch.iter().map(|(c, s, _)| (c.clone(), *s)).collect();
-            let results = run_batch(&pairs, &profile)
-                .map_err(|e| napilab_sim::ConfigError::new(&file, "(run)", e.to_string()))?;
-            Ok(results
-                .iter()
-                .zip(batch)
-                .map(|(r, (c, _, role))| r.to_point(*role, c.traffic.rate_pps, 0))
-                .collect())
-        })
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let mut settings = conf.settings.clone();
-        settings.push(("profile".into(), profile_name.clone()));
+        let mut settings = vec![("profile".to_string(), profile_name.clone())];
         settings.extend(provenance_pairs(&profile));
         settings.push((
             "seeds".into(),
@@ -705,14 +654,21 @@ fn run_scenario(args: &RunArgs, text: &str) -> Result<()> {
                 .collect::<Vec<_>>()
                 .join(","),
         ));
-        configurations.push(ConfigurationResult {
-            name: conf.name.clone(),
-            settings,
-            findings: findings_of(&points),
-            points,
-            max_throughput: max,
-            requests: None,
-        });
+        let mut testbed = TwinPackets::new(&plan, |batch: &[(SimConfig, u64, PointRole)]| {
+            let pairs: Vec<(SimConfig, u64)> =
+                batch.iter().map(|(c, s, _)| (c.clone(), *s)).collect();
+            let results = run_side_by_side(&pairs, &profile)
+                .map_err(|e| napilab_sim::ConfigError::new(&file, "(run)", e.to_string()))?;
+            Ok(results
+                .iter()
+                .zip(batch)
+                .map(|(r, (c, _, role))| r.to_point(*role, c.traffic.rate_pps, 0))
+                .collect())
+        })
+        .with_settings(settings);
+        let outcome = configuration::run(&mut testbed, conf, &experiment_plan)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        configurations.push(outcome.result);
     }
     let cpus = plan
         .configurations

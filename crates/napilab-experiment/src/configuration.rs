@@ -1,0 +1,410 @@
+//! One configuration's packet experiment, written once for every testbed: build the
+//! configuration, sweep the offered loads with their repeats, search the maximum
+//! throughput if the plan asks for one, name the findings, tear down. The lab (its
+//! network namespaces on the real kernel) and the twin (the discrete-event model) each
+//! implement [`Testbed`]; this loop is the only place that decides which points are
+//! measured, in which order, and what the configuration's record holds.
+
+use napilab_core::explain;
+use napilab_core::scenario::{Configuration, Measurement};
+use napilab_core::{ConfigurationResult, PointResult, PointRole};
+
+use crate::maximum::{self, passes, PacketTestbed};
+
+/// One point the experiment asks a testbed to measure.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PointSpec {
+    /// Offered load, packets per second.
+    pub load_pps: f64,
+    pub role: PointRole,
+    /// 0-based repeat of this load (the twin picks its seed by it).
+    pub repeat: u32,
+    pub duration_s: f64,
+}
+
+/// What a testbed says between the sweep and the search.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SearchSetup {
+    /// Settings the search adds to the configuration's (e.g. another traffic engine).
+    pub settings: Vec<(String, String)>,
+    /// False when the search measures with other means than the sweep did, so the
+    /// sweep's pass/fail verdicts do not carry over to the search's starting bounds.
+    pub sweep_verdicts_hold: bool,
+}
+
+/// A configuration as a testbed takes it: the scenario's own (the lab) or mapped for
+/// the model (the twin).
+pub trait Named {
+    /// Its name in the record, unique within the run.
+    fn name(&self) -> &str;
+}
+
+impl Named for Configuration {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// A place where a configuration can be built and a packet workload offered to it.
+pub trait Testbed: PacketTestbed {
+    type Configuration: Named;
+    /// Builds `cfg` (the lab: namespaces, sysctls and the traffic engine; the twin: its
+    /// model of the configuration). Returns the settings the record lists for it.
+    fn build(&mut self, cfg: &Self::Configuration) -> Result<Vec<(String, String)>, Self::Error>;
+    /// Measures the sweep's points, in the order given (a testbed may run them side by
+    /// side). Fewer points than asked for: the run was stopped after the last one.
+    fn measure(&mut self, points: &[PointSpec]) -> Result<Vec<PointResult>, Self::Error>;
+    /// Readies the search after the sweep.
+    fn prepare_search(&mut self) -> Result<SearchSetup, Self::Error> {
+        Ok(SearchSetup {
+            settings: Vec::new(),
+            sweep_verdicts_hold: true,
+        })
+    }
+    /// Removes what [`Testbed::build`] made. Called after the configuration's last
+    /// point; a testbed also cleans up on drop, for the error paths.
+    fn teardown(&mut self) -> Result<(), Self::Error>;
+}
+
+/// What to measure on each configuration.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The sweep's offered loads, packets per second, in order.
+    pub loads: Vec<f64>,
+    pub repeats: u32,
+    pub duration_s: f64,
+    /// The loss ratio at or below which a point passes.
+    pub loss_threshold: f64,
+    /// The search's settings (method, goals, budget), or None for no search.
+    pub search: Option<Measurement>,
+}
+
+impl Plan {
+    /// The scenario's own plan: its loads, repeats, duration and (if it asks for one)
+    /// its search.
+    pub fn of_scenario(s: &napilab_core::scenario::Scenario) -> Plan {
+        let m = &s.measurement;
+        Plan {
+            loads: s.loads(),
+            repeats: m.repeats,
+            duration_s: m.duration_s,
+            loss_threshold: m.loss_threshold,
+            search: m.search.then(|| m.clone()),
+        }
+    }
+
+    /// The sweep's points, loads outer and repeats inner, as the lab has always run them.
+    pub fn sweep(&self) -> Vec<PointSpec> {
+        self.loads
+            .iter()
+            .flat_map(|&load_pps| {
+                (0..self.repeats).map(move |repeat| PointSpec {
+                    load_pps,
+                    role: PointRole::Sweep,
+                    repeat,
+                    duration_s: self.duration_s,
+                })
+            })
+            .collect()
+    }
+
+    /// The search's settings with the plan's loss threshold (a command line's `--loss`
+    /// changes the plan's): the search judges by the same threshold as the sweep.
+    fn search_measurement(&self) -> Option<Measurement> {
+        let mut m = self.search.clone()?;
+        if m.loss_threshold != self.loss_threshold {
+            m.loss_threshold = self.loss_threshold;
+            for goal in &mut m.search_goals {
+                goal.loss_ratio = self.loss_threshold;
+            }
+        }
+        Some(m)
+    }
+}
+
+/// One configuration's result, and whether the run was stopped during it.
+pub struct Outcome {
+    pub result: ConfigurationResult,
+    pub stopped: bool,
+}
+
+/// Runs `plan` on configuration `cfg` of `testbed`: build, sweep, search, findings,
+/// teardown. The record lists every point in the order measured (the sweep's, then the
+/// search's trials) and the search's maximum with its method.
+pub fn run<T: Testbed>(
+    testbed: &mut T,
+    cfg: &T::Configuration,
+    plan: &Plan,
+) -> Result<Outcome, T::Error> {
+    let settings = testbed.build(cfg)?;
+    let mut result = ConfigurationResult::new(cfg.name(), settings);
+    let sweep = plan.sweep();
+    result.points = testbed.measure(&sweep)?;
+    let mut stopped = result.points.len() < sweep.len();
+    let mut known: Vec<(f64, bool)> = result
+        .points
+        .iter()
+        .zip(&sweep)
+        .map(|(p, spec)| (spec.load_pps, passes(p, plan.loss_threshold)))
+        .collect();
+    if let (Some(m), false) = (plan.search_measurement(), stopped) {
+        let setup = testbed.prepare_search()?;
+        result.settings.extend(setup.settings);
+        if !setup.sweep_verdicts_hold {
+            known.clear();
+        }
+        let (max, search_stopped) =
+            maximum::max_throughput(&m, &known, &mut result.points, testbed)?;
+        stopped |= search_stopped;
+        result.max_throughput = Some(max);
+    }
+    result.findings =
+        explain::findings_of(result.points.iter().filter_map(|p| p.observation.as_ref()));
+    testbed.teardown()?;
+    Ok(Outcome { result, stopped })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::maximum::MeasuredTrial;
+    use napilab_core::scenario::SearchMethod;
+    use napilab_core::{ClassResult, Disturbance};
+
+    /// A DUT that forwards everything up to `capacity` and drops the rest, and keeps a
+    /// log of what the loop asked of it.
+    struct Synthetic {
+        capacity: f64,
+        log: Vec<String>,
+        stop_after: Option<usize>,
+        measured: usize,
+        verdicts_hold: bool,
+    }
+
+    impl Synthetic {
+        fn new(capacity: f64) -> Self {
+            Synthetic {
+                capacity,
+                log: Vec::new(),
+                stop_after: None,
+                measured: 0,
+                verdicts_hold: true,
+            }
+        }
+
+        fn point(&self, spec: PointSpec) -> PointResult {
+            let sent = (spec.load_pps * spec.duration_s) as u64;
+            let received = (spec.load_pps.min(self.capacity) * spec.duration_s) as u64;
+            PointResult {
+                role: spec.role,
+                requested_pps: spec.load_pps,
+                offered_pps: spec.load_pps,
+                repeat: spec.repeat,
+                duration_s: spec.duration_s,
+                classes: vec![ClassResult {
+                    name: "all".into(),
+                    packet_bytes: 64,
+                    sent,
+                    received,
+                    reordered: 0,
+                    loss_counters: Vec::new(),
+                    latency: None,
+                }],
+                generator: Default::default(),
+                sink: Default::default(),
+                observation: None,
+                many_napi: None,
+            }
+        }
+    }
+
+    impl PacketTestbed for Synthetic {
+        type Error = String;
+        fn search_trial(
+            &mut self,
+            load_pps: f64,
+            duration_s: f64,
+            search: u32,
+        ) -> Result<Option<MeasuredTrial>, String> {
+            self.log.push(format!("trial {load_pps:.0}"));
+            Ok(Some(MeasuredTrial {
+                point: self.point(PointSpec {
+                    load_pps,
+                    role: PointRole::Search,
+                    repeat: search,
+                    duration_s,
+                }),
+                disturbance: Disturbance::default(),
+                wall_s: duration_s,
+            }))
+        }
+    }
+
+    impl Testbed for Synthetic {
+        type Configuration = Configuration;
+        fn build(&mut self, cfg: &Configuration) -> Result<Vec<(String, String)>, String> {
+            self.log.push(format!("build {}", cfg.name));
+            Ok(vec![("testbed".into(), "synthetic".into())])
+        }
+        fn measure(&mut self, points: &[PointSpec]) -> Result<Vec<PointResult>, String> {
+            let mut out = Vec::new();
+            for spec in points {
+                if self.stop_after.is_some_and(|n| self.measured >= n) {
+                    break;
+                }
+                self.measured += 1;
+                self.log
+                    .push(format!("sweep {:.0}/{}", spec.load_pps, spec.repeat));
+                out.push(self.point(*spec));
+            }
+            Ok(out)
+        }
+        fn prepare_search(&mut self) -> Result<SearchSetup, String> {
+            self.log.push("prepare".into());
+            Ok(SearchSetup {
+                settings: vec![("search engine".into(), "other".into())],
+                sweep_verdicts_hold: self.verdicts_hold,
+            })
+        }
+        fn teardown(&mut self) -> Result<(), String> {
+            self.log.push("teardown".into());
+            Ok(())
+        }
+    }
+
+    fn configuration() -> Configuration {
+        let text = include_str!("../../../scenarios/default.toml");
+        let s = napilab_core::scenario::parse(text, "scenarios/default.toml", Some(2))
+            .expect("the default scenario parses");
+        Configuration {
+            name: "one".into(),
+            ..s.configurations().remove(0)
+        }
+    }
+
+    fn plan(search: Option<SearchMethod>) -> Plan {
+        let m = Measurement {
+            search: search.is_some(),
+            search_method: search.unwrap_or(SearchMethod::Bisection),
+            search_max_pps: 1_000_000.0,
+            search_repeats: 2,
+            search_iterations: 12,
+            search_resolution: 0.02,
+            loss_threshold: 0.005,
+            duration_s: 1.0,
+            ..Measurement::default()
+        };
+        Plan {
+            loads: vec![100_000.0, 900_000.0],
+            repeats: 2,
+            duration_s: 1.0,
+            loss_threshold: m.loss_threshold,
+            search: search.map(|_| m),
+        }
+    }
+
+    #[test]
+    fn sweeps_loads_then_repeats_builds_first_and_tears_down_last() {
+        let mut dut = Synthetic::new(500_000.0);
+        let out = run(&mut dut, &configuration(), &plan(None)).unwrap();
+        assert_eq!(
+            dut.log,
+            [
+                "build one",
+                "sweep 100000/0",
+                "sweep 100000/1",
+                "sweep 900000/0",
+                "sweep 900000/1",
+                "teardown"
+            ]
+        );
+        assert!(!out.stopped);
+        assert_eq!(out.result.points.len(), 4);
+        assert!(out.result.max_throughput.is_none());
+        assert_eq!(
+            out.result.settings,
+            [("testbed".to_string(), "synthetic".to_string())]
+        );
+    }
+
+    #[test]
+    fn the_search_follows_the_sweep_and_finds_the_capacity_with_either_method() {
+        for method in [SearchMethod::Bisection, SearchMethod::Mlrsearch] {
+            let mut dut = Synthetic::new(500_000.0);
+            let out = run(&mut dut, &configuration(), &plan(Some(method))).unwrap();
+            let max = out.result.max_throughput.expect("a maximum");
+            assert_eq!(max.method, maximum::method_name(method));
+            assert!(
+                (max.pps - 500_000.0).abs() < 0.05 * 500_000.0,
+                "{method:?}: {} pps",
+                max.pps
+            );
+            let prepare = dut.log.iter().position(|l| l == "prepare").unwrap();
+            assert!(dut.log[..prepare].iter().all(|l| !l.starts_with("trial")));
+            assert_eq!(dut.log.last().unwrap(), "teardown");
+            assert!(out.result.points[4..]
+                .iter()
+                .all(|p| p.role == PointRole::Search));
+            assert!(out
+                .result
+                .settings
+                .iter()
+                .any(|(k, _)| k == "search engine"));
+        }
+    }
+
+    #[test]
+    fn a_stop_during_the_sweep_skips_the_search_but_still_tears_down() {
+        let mut dut = Synthetic::new(500_000.0);
+        dut.stop_after = Some(3);
+        let out = run(
+            &mut dut,
+            &configuration(),
+            &plan(Some(SearchMethod::Bisection)),
+        )
+        .unwrap();
+        assert!(out.stopped);
+        assert_eq!(out.result.points.len(), 3);
+        assert!(out.result.max_throughput.is_none());
+        assert!(!dut
+            .log
+            .iter()
+            .any(|l| l == "prepare" || l.starts_with("trial")));
+        assert_eq!(dut.log.last().unwrap(), "teardown");
+    }
+
+    #[test]
+    fn sweep_verdicts_that_do_not_hold_are_not_the_bisections_bounds() {
+        // With the sweep's verdicts (100k passes, 900k fails) the bisection starts
+        // between them; without, from the measurement's own range: its first trial
+        // is then not inside the sweep's bracket.
+        let first_trial = |hold: bool| {
+            let mut dut = Synthetic::new(500_000.0);
+            dut.verdicts_hold = hold;
+            run(
+                &mut dut,
+                &configuration(),
+                &plan(Some(SearchMethod::Bisection)),
+            )
+            .unwrap();
+            let t = dut
+                .log
+                .iter()
+                .find(|l| l.starts_with("trial"))
+                .unwrap()
+                .clone();
+            t.trim_start_matches("trial ").parse::<f64>().unwrap()
+        };
+        assert_eq!(first_trial(true), 500_000.0);
+        assert_ne!(first_trial(false), 500_000.0);
+    }
+
+    #[test]
+    fn a_command_line_loss_threshold_reaches_the_search() {
+        let mut p = plan(Some(SearchMethod::Mlrsearch));
+        p.loss_threshold = 0.05;
+        let m = p.search_measurement().unwrap();
+        assert_eq!(m.loss_threshold, 0.05);
+        assert!(m.search_goals.iter().all(|g| g.loss_ratio == 0.05));
+    }
+}

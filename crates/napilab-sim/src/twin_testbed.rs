@@ -1,0 +1,223 @@
+//! The twin as a testbed of the experiment layer ([`napilab_experiment::configuration`]):
+//! a configuration is "built" by taking its mapped model ([`TwinConfiguration`]), each
+//! sweep point is one run of the model at the point's load with the repeat's seed (the
+//! sweep's runs side by side, as they do not depend on each other), each search trial
+//! one run at the trial's load and duration. The experiment loop, the searches and the
+//! findings are the lab's own, so a twin record and a lab record of one scenario have
+//! the same shape.
+
+use napilab_core::{MaxThroughput, PointResult, PointRole};
+use napilab_experiment::configuration::{self, Named, PointSpec, Testbed};
+use napilab_experiment::maximum::{MeasuredTrial, PacketTestbed};
+
+use crate::config::{ConfigError, SimConfig};
+use crate::from_scenario::{TwinConfiguration, TwinPlan};
+use crate::output::SimResult;
+use crate::profile::Profile;
+
+impl Named for TwinConfiguration {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// Runs a batch of (model, seed, role) and returns their points in order.
+pub trait RunMany:
+    FnMut(&[(SimConfig, u64, PointRole)]) -> Result<Vec<PointResult>, ConfigError>
+{
+}
+impl<F> RunMany for F where
+    F: FnMut(&[(SimConfig, u64, PointRole)]) -> Result<Vec<PointResult>, ConfigError>
+{
+}
+
+/// The twin as a packet testbed for one plan's configurations.
+pub struct TwinPackets<'p, F> {
+    seeds: &'p [u64],
+    run_many: F,
+    /// Settings the record lists after each configuration's own (e.g. the profile and
+    /// where its parameters come from).
+    extra_settings: Vec<(String, String)>,
+    current: Option<TwinConfiguration>,
+}
+
+impl<'p, F: RunMany> TwinPackets<'p, F> {
+    /// `run_many` runs a batch of (model, seed, role), e.g. side by side, and returns
+    /// their points in order.
+    pub fn new(plan: &'p TwinPlan, run_many: F) -> Self {
+        TwinPackets {
+            seeds: &plan.seeds,
+            run_many,
+            extra_settings: Vec::new(),
+            current: None,
+        }
+    }
+
+    /// Adds settings to every configuration's record.
+    pub fn with_settings(mut self, settings: Vec<(String, String)>) -> Self {
+        self.extra_settings = settings;
+        self
+    }
+
+    fn current(&self) -> Result<&TwinConfiguration, ConfigError> {
+        self.current.as_ref().ok_or_else(|| {
+            ConfigError::new(
+                "(twin)",
+                "(run)",
+                "internal: a point was asked for before its configuration was built",
+            )
+        })
+    }
+}
+
+/// The experiment's plan for a twin plan: its loads, one repeat per seed, the
+/// scenario's duration, its loss threshold (which `sim run --loss` may have changed)
+/// and its search.
+pub fn plan_of(plan: &TwinPlan) -> configuration::Plan {
+    let duration_s = plan
+        .configurations
+        .first()
+        .map_or(1.0, |c| c.config.measurement.duration_ms / 1e3);
+    configuration::Plan {
+        loads: plan.loads.clone(),
+        repeats: plan.seeds.len() as u32,
+        duration_s,
+        loss_threshold: plan.loss_threshold,
+        search: plan.search.clone(),
+    }
+}
+
+impl<F: RunMany> Testbed for TwinPackets<'_, F> {
+    type Configuration = TwinConfiguration;
+
+    fn build(&mut self, cfg: &TwinConfiguration) -> Result<Vec<(String, String)>, ConfigError> {
+        self.current = Some(cfg.clone());
+        let mut settings = cfg.settings.clone();
+        settings.extend(self.extra_settings.iter().cloned());
+        Ok(settings)
+    }
+
+    fn measure(&mut self, points: &[PointSpec]) -> Result<Vec<PointResult>, ConfigError> {
+        let conf = self.current()?;
+        let mut batch = Vec::with_capacity(points.len());
+        for spec in points {
+            let seed = *self.seeds.get(spec.repeat as usize).ok_or_else(|| {
+                ConfigError::new(
+                    "(twin)",
+                    "(run)",
+                    format!("internal: no seed for repeat {}", spec.repeat),
+                )
+            })?;
+            let mut config = conf.at(spec.load_pps);
+            config.measurement.duration_ms = spec.duration_s * 1e3;
+            batch.push((config, seed, spec.role));
+        }
+        let mut out = (self.run_many)(&batch)?;
+        for (p, spec) in out.iter_mut().zip(points) {
+            p.repeat = spec.repeat;
+        }
+        Ok(out)
+    }
+
+    fn teardown(&mut self) -> Result<(), ConfigError> {
+        self.current = None;
+        Ok(())
+    }
+}
+
+/// Each search trial one run of the configuration at the load, for the trial's
+/// duration, with the plan's first seed plus the search's index (MLRsearch's repeats
+/// see different arrivals, as the lab's see different noise).
+impl<F: RunMany> PacketTestbed for TwinPackets<'_, F> {
+    type Error = ConfigError;
+
+    fn search_trial(
+        &mut self,
+        load_pps: f64,
+        duration_s: f64,
+        search: u32,
+    ) -> Result<Option<MeasuredTrial>, ConfigError> {
+        let mut config = self.current()?.at(load_pps);
+        config.measurement.duration_ms = duration_s * 1000.0;
+        let wall_s = (config.measurement.warmup_ms + config.measurement.duration_ms) / 1e3;
+        let seed = self
+            .seeds
+            .first()
+            .copied()
+            .unwrap_or(1)
+            .wrapping_add(u64::from(search));
+        let mut points = (self.run_many)(&[(config, seed, PointRole::Search)])?;
+        if points.is_empty() {
+            return Ok(None);
+        }
+        let mut point = points.remove(0);
+        point.repeat = search;
+        Ok(Some(MeasuredTrial {
+            point,
+            // The twin has no other tenants: nothing takes its CPUs away.
+            disturbance: Default::default(),
+            wall_s,
+        }))
+    }
+}
+
+/// Runs one configuration of `plan` through the experiment loop: its sweep (every
+/// load, every repeat's seed, in the lab's order) and, if the plan asks, its search.
+/// Returns the points (sweep, then search trials) and the search's answer (indexes
+/// into the points).
+pub fn run_configuration(
+    plan: &TwinPlan,
+    conf: &TwinConfiguration,
+    run_many: impl RunMany,
+) -> Result<(Vec<PointResult>, Option<MaxThroughput>), ConfigError> {
+    let mut testbed = TwinPackets::new(plan, run_many);
+    let outcome = configuration::run(&mut testbed, conf, &plan_of(plan))?;
+    Ok((outcome.result.points, outcome.result.max_throughput))
+}
+
+/// Runs (model, seed) pairs on the twin spread over the machine's CPUs; the results
+/// keep their order. Each run is single-threaded and independent, so a batch scales
+/// with the CPUs.
+pub fn run_side_by_side(
+    batch: &[(SimConfig, u64)],
+    profile: &Profile,
+) -> Result<Vec<SimResult>, ConfigError> {
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = batch.len().div_ceil(workers).max(1);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = batch
+            .chunks(chunk)
+            .map(|part| {
+                scope.spawn(move || {
+                    part.iter()
+                        .map(|(c, seed)| crate::try_run(c, profile, *seed))
+                        .collect::<Result<Vec<_>, _>>()
+                })
+            })
+            .collect();
+        let mut results = Vec::with_capacity(batch.len());
+        for handle in handles {
+            let part = handle.join().map_err(|_| {
+                ConfigError::new("(twin)", "(run)", "a twin worker thread panicked")
+            })??;
+            results.extend(part);
+        }
+        Ok(results)
+    })
+}
+
+/// The profile's parameters with their values and sources, as settings of a
+/// configuration (so the record's JSON and the report carry them): one pair per
+/// parameter, `source: <parameter>` = `<value> (<kind>: <reference>; <detail>)`.
+pub fn provenance_pairs(profile: &Profile) -> Vec<(String, String)> {
+    profile
+        .parameters()
+        .into_iter()
+        .map(|(key, value)| {
+            (
+                format!("source: {key}"),
+                profile.provenance_text(key, value),
+            )
+        })
+        .collect()
+}
