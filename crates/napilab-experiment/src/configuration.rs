@@ -306,7 +306,7 @@ mod tests {
     #[test]
     fn sweeps_loads_then_repeats_builds_first_and_tears_down_last() {
         let mut dut = Synthetic::new(500_000.0);
-        let out = run(&mut dut, &configuration(), &plan(None)).unwrap();
+        let out = run(&mut dut, &configuration(), &plan(None)).expect("no testbed error");
         assert_eq!(
             dut.log,
             [
@@ -331,7 +331,8 @@ mod tests {
     fn the_search_follows_the_sweep_and_finds_the_capacity_with_either_method() {
         for method in [SearchMethod::Bisection, SearchMethod::Mlrsearch] {
             let mut dut = Synthetic::new(500_000.0);
-            let out = run(&mut dut, &configuration(), &plan(Some(method))).unwrap();
+            let out =
+                run(&mut dut, &configuration(), &plan(Some(method))).expect("no testbed error");
             let max = out.result.max_throughput.expect("a maximum");
             assert_eq!(max.method, maximum::method_name(method));
             assert!(
@@ -339,9 +340,13 @@ mod tests {
                 "{method:?}: {} pps",
                 max.pps
             );
-            let prepare = dut.log.iter().position(|l| l == "prepare").unwrap();
+            let prepare = dut
+                .log
+                .iter()
+                .position(|l| l == "prepare")
+                .expect("a prepare");
             assert!(dut.log[..prepare].iter().all(|l| !l.starts_with("trial")));
-            assert_eq!(dut.log.last().unwrap(), "teardown");
+            assert_eq!(dut.log.last().expect("a log"), "teardown");
             assert!(out.result.points[4..]
                 .iter()
                 .all(|p| p.role == PointRole::Search));
@@ -362,7 +367,7 @@ mod tests {
             &configuration(),
             &plan(Some(SearchMethod::Bisection)),
         )
-        .unwrap();
+        .expect("as set up");
         assert!(out.stopped);
         assert_eq!(out.result.points.len(), 3);
         assert!(out.result.max_throughput.is_none());
@@ -370,7 +375,7 @@ mod tests {
             .log
             .iter()
             .any(|l| l == "prepare" || l.starts_with("trial")));
-        assert_eq!(dut.log.last().unwrap(), "teardown");
+        assert_eq!(dut.log.last().expect("a log"), "teardown");
     }
 
     #[test]
@@ -386,14 +391,16 @@ mod tests {
                 &configuration(),
                 &plan(Some(SearchMethod::Bisection)),
             )
-            .unwrap();
+            .expect("as set up");
             let t = dut
                 .log
                 .iter()
                 .find(|l| l.starts_with("trial"))
-                .unwrap()
+                .expect("as set up")
                 .clone();
-            t.trim_start_matches("trial ").parse::<f64>().unwrap()
+            t.trim_start_matches("trial ")
+                .parse::<f64>()
+                .expect("a load")
         };
         assert_eq!(first_trial(true), 500_000.0);
         assert_ne!(first_trial(false), 500_000.0);
@@ -403,7 +410,7 @@ mod tests {
     fn a_command_line_loss_threshold_reaches_the_search() {
         let mut p = plan(Some(SearchMethod::Mlrsearch));
         p.loss_threshold = 0.05;
-        let m = p.search_measurement().unwrap();
+        let m = p.search_measurement().expect("a search");
         assert_eq!(m.loss_threshold, 0.05);
         assert!(m.search_goals.iter().all(|g| g.loss_ratio == 0.05));
     }
