@@ -18,3 +18,4 @@ pub mod configuration;
 pub mod maximum;
 pub mod mlrsearch;
 pub mod request_search;
+pub mod requests;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use napilab_core::requests::{CAPACITY_PROBE, SEARCH_TOP_OF_CAPACITY};
+use napilab_core::requests::CAPACITY_PROBE;
 
 use napilab_core::scenario::{
     Configuration, Measurement, RequestWorkload, ServerEngine, ServerMode,
@@ -19,7 +19,8 @@ use napilab_core::{
     CapacityProbe, ConfigurationResult, LatencySummary, Observation, PointRole, RequestPointResult,
     RequestResults, ServerSummary,
 };
-use napilab_experiment::request_search::{self, RateSearchSpec, RequestTestbed};
+use napilab_experiment::request_search::RequestTestbed;
+use napilab_experiment::requests::{self, Capacity, RequestBench};
 
 use crate::request::epoll::{self, EpollMode};
 use crate::request::keyspace::Keyspace;
@@ -174,8 +175,9 @@ pub(crate) fn run_configuration(
     Ok((result, stopped))
 }
 
-/// The capacity probe (when the workload needs it), the sweep, then the searches.
-/// Returns whether the run was stopped.
+/// The configuration's capacity probe, sweep and searches: the experiment layer's
+/// request loop ([`napilab_experiment::requests::run`]) on the lab. Returns whether the
+/// run was stopped.
 fn measure_all(
     ctx: &mut Ctx<'_>,
     bench: &Bench<'_>,
@@ -184,82 +186,25 @@ fn measure_all(
 ) -> Result<bool> {
     let m = &ctx.scenario.measurement;
     let w = bench.workload;
-    let mut capacity = None;
-    if w.needs_capacity_probe() {
-        ctx.bar.set_message(format!("{} capacity probe", cfg.name));
-        let Some(probe) = probe_capacity(ctx, bench)? else {
-            return Ok(true);
-        };
-        ctx.bar.inc(1);
-        if probe.achieved_qps.is_nan() || probe.achieved_qps < 1.0 {
-            anyhow::bail!(
-                "configuration {}: the capacity probe ({CAPACITY_PROBE}, {} connections) got no replies from the {} server: check that it starts in the DUT namespace (the probe's client said: {})",
-                cfg.name,
-                probe.connections,
-                bench.engine.as_str(),
-                probe.client_reasons.join("; ")
-            );
-        }
-        capacity = Some(probe.achieved_qps);
-        out.capacity = Some(probe);
-    }
-    let loads: Vec<f64> = w
-        .loads_qps
-        .iter()
-        .copied()
-        .chain(
-            w.loads_of_capacity
-                .iter()
-                .map(|f| (f * capacity.unwrap_or(0.0)).round().max(1.0)),
-        )
-        .collect();
-    for &qps in &loads {
-        for repeat in 0..m.repeats {
-            ctx.bar
-                .set_message(format!("{} @ {qps:.0} requests/s", cfg.name));
-            match measure_point(ctx, bench, qps, PointRole::Sweep, repeat)? {
-                Some(p) => out.points.push(p),
-                None => return Ok(true),
-            }
-            ctx.bar.inc(1);
-        }
-    }
-    if !w.search {
-        return Ok(false);
-    }
-    // A cap the scenario gives is searched below; a range derived from the probe is
-    // raised while its top still meets the objective, so no search stops at a number
-    // that fitted one machine.
-    let (top, derived) = match (w.search_max_qps, capacity) {
-        (Some(cap), _) => (cap, false),
-        (None, Some(c)) => ((SEARCH_TOP_OF_CAPACITY * c).round(), true),
-        (None, None) => anyhow::bail!(
-            "configuration {}: a search without search_max_qps needs the capacity probe, which did not run",
-            cfg.name
-        ),
-    };
-    let range_source = match (derived, capacity) {
-        (true, Some(c)) => format!("({SEARCH_TOP_OF_CAPACITY}x the capacity probe's {c:.0})"),
-        _ => "(search_max_qps)".to_string(),
-    };
-    let spec = RateSearchSpec {
-        top,
-        raise: derived,
-        iterations: w.search_iterations,
-        repeats: m.search_repeats,
+    let plan = requests::Plan {
+        loads_qps: w.loads_qps.clone(),
+        loads_of_capacity: w.loads_of_capacity.clone(),
+        repeats: m.repeats,
+        search: w.search,
+        search_max_qps: w.search_max_qps,
+        search_iterations: w.search_iterations,
+        search_repeats: m.search_repeats,
         confidence: m.confidence_level,
-        range_source,
     };
     let mut testbed = LabRequests {
         ctx: &mut *ctx,
         bench,
         name: &cfg.name,
     };
-    match request_search::max_rate(&spec, &mut out.points, &mut testbed)? {
-        Some(max) => out.max_qps = Some(max),
-        None => return Ok(true),
-    }
-    Ok(false)
+    requests::run(&mut testbed, &plan, out).map_err(|e| match e {
+        requests::Error::Testbed(e) => e,
+        requests::Error::Plan(why) => anyhow::anyhow!("configuration {}: {why}", cfg.name),
+    })
 }
 
 /// The lab as the maximum-rate search's testbed: each point a window of the request
@@ -290,6 +235,43 @@ impl RequestTestbed for LabRequests<'_, '_, '_> {
             self.ctx.bar.inc(1);
         }
         Ok(p)
+    }
+}
+
+impl RequestBench for LabRequests<'_, '_, '_> {
+    fn probe_capacity(&mut self) -> Result<Capacity> {
+        self.ctx
+            .bar
+            .set_message(format!("{} capacity probe", self.name));
+        let Some(probe) = probe_capacity(self.ctx, self.bench)? else {
+            return Ok(Capacity::Stopped);
+        };
+        self.ctx.bar.inc(1);
+        if probe.achieved_qps.is_nan() || probe.achieved_qps < 1.0 {
+            anyhow::bail!(
+                "configuration {}: the capacity probe ({CAPACITY_PROBE}, {} connections) got no replies from the {} server: check that it starts in the DUT namespace (the probe's client said: {})",
+                self.name,
+                probe.connections,
+                self.bench.engine.as_str(),
+                probe.client_reasons.join("; ")
+            );
+        }
+        Ok(Capacity::Measured(probe))
+    }
+
+    fn measure(&mut self, points: &[(f64, u32)]) -> Result<Vec<RequestPointResult>> {
+        let mut out = Vec::new();
+        for &(qps, repeat) in points {
+            self.ctx
+                .bar
+                .set_message(format!("{} @ {qps:.0} requests/s", self.name));
+            match measure_point(self.ctx, self.bench, qps, PointRole::Sweep, repeat)? {
+                Some(p) => out.push(p),
+                None => break,
+            }
+            self.ctx.bar.inc(1);
+        }
+        Ok(out)
     }
 }
 

@@ -29,7 +29,8 @@ use napilab_core::scenario::{RequestWorkload, Scenario, ServerEngine, ServerMode
 use napilab_core::{
     LatencySummary, Notice, PointRole, RequestPointResult, RequestResults, ServerSummary,
 };
-use napilab_experiment::request_search::{self, RateSearchSpec, RequestTestbed};
+use napilab_experiment::request_search::RequestTestbed;
+use napilab_experiment::requests::{self, Capacity, RequestBench};
 
 use crate::config::{
     AppConfig, BusyPoll, ClassConfig, EgressConfig, HostConfig, IngressConfig, MeasurementConfig,
@@ -826,45 +827,33 @@ pub fn run_configuration(
     let point = |r: &SimResult, role, repeat, qps| {
         request_point(r, role, repeat, qps, &server.server_cpus, w.slo_p99_us)
     };
-    let mut batch = Vec::new();
-    let mut meta = Vec::new();
-    for &qps in &plan.loads {
-        for (repeat, seed) in plan.seeds.iter().enumerate() {
-            batch.push((at(qps), *seed));
-            meta.push((qps, repeat as u32));
-        }
-    }
-    if !batch.is_empty() {
-        let results = run_many(&batch)?;
-        for (r, (qps, repeat)) in results.iter().zip(meta) {
-            out.points.push(point(r, PointRole::Sweep, repeat, qps));
-        }
-    }
-    if !w.search {
-        return Ok(out);
-    }
-    // The lab's maximum-rate search (napilab-experiment), each search with its own
-    // seed. Without a cap the range starts at the twin's default top and is raised
-    // while its top meets the objective, as the lab raises its probe-derived range.
+    // The experiment layer's request loop: the sweep (every load and repeat, one batch)
+    // and the lab's maximum-rate search, each search with its own seed. Without a cap
+    // the range starts at the twin's default top and is raised while its top meets the
+    // objective, as the lab raises its probe-derived range.
     let first_seed = plan.seeds.first().copied().unwrap_or(1).wrapping_add(1000);
-    let spec = RateSearchSpec {
-        top: twin_search_top(w),
-        raise: w.search_max_qps.is_none(),
-        iterations: w.search_iterations,
-        repeats: sp.search_repeats.max(1),
+    let request_plan = requests::Plan {
+        loads_qps: plan.loads.clone(),
+        // Fractions of the lab's capacity probe: the twin has none (a plan notice says so).
+        loads_of_capacity: Vec::new(),
+        repeats: plan.seeds.len() as u32,
+        search: w.search,
+        search_max_qps: w.search_max_qps,
+        search_iterations: w.search_iterations,
+        search_repeats: sp.search_repeats,
         confidence: sp.confidence,
-        range_source: match w.search_max_qps {
-            Some(_) => format!("(search_max_qps; twin seeds {first_seed}..)"),
-            None => format!("(the twin's default top; twin seeds {first_seed}..)"),
-        },
     };
     let mut testbed = TwinRequests {
         run_many,
         at: &at,
         point: &point,
+        seeds: &plan.seeds,
         first_seed,
     };
-    out.max_qps = request_search::max_rate(&spec, &mut out.points, &mut testbed)?;
+    requests::run(&mut testbed, &request_plan, &mut out).map_err(|e| match e {
+        requests::Error::Testbed(e) => e,
+        requests::Error::Plan(why) => ConfigError::new(&plan.name, "requests", why),
+    })?;
     Ok(out)
 }
 
@@ -874,7 +863,47 @@ struct TwinRequests<'r, 'm, A, P> {
     run_many: &'r mut RunMany<'m>,
     at: &'r A,
     point: &'r P,
+    /// The sweep's seed of each repeat.
+    seeds: &'r [u64],
+    /// The first search's seed.
     first_seed: u64,
+}
+
+impl<A, P> RequestBench for TwinRequests<'_, '_, A, P>
+where
+    A: Fn(f64) -> SimConfig,
+    P: Fn(&SimResult, PointRole, u32, f64) -> RequestPointResult,
+{
+    fn probe_capacity(&mut self) -> Result<Capacity, ConfigError> {
+        Ok(Capacity::NotAvailable)
+    }
+
+    fn measure(&mut self, points: &[(f64, u32)]) -> Result<Vec<RequestPointResult>, ConfigError> {
+        if points.is_empty() {
+            return Ok(Vec::new());
+        }
+        let batch: Vec<(SimConfig, u64)> = points
+            .iter()
+            .map(|&(qps, repeat)| {
+                let seed = self.seeds.get(repeat as usize).copied().unwrap_or(1);
+                ((self.at)(qps), seed)
+            })
+            .collect();
+        let results = (self.run_many)(&batch)?;
+        Ok(results
+            .iter()
+            .zip(points)
+            .map(|(r, &(qps, repeat))| (self.point)(r, PointRole::Sweep, repeat, qps))
+            .collect())
+    }
+
+    fn default_top(&self) -> Option<(f64, String)> {
+        Some((TWIN_SEARCH_TOP_QPS, "the twin's default top".into()))
+    }
+
+    fn range_note(&self) -> String {
+        format!("; twin seeds {}..", self.first_seed)
+    }
 }
 
 impl<A, P> RequestTestbed for TwinRequests<'_, '_, A, P>
