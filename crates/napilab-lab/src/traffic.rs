@@ -652,8 +652,7 @@ impl ClassPlan {
     }
 }
 
-/// What the schedule still held for the window when it closed; bounded by the number
-/// of departures the window can hold.
+/// What the schedule still held for the window when it closed (bounded by twice its departures).
 fn behind_at_end(
     spec: &GenSpec,
     plan: &ClassPlan,
@@ -1324,8 +1323,7 @@ fn any_gro(socks: &[OwnedFd]) -> bool {
     })
 }
 
-/// The sink's tallies since the point began, with the socket drops, CPU time and
-/// wall time at its beginning.
+/// The sink's tallies since the point began, and the drops, CPU and wall time then.
 struct SinkWindow {
     point: Option<u32>,
     res: SinkResult,
@@ -1360,9 +1358,8 @@ impl SinkWindow {
     }
 }
 
-/// Counts one received packet `b` (read on socket `ci`) of point `point`: sequence,
-/// reordering, duplicates and its latency from its departure stamp to `arrival`
-/// (`now` where the kernel gave no receive timestamp).
+/// Counts packet `b` (read on socket `ci`) of point `point`: order, duplicates and its
+/// latency from its departure stamp to `arrival` (`now` where the kernel gave none).
 #[inline]
 fn account(
     res: &mut SinkResult,
