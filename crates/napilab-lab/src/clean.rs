@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::netns::{self, run_alive, RUN_DIR};
-use crate::runner::JOURNAL_PREFIX;
+use crate::run_context::JOURNAL_PREFIX;
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct CleanReport {

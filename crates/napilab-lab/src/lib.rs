@@ -28,6 +28,7 @@ pub mod many_napi;
 pub mod netns;
 pub mod packet_runner;
 pub mod request;
+mod run_context;
 pub mod runner;
 pub mod server_runner;
 pub mod server_topology;

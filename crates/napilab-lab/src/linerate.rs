@@ -854,55 +854,12 @@ fn generate_paced(
 }
 
 fn generate(port: &GenPort<'_>, spec: &LrGenSpec, stop: &AtomicBool) -> io::Result<LrGenResult> {
-    let GenPort {
-        fd,
-        ifindex,
-        dev,
-        dst,
-        src,
-    } = *port;
+    let GenPort { dst, src, .. } = *port;
     // Precise wake-ups: the default 50 us timer slack would bunch batches.
     // SAFETY: prctl with an integer argument.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64) };
     let n = spec.classes.len();
-    let rate: Vec<f64> = spec
-        .classes
-        .iter()
-        .map(|c| (spec.rate_pps * c.share).max(0.0))
-        .collect();
-    // Per call, at most MAX_CHUNK frames over all classes, split by share: at full
-    // speed the classes then get their shares of what the CPU can send.
-    let cap: Vec<u64> = spec
-        .classes
-        .iter()
-        .map(|c| ((f64::from(MAX_CHUNK) * c.share).round() as u64).max(1))
-        .collect();
-    let inline_dut = matches!(
-        spec.pacing,
-        Pacing::Batches {
-            inline_dut: true,
-            ..
-        }
-    );
-    let tick = if inline_dut { INLINE_TICK_NS } else { TICK_NS };
-    let min_batch: Vec<u64> = (0..n)
-        .map(|i| {
-            ((rate[i] * tick as f64 / 1e9) as u64)
-                .max(MIN_FRAMES_PER_CALL)
-                .clamp(1, cap[i])
-        })
-        .collect();
-    let behind: Vec<u64> = (0..n)
-        .map(|i| {
-            let catch_up = (rate[i] * BEHIND_LIMIT_NS as f64 / 1e9) as u64;
-            let catch_up = if inline_dut {
-                catch_up
-            } else {
-                catch_up.min(BEHIND_LIMIT_FRAMES)
-            };
-            min_batch[i] + catch_up
-        })
-        .collect();
+    let plan = BatchPlan::new(spec);
     let mut res = LrGenResult {
         issued: vec![0; n],
         ..LrGenResult::default()
@@ -937,23 +894,7 @@ fn generate(port: &GenPort<'_>, spec: &LrGenSpec, stop: &AtomicBool) -> io::Resu
                 break;
             }
             let elapsed = (now - p_start) as f64 / 1e9;
-            let mut ready = false;
-            let mut wake = p_end;
-            for i in 0..n {
-                let target = (rate[i] * elapsed) as u64;
-                let mut d = target.saturating_sub(issued[i] + skipped[i]);
-                if d > behind[i] {
-                    skipped[i] += d - behind[i];
-                    d = behind[i];
-                }
-                due[i] = d;
-                if d >= min_batch[i] {
-                    ready = true;
-                } else if rate[i] > 0.0 {
-                    let at = (issued[i] + skipped[i] + min_batch[i]) as f64 / rate[i];
-                    wake = wake.min(p_start + (at * 1e9) as u64);
-                }
-            }
+            let (ready, wake) = plan.due(elapsed, p_start, p_end, &issued, &mut skipped, &mut due);
             // Frames due but fewer than a batch are sent when the phase would end
             // before the next batch is due.
             let last_chance = wake >= p_end && due.iter().any(|d| *d > 0);
@@ -961,45 +902,7 @@ fn generate(port: &GenPort<'_>, spec: &LrGenSpec, stop: &AtomicBool) -> io::Resu
                 sleep_until(wake.min(now + 10_000_000));
                 continue;
             }
-            for i in 0..n {
-                let k = due[i].min(cap[i]);
-                if k == 0 {
-                    continue;
-                }
-                res.calls += 1;
-                match prog_run(fd, &frames[i], ifindex, k as u32) {
-                    Ok(()) => {
-                        issued[i] += k;
-                        res.issued_total += k;
-                    }
-                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
-                        // A signal (Ctrl-C): the frames sent so far are in the
-                        // program's counters; the loop sees `stop` next.
-                        res.errors += 1;
-                    }
-                    Err(e) => {
-                        res.errors += 1;
-                        if res.first_error.is_none() {
-                            res.first_error = Some(explain_run_error(&e, dev));
-                        }
-                        if e.raw_os_error() == Some(libc::ENOSPC) {
-                            // Memory-model ids come back as earlier calls' page pools
-                            // are released (about a second): wait instead of failing;
-                            // the frames not sent show in the offered load.
-                            sleep_until(mono_ns() + 50_000_000);
-                            res.enospc_waits += 1;
-                            if res.enospc_waits < 200 {
-                                continue;
-                            }
-                        }
-                        if res.errors > 100 {
-                            return Err(io::Error::other(
-                                res.first_error.clone().unwrap_or_default(),
-                            ));
-                        }
-                    }
-                }
-            }
+            send_due(port, &plan, &frames, &due, &mut issued, &mut res)?;
         }
         res.skipped += skipped.iter().sum::<u64>() * u64::from(measured);
         if measured {
@@ -1010,6 +913,152 @@ fn generate(port: &GenPort<'_>, spec: &LrGenSpec, stop: &AtomicBool) -> io::Resu
     res.cpu_busy = thread_cpu_ns().saturating_sub(cpu0) as f64 / wall as f64;
     res.window_s = mono_ns().min(end).saturating_sub(measure_from) as f64 / 1e9;
     Ok(res)
+}
+
+/// Per class, the batch generator's figures: its rate, the most frames one call may
+/// send, the fewest worth a call, and how far behind it may fall before frames are
+/// skipped rather than sent late.
+struct BatchPlan {
+    rate: Vec<f64>,
+    cap: Vec<u64>,
+    min_batch: Vec<u64>,
+    behind: Vec<u64>,
+}
+
+impl BatchPlan {
+    fn new(spec: &LrGenSpec) -> BatchPlan {
+        let n = spec.classes.len();
+        let rate: Vec<f64> = spec
+            .classes
+            .iter()
+            .map(|c| (spec.rate_pps * c.share).max(0.0))
+            .collect();
+        // Per call, at most MAX_CHUNK frames over all classes, split by share: at full
+        // speed the classes then get their shares of what the CPU can send.
+        let cap: Vec<u64> = spec
+            .classes
+            .iter()
+            .map(|c| ((f64::from(MAX_CHUNK) * c.share).round() as u64).max(1))
+            .collect();
+        let inline_dut = matches!(
+            spec.pacing,
+            Pacing::Batches {
+                inline_dut: true,
+                ..
+            }
+        );
+        let tick = if inline_dut { INLINE_TICK_NS } else { TICK_NS };
+        let min_batch: Vec<u64> = (0..n)
+            .map(|i| {
+                ((rate[i] * tick as f64 / 1e9) as u64)
+                    .max(MIN_FRAMES_PER_CALL)
+                    .clamp(1, cap[i])
+            })
+            .collect();
+        let behind: Vec<u64> = (0..n)
+            .map(|i| {
+                let catch_up = (rate[i] * BEHIND_LIMIT_NS as f64 / 1e9) as u64;
+                let catch_up = if inline_dut {
+                    catch_up
+                } else {
+                    catch_up.min(BEHIND_LIMIT_FRAMES)
+                };
+                min_batch[i] + catch_up
+            })
+            .collect();
+        BatchPlan {
+            rate,
+            cap,
+            min_batch,
+            behind,
+        }
+    }
+
+    /// The frames due per class `elapsed` seconds into the phase (into `due`; those
+    /// beyond the catch-up limit go to `skipped`), whether any class has a batch
+    /// ready, and else when the next batch is due.
+    #[inline]
+    fn due(
+        &self,
+        elapsed: f64,
+        p_start: u64,
+        p_end: u64,
+        issued: &[u64],
+        skipped: &mut [u64],
+        due: &mut [u64],
+    ) -> (bool, u64) {
+        let mut ready = false;
+        let mut wake = p_end;
+        for i in 0..due.len() {
+            let target = (self.rate[i] * elapsed) as u64;
+            let mut d = target.saturating_sub(issued[i] + skipped[i]);
+            if d > self.behind[i] {
+                skipped[i] += d - self.behind[i];
+                d = self.behind[i];
+            }
+            due[i] = d;
+            if d >= self.min_batch[i] {
+                ready = true;
+            } else if self.rate[i] > 0.0 {
+                let at = (issued[i] + skipped[i] + self.min_batch[i]) as f64 / self.rate[i];
+                wake = wake.min(p_start + (at * 1e9) as u64);
+            }
+        }
+        (ready, wake)
+    }
+}
+
+/// One program run per class with frames due (at most its cap). Errors are counted;
+/// ENOSPC waits for page pools to come back; after 100 errors the generator gives up.
+#[inline]
+fn send_due(
+    port: &GenPort<'_>,
+    plan: &BatchPlan,
+    frames: &[Vec<u8>],
+    due: &[u64],
+    issued: &mut [u64],
+    res: &mut LrGenResult,
+) -> io::Result<()> {
+    for i in 0..due.len() {
+        let k = due[i].min(plan.cap[i]);
+        if k == 0 {
+            continue;
+        }
+        res.calls += 1;
+        match prog_run(port.fd, &frames[i], port.ifindex, k as u32) {
+            Ok(()) => {
+                issued[i] += k;
+                res.issued_total += k;
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
+                // A signal (Ctrl-C): the frames sent so far are in the
+                // program's counters; the loop sees `stop` next.
+                res.errors += 1;
+            }
+            Err(e) => {
+                res.errors += 1;
+                if res.first_error.is_none() {
+                    res.first_error = Some(explain_run_error(&e, port.dev));
+                }
+                if e.raw_os_error() == Some(libc::ENOSPC) {
+                    // Memory-model ids come back as earlier calls' page pools
+                    // are released (about a second): wait instead of failing;
+                    // the frames not sent show in the offered load.
+                    sleep_until(mono_ns() + 50_000_000);
+                    res.enospc_waits += 1;
+                    if res.enospc_waits < 200 {
+                        continue;
+                    }
+                }
+                if res.errors > 100 {
+                    return Err(io::Error::other(
+                        res.first_error.clone().unwrap_or_default(),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 impl LrGenResult {

@@ -8,43 +8,16 @@
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
 
 use anyhow::{bail, Context, Result};
-use napilab_core::scenario::{self, Configuration, Scenario, SearchMethod, TraceTier};
-use napilab_core::{Notice, Observation, RunKind, RunRecord, RUN_SCHEMA};
-use napilab_trace::live::LiveOptions;
+use napilab_core::scenario::{self, SearchMethod};
+use napilab_core::{RunKind, RunRecord, RUN_SCHEMA};
 
 use crate::netns::{self, new_run_id, pid_file, RUN_DIR};
-
-/// Profile-name prefix of the journals the lab writes (`lab clean` reverts them).
-pub const JOURNAL_PREFIX: &str = "lab-";
-
-#[derive(Clone, Debug)]
-pub struct RunOptions {
-    pub scenario_text: String,
-    /// Names the scenario in errors and in the record.
-    pub scenario_file: String,
-    /// Results root: the record goes to `<out_dir>/<run_id>/run.json`.
-    pub out_dir: PathBuf,
-    /// Write `run.json` here. false: the caller writes it from the returned record
-    /// (`napilab lab run` adds the twin first, so the file is written once); a run
-    /// that fails is still written here, since its caller gets no record.
-    pub write_record: bool,
-    /// Observe the DUT namespace during each point (in-process, on a thread in that
-    /// namespace); false: points carry no Observation (a notice says so).
-    pub observe: bool,
-    /// Journal directory for the global sysctls (napilab-tune).
-    pub journal_dir: PathBuf,
-    /// Set by SIGINT/SIGTERM handlers: stop cleanly.
-    pub stop: Arc<AtomicBool>,
-    /// Draw a progress bar on stderr (when it is a terminal).
-    pub progress: bool,
-    /// Use this run id instead of a new one (tests).
-    pub run_id: Option<String>,
-}
+pub use crate::run_context::{RunOptions, JOURNAL_PREFIX};
+// packet_runner.rs still names these through this module; they live in run_context.
+pub(crate) use crate::run_context::{notice, now_ms, Ctx, Observer, SysctlGuard};
 
 pub struct RunOutcome {
     pub record: RunRecord,
@@ -78,228 +51,12 @@ pub fn preflight() -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(0))
-        .unwrap_or(0)
-}
-
 /// Removes the pid file on drop.
 struct PidFile(PathBuf);
 
 impl Drop for PidFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-/// Reverts the journal of the configuration's sysctl changes on drop.
-pub(crate) struct SysctlGuard {
-    journal: Option<PathBuf>,
-}
-
-impl SysctlGuard {
-    pub(crate) fn apply(
-        run_id: &str,
-        cfg: &Configuration,
-        dir: &Path,
-    ) -> Result<(SysctlGuard, Vec<String>)> {
-        let s = &cfg.settings;
-        let mut items = String::new();
-        let mut what = Vec::new();
-        for (attr, v) in [
-            ("netdev_budget", s.netdev_budget),
-            ("netdev_budget_usecs", s.netdev_budget_usecs),
-        ] {
-            if let Some(v) = v {
-                items.push_str(&format!(
-                    "[[set]]\nsetting = \"sysctl.{attr}\"\nvalue = {v}\nwhy = \"lab run {run_id}, configuration {}\"\n",
-                    cfg.name.replace('"', "'")
-                ));
-                what.push(format!("net.core.{attr} = {v}"));
-            }
-        }
-        if items.is_empty() {
-            return Ok((SysctlGuard { journal: None }, what));
-        }
-        let name = format!("{JOURNAL_PREFIX}{run_id}");
-        let text = format!(
-            "name = \"{name}\"\nsummary = \"napilab lab run {run_id}: global sysctls of one configuration\"\nstudy = \"napilab lab\"\n{items}"
-        );
-        let profile = napilab_tune::profile::parse(&text, &name)
-            .map_err(|e| anyhow::anyhow!("internal profile for the sysctls: {e}"))?;
-        let mut ctx = napilab_tune::host_ctx();
-        let plan = napilab_tune::plan::plan(
-            &mut ctx,
-            &profile,
-            &format!("napilab lab {run_id}"),
-            &napilab_tune::profile::Params::default(),
-        )
-        .context("planning net.core sysctls (run napilab in the initial network namespace)")?;
-        let report = napilab_tune::apply(&mut ctx, plan, dir)
-            .with_context(|| format!("applying {}", what.join(", ")))?;
-        Ok((
-            SysctlGuard {
-                journal: report.journal,
-            },
-            what,
-        ))
-    }
-
-    pub(crate) fn revert(&mut self) -> Result<()> {
-        if let Some(j) = self.journal.take() {
-            let mut ctx = napilab_tune::host_ctx();
-            napilab_tune::revert(&mut ctx, &j)
-                .with_context(|| format!("reverting {} (run `napilab lab clean`)", j.display()))?;
-        }
-        Ok(())
-    }
-}
-
-impl Drop for SysctlGuard {
-    fn drop(&mut self) {
-        if let Err(e) = self.revert() {
-            eprintln!("napilab: {e:#}");
-        }
-    }
-}
-
-/// The DUT's observer: napilab_trace::live (the loop of `napilab observe`) on a thread
-/// that sees the DUT's namespace (netns::enter_view), so its devices, counters and
-/// per-namespace settings are the DUT's. No process is started: a killed run takes its
-/// observer with it. Dropping it, or a stop, ends the loop at its next wait.
-pub(crate) struct Observer {
-    ns: String,
-    /// Dropped to stop the loop (the loop stops when its channel's sender goes).
-    stop: Option<mpsc::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<std::io::Result<Result<Observation, String>>>>,
-}
-
-/// The shortest interval the observer samples (`napilab observe --interval`'s floor).
-const MIN_OBSERVER_INTERVAL: Duration = Duration::from_millis(100);
-
-impl Observer {
-    /// Starts observing `ns` for `duration` with the trace tier `tier`; with
-    /// `start_at_unix_ms` the first sample waits for that time, so that the observer
-    /// can load its programs while the caller's warm-up runs.
-    pub(crate) fn start(
-        ns: &str,
-        duration: Duration,
-        tier: TraceTier,
-        start_at_unix_ms: Option<u64>,
-    ) -> Result<Observer, String> {
-        let secs = duration.as_secs_f64();
-        let interval = if secs >= 2.0 { 1.0 } else { secs };
-        // Whole milliseconds, as `napilab observe --for .. --interval ..` took them.
-        let ms = |s: f64| Duration::from_millis((s * 1000.0).round() as u64);
-        let (duration, interval) = (ms(secs), ms(interval));
-        if interval < MIN_OBSERVER_INTERVAL {
-            return Err(format!(
-                "the measurement window of {secs} s is shorter than the observer's shortest interval (100 ms): give a longer duration_s"
-            ));
-        }
-        let (trace, stages, trace_packets) = match tier {
-            TraceTier::Off => (false, false, false),
-            TraceTier::Always => (true, false, false),
-            TraceTier::Stages => (true, true, false),
-            TraceTier::Packets => (true, false, true),
-        };
-        let options = LiveOptions {
-            duration,
-            interval,
-            trace,
-            stages,
-            trace_packets,
-            start_at_unix_ms,
-            ..LiveOptions::default()
-        };
-        let (tx, rx) = mpsc::channel::<()>();
-        let thread = netns::spawn_in_view(ns, "napilab-observe", move || {
-            napilab_trace::live::observe(&options, &rx, &mut |_| {}).map_err(|e| format!("{e:#}"))
-        })
-        .map_err(|e| format!("starting the observer's thread: {e}"))?;
-        Ok(Observer {
-            ns: ns.to_string(),
-            stop: Some(tx),
-            thread: Some(thread),
-        })
-    }
-
-    /// Waits (bounded by `timeout`, and ended early by `stop`) for the Observation.
-    pub(crate) fn finish(
-        mut self,
-        timeout: Duration,
-        stop: &AtomicBool,
-    ) -> Result<Observation, String> {
-        let Some(thread) = self.thread.take() else {
-            return Err("observer not started".into());
-        };
-        let deadline = Instant::now() + timeout;
-        while !thread.is_finished() {
-            if Instant::now() >= deadline || stop.load(Ordering::Relaxed) {
-                self.stop.take();
-                wait_for(&thread, OBSERVER_STOP_WAIT);
-                return Err("the observer did not finish in time".into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let mut observation = match thread.join() {
-            Ok(Ok(Ok(o))) => o,
-            Ok(Ok(Err(e))) => return Err(e),
-            Ok(Err(e)) => return Err(format!("the observer's view of {}: {e}", self.ns)),
-            Err(_) => return Err("the observer panicked".into()),
-        };
-        // The run's own `host.identity` names the machine once: the observer runs on the
-        // same host, and a copy in every point would add about 1.5 KB per point to
-        // run.json and the store.
-        observation.host.identity = None;
-        Ok(observation)
-    }
-}
-
-/// How long a stopped observer is given to detach its BPF programs and end.
-const OBSERVER_STOP_WAIT: Duration = Duration::from_secs(5);
-
-fn wait_for<T>(thread: &std::thread::JoinHandle<T>, within: Duration) {
-    let end = Instant::now() + within;
-    while !thread.is_finished() && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-impl Drop for Observer {
-    fn drop(&mut self) {
-        // Its loop ends at its next wait; its programs go with its thread.
-        self.stop.take();
-        if let Some(t) = self.thread.take() {
-            wait_for(&t, OBSERVER_STOP_WAIT);
-        }
-    }
-}
-
-pub(crate) struct Ctx<'a> {
-    pub(crate) scenario: &'a Scenario,
-    pub(crate) opts: &'a RunOptions,
-    pub(crate) notices: Vec<Notice>,
-    pub(crate) next_point: u32,
-    pub(crate) bar: indicatif::ProgressBar,
-    pub(crate) observer_offset_noted: bool,
-    /// CPUs of the host (the highest CPU number + 1).
-    pub(crate) ncpus: u32,
-    /// How long the observer took from its start to being ready for its first sample
-    /// (loading BPF programs), the most seen, seconds: the server topology starts it
-    /// that much ahead, with its start time the measurement window's opening.
-    pub(crate) observer_lead_s: f64,
-}
-
-pub(crate) fn notice(notices: &mut Vec<Notice>, what: impl Into<String>, why: impl Into<String>) {
-    let what = what.into();
-    if !notices.iter().any(|n| n.what == what) {
-        notices.push(Notice {
-            what,
-            why: why.into(),
-        });
     }
 }
 

@@ -28,7 +28,7 @@ use crate::request::loadgen::{self, LoadConfig};
 use crate::request::memcached::{self, in_namespace, Memcached, MemcachedConfig};
 use crate::request::results::{LatencyPercentiles, LoadResult, LoopKind, ServerStats};
 use crate::request::server::{KvServer, ServerConfig};
-use crate::runner::{notice, Ctx, Observer, SysctlGuard};
+use crate::run_context::{notice, Ctx, Observer, SysctlGuard};
 use crate::server_topology::ServerLab;
 
 /// The mode journals of a run go to `<journal_dir>/lab-<run_id><this>` (`lab clean`
@@ -144,7 +144,7 @@ pub(crate) fn run_configuration(
     }
     let journals = ctx.opts.journal_dir.join(format!(
         "{}{run_id}{MODE_JOURNALS_SUFFIX}",
-        crate::runner::JOURNAL_PREFIX
+        crate::run_context::JOURNAL_PREFIX
     ));
     let applied = lab
         .apply_mode(set.mode, &server_cpus, &journals)
@@ -428,7 +428,7 @@ fn run_window(
     let warmup = Duration::from_secs_f64(m.warmup_s);
     let lead = Duration::from_secs_f64(ctx.observer_lead_s.clamp(0.0, MAX_OBSERVER_LEAD_S));
     let observed = observe && bench.observe;
-    let started_ms = crate::runner::now_ms();
+    let started_ms = crate::run_context::now_ms();
     let window_opens_ms =
         started_ms + if observed { lead.as_millis() as u64 } else { 0 } + warmup.as_millis() as u64;
     let (loaded, observation) = std::thread::scope(|scope| {

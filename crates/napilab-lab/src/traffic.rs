@@ -504,57 +504,13 @@ fn generate(
     // Precise sleeps: the default 50 us timer slack would add lateness.
     // SAFETY: prctl with an integer argument.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64) };
-    let flows = spec.flows.max(1);
-    raise_open_file_limit(u64::from(flows) + 256);
-    let socks = (0..flows)
-        .map(|_| {
-            let sock = udp_socket().map_err(|e| {
-                if e.raw_os_error() == Some(libc::EMFILE) {
-                    io::Error::other(format!("the generator needs {flows} sockets (one per flow) and the open-file limit is too low: raise it (ulimit -n) or use fewer NAPI instances: {e}"))
-                } else {
-                    e
-                }
-            })?;
-            setsockopt_int(&sock, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20)?;
-            Ok(sock)
-        })
-        .collect::<io::Result<Vec<OwnedFd>>>()?;
+    let socks = flow_sockets(spec.flows.max(1))?;
     let mut next_sock = 0usize;
     let mut gso = path == TxPath::UdpGso;
     let n = spec.classes.len();
     let mut rng = Rng(spec.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    let mean_gap: Vec<f64> = spec
-        .classes
-        .iter()
-        .map(|c| 1e9 / (spec.rate_pps * c.share).max(1e-9))
-        .collect();
-    let addrs: Vec<libc::sockaddr_in> = spec
-        .classes
-        .iter()
-        .map(|c| sockaddr(spec.dst, c.port))
-        .collect();
-    let payload: Vec<usize> = spec
-        .classes
-        .iter()
-        .map(|c| (c.size.saturating_sub(IP_UDP) as usize).max(HEADER))
-        .collect();
-    let max_segs: Vec<usize> = payload
-        .iter()
-        .map(|p| (GSO_MAX_BYTES / p).clamp(1, TX_BATCH))
-        .collect();
-    let max_payload = payload.iter().copied().max().unwrap_or(HEADER);
-    // Scratch of one batch, allocated once: packets are laid out back to back so that
-    // a run of one class is one contiguous GSO buffer.
-    let mut buf = vec![0u8; TX_BATCH * max_payload];
-    let mut pk_class = [0usize; TX_BATCH];
-    let mut pk_sched = [0u64; TX_BATCH];
-    let mut pk_measured = [false; TX_BATCH];
-    let mut batch = [Msg::default(); TX_BATCH];
-    // Control buffers for the UDP_SEGMENT cmsg (u64 for cmsghdr alignment).
-    let mut ctrl = [[0u64; 4]; TX_BATCH];
-    // SAFETY: iovec and mmsghdr are plain data; all-zero is a valid empty value.
-    let mut iov: Vec<libc::iovec> = vec![unsafe { std::mem::zeroed() }; TX_BATCH];
-    let mut msgs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; TX_BATCH];
+    let plan = ClassPlan::new(spec);
+    let mut tx_batch = TxBatch::new(plan.max_payload);
     let mut seq = vec![0u64; n];
     let mut res = GenResult {
         sent: vec![0; n],
@@ -566,12 +522,8 @@ fn generate(
     let end = measure_from + spec.duration.as_nanos() as u64;
     // Next departure per class (absolute ns); classes start staggered.
     let mut next: Vec<f64> = (0..n)
-        .map(|i| start as f64 + mean_gap[i] * i as f64 / n as f64)
+        .map(|i| start as f64 + plan.mean_gap[i] * i as f64 / n as f64)
         .collect();
-    let gap = |c: usize, rng: &mut Rng| match spec.classes[c].pattern {
-        Pattern::Cbr => mean_gap[c],
-        Pattern::Poisson => -mean_gap[c] * rng.next_f64().ln(),
-    };
     let cpu0 = thread_cpu_ns();
     let wall0 = mono_ns();
     let steal0 = steal_ticks(&spec.cpus);
@@ -587,23 +539,7 @@ fn generate(
         if now >= end {
             break;
         }
-        // The due departures, earliest first: one when on schedule, more only while
-        // behind.
-        let mut k = 0;
-        while k < TX_BATCH {
-            let (c, t) =
-                next.iter()
-                    .enumerate()
-                    .fold((0, f64::MAX), |a, (i, &t)| if t < a.1 { (i, t) } else { a });
-            if t > now as f64 || t >= end as f64 {
-                break;
-            }
-            pk_class[k] = c;
-            pk_sched[k] = t as u64;
-            pk_measured[k] = t as u64 >= measure_from;
-            next[c] = t + gap(c, &mut rng);
-            k += 1;
-        }
+        let k = tx_batch.take_due(spec, &plan, &mut next, &mut rng, now, end, measure_from);
         if k == 0 {
             let t = next.iter().copied().fold(f64::MAX, f64::min) as u64;
             let wait_to = t.min(end);
@@ -617,132 +553,13 @@ fn generate(
         // The departure stamp: read once, after the batch was chosen and right before
         // it is written and sent.
         let tx = mono_ns();
-        let mut m = 0;
-        let mut off = 0;
-        let mut measured_batch = false;
-        for i in 0..k {
-            let c = pk_class[i];
-            seq[c] += 1;
-            let b = &mut buf[off..off + HEADER];
-            b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
-            b[4..8].copy_from_slice(&spec.point.to_le_bytes());
-            b[8..16].copy_from_slice(&seq[c].to_le_bytes());
-            b[16..24].copy_from_slice(&tx.to_le_bytes());
-            b[24..26].copy_from_slice(&spec.classes[c].id.to_le_bytes());
-            let flags = if pk_measured[i] { FLAG_MEASURED } else { 0 };
-            b[26..28].copy_from_slice(&flags.to_le_bytes());
-            if pk_measured[i] {
-                measured_batch = true;
-                let late = tx.saturating_sub(pk_sched[i]);
-                if late > LATE_NS {
-                    res.late += 1;
-                }
-                res.max_lateness_ns = res.max_lateness_ns.max(late);
-            }
-            let extend =
-                gso && m > 0 && batch[m - 1].class == c && batch[m - 1].count < max_segs[c];
-            if extend {
-                batch[m - 1].count += 1;
-            } else {
-                batch[m] = Msg {
-                    class: c,
-                    first: i,
-                    count: 1,
-                    off,
-                };
-                m += 1;
-            }
-            off += payload[c];
-        }
-        for j in 0..m {
-            let g = batch[j];
-            iov[j] = libc::iovec {
-                // SAFETY: off + count * payload stays inside `buf` (at most TX_BATCH
-                // packets of at most max_payload bytes).
-                iov_base: unsafe { buf.as_mut_ptr().add(g.off) }.cast(),
-                iov_len: g.count * payload[g.class],
-            };
-            let h = &mut msgs[j].msg_hdr;
-            h.msg_name = (&addrs[g.class] as *const libc::sockaddr_in)
-                .cast_mut()
-                .cast();
-            h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
-            h.msg_iov = &mut iov[j];
-            h.msg_iovlen = 1;
-            if g.count > 1 {
-                h.msg_control = ctrl[j].as_mut_ptr().cast();
-                // SAFETY: CMSG_SPACE(2) = 24 bytes fit the 32-byte, 8-aligned buffer;
-                // the header and the u16 segment size are written inside it.
-                unsafe {
-                    h.msg_controllen = libc::CMSG_SPACE(2) as _;
-                    let c = libc::CMSG_FIRSTHDR(h);
-                    (*c).cmsg_level = libc::SOL_UDP;
-                    (*c).cmsg_type = libc::UDP_SEGMENT;
-                    (*c).cmsg_len = libc::CMSG_LEN(2) as _;
-                    std::ptr::write_unaligned(
-                        libc::CMSG_DATA(c).cast::<u16>(),
-                        payload[g.class] as u16,
-                    );
-                }
-            } else {
-                h.msg_control = std::ptr::null_mut();
-                h.msg_controllen = 0;
-            }
-            msgs[j].msg_len = 0;
-        }
+        let (m, measured_batch) = tx_batch.write(spec, &plan, k, tx, gso, &mut seq, &mut res);
+        tx_batch.prepare(&plan, m);
         // One flow per batch, in turn (a batch's messages share one sendmmsg, hence one
         // socket).
         let sock = &socks[next_sock];
         next_sock = (next_sock + 1) % socks.len();
-        let mut done = 0;
-        let mut retries = 0;
-        while done < m {
-            // SAFETY: msgs[done..m] are valid mmsghdrs whose pointers (iov, addrs,
-            // buf, ctrl) outlive the call.
-            let rc = unsafe {
-                libc::sendmmsg(
-                    sock.as_raw_fd(),
-                    msgs[done..].as_mut_ptr(),
-                    (m - done) as u32,
-                    0,
-                )
-            };
-            if rc <= 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted && retries < 3 {
-                    retries += 1;
-                    continue;
-                }
-                // The first message failed (e.g. ENOBUFS): its packets were not sent;
-                // go on with the rest.
-                let g = batch[done];
-                res.send_errors += g.count as u64;
-                if g.count > 1
-                    && matches!(
-                        e.raw_os_error(),
-                        Some(libc::EINVAL | libc::EIO | libc::ENOPROTOOPT | libc::EOPNOTSUPP)
-                    )
-                {
-                    // The kernel refuses UDP GSO here: one message per packet from now on.
-                    gso = false;
-                    res.tx_path = TxPath::Sendmmsg;
-                    res.tx_note = Some(format!(
-                        "UDP GSO refused by the kernel ({e}); {} packets lost, then one message per packet",
-                        g.count
-                    ));
-                }
-                done += 1;
-                continue;
-            }
-            for g in &batch[done..done + rc as usize] {
-                res.sent_total += g.count as u64;
-                res.sent[g.class] += pk_measured[g.first..g.first + g.count]
-                    .iter()
-                    .filter(|m| **m)
-                    .count() as u64;
-            }
-            done += rc as usize;
-        }
+        tx_batch.send(sock, m, &mut gso, &mut res);
         let t_done = mono_ns();
         work_ns += t_done.saturating_sub(now);
         if measured_batch {
@@ -761,20 +578,321 @@ fn generate(
     res.stolen_ms = steal_ticks(&spec.cpus).saturating_sub(steal0) * 10;
     res.window_s = (mono_ns().min(end).saturating_sub(measure_from)) as f64 / 1e9;
     if !res.interrupted {
-        // What the schedule still held for the window when it closed; bounded by the
-        // number of departures the window can hold.
-        let cap = (spec.rate_pps * spec.duration.as_secs_f64() * 2.0) as u64 + 1000;
-        for (c, t0) in next.iter().enumerate() {
-            let mut t = *t0;
-            while t < end as f64 && res.behind_at_end < cap {
-                if t >= measure_from as f64 {
-                    res.behind_at_end += 1;
-                }
-                t += gap(c, &mut rng);
-            }
-        }
+        res.behind_at_end = behind_at_end(spec, &plan, &next, &mut rng, measure_from, end);
     }
     Ok(res)
+}
+
+/// One UDP socket per flow, with a large send buffer.
+fn flow_sockets(flows: u32) -> io::Result<Vec<OwnedFd>> {
+    raise_open_file_limit(u64::from(flows) + 256);
+    (0..flows)
+        .map(|_| {
+            let sock = udp_socket().map_err(|e| {
+                if e.raw_os_error() == Some(libc::EMFILE) {
+                    io::Error::other(format!("the generator needs {flows} sockets (one per flow) and the open-file limit is too low: raise it (ulimit -n) or use fewer NAPI instances: {e}"))
+                } else {
+                    e
+                }
+            })?;
+            setsockopt_int(&sock, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20)?;
+            Ok(sock)
+        })
+        .collect()
+}
+
+/// What the generator computes once per class: its mean gap, destination, payload and
+/// how many of its packets one GSO message may carry.
+struct ClassPlan {
+    mean_gap: Vec<f64>,
+    addrs: Vec<libc::sockaddr_in>,
+    payload: Vec<usize>,
+    max_segs: Vec<usize>,
+    max_payload: usize,
+}
+
+impl ClassPlan {
+    fn new(spec: &GenSpec) -> ClassPlan {
+        let mean_gap = spec
+            .classes
+            .iter()
+            .map(|c| 1e9 / (spec.rate_pps * c.share).max(1e-9))
+            .collect();
+        let addrs = spec
+            .classes
+            .iter()
+            .map(|c| sockaddr(spec.dst, c.port))
+            .collect();
+        let payload: Vec<usize> = spec
+            .classes
+            .iter()
+            .map(|c| (c.size.saturating_sub(IP_UDP) as usize).max(HEADER))
+            .collect();
+        let max_segs = payload
+            .iter()
+            .map(|p| (GSO_MAX_BYTES / p).clamp(1, TX_BATCH))
+            .collect();
+        let max_payload = payload.iter().copied().max().unwrap_or(HEADER);
+        ClassPlan {
+            mean_gap,
+            addrs,
+            payload,
+            max_segs,
+            max_payload,
+        }
+    }
+
+    /// The gap to class `c`'s next departure, ns.
+    #[inline]
+    fn gap(&self, spec: &GenSpec, c: usize, rng: &mut Rng) -> f64 {
+        match spec.classes[c].pattern {
+            Pattern::Cbr => self.mean_gap[c],
+            Pattern::Poisson => -self.mean_gap[c] * rng.next_f64().ln(),
+        }
+    }
+}
+
+/// What the schedule still held for the window when it closed (bounded by twice its departures).
+fn behind_at_end(
+    spec: &GenSpec,
+    plan: &ClassPlan,
+    next: &[f64],
+    rng: &mut Rng,
+    measure_from: u64,
+    end: u64,
+) -> u64 {
+    let cap = (spec.rate_pps * spec.duration.as_secs_f64() * 2.0) as u64 + 1000;
+    let mut behind = 0;
+    for (c, t0) in next.iter().enumerate() {
+        let mut t = *t0;
+        while t < end as f64 && behind < cap {
+            if t >= measure_from as f64 {
+                behind += 1;
+            }
+            t += plan.gap(spec, c, rng);
+        }
+    }
+    behind
+}
+
+/// The scratch of one send batch, allocated once per generator: the due packets, the
+/// buffer they are laid out in back to back (so that a run of one class is one
+/// contiguous GSO buffer) and the sendmmsg messages over it.
+struct TxBatch {
+    buf: Vec<u8>,
+    pk_class: [usize; TX_BATCH],
+    pk_sched: [u64; TX_BATCH],
+    pk_measured: [bool; TX_BATCH],
+    batch: [Msg; TX_BATCH],
+    /// Control buffers for the UDP_SEGMENT cmsg (u64 for cmsghdr alignment).
+    ctrl: [[u64; 4]; TX_BATCH],
+    iov: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
+}
+
+impl TxBatch {
+    fn new(max_payload: usize) -> TxBatch {
+        TxBatch {
+            buf: vec![0u8; TX_BATCH * max_payload],
+            pk_class: [0usize; TX_BATCH],
+            pk_sched: [0u64; TX_BATCH],
+            pk_measured: [false; TX_BATCH],
+            batch: [Msg::default(); TX_BATCH],
+            ctrl: [[0u64; 4]; TX_BATCH],
+            // SAFETY: iovec and mmsghdr are plain data; all-zero is a valid empty value.
+            iov: vec![unsafe { std::mem::zeroed() }; TX_BATCH],
+            msgs: vec![unsafe { std::mem::zeroed() }; TX_BATCH],
+        }
+    }
+
+    /// Takes the due departures, earliest first: one when on schedule, more only while
+    /// behind. Returns how many (0: nothing is due).
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn take_due(
+        &mut self,
+        spec: &GenSpec,
+        plan: &ClassPlan,
+        next: &mut [f64],
+        rng: &mut Rng,
+        now: u64,
+        end: u64,
+        measure_from: u64,
+    ) -> usize {
+        let mut k = 0;
+        while k < TX_BATCH {
+            let (c, t) =
+                next.iter()
+                    .enumerate()
+                    .fold((0, f64::MAX), |a, (i, &t)| if t < a.1 { (i, t) } else { a });
+            if t > now as f64 || t >= end as f64 {
+                break;
+            }
+            self.pk_class[k] = c;
+            self.pk_sched[k] = t as u64;
+            self.pk_measured[k] = t as u64 >= measure_from;
+            next[c] = t + plan.gap(spec, c, rng);
+            k += 1;
+        }
+        k
+    }
+
+    /// Writes the headers of the `k` due packets, stamped `tx`, and groups them into
+    /// messages (consecutive packets of a class into one GSO message when `gso`).
+    /// Returns the number of messages and whether any packet is measured.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn write(
+        &mut self,
+        spec: &GenSpec,
+        plan: &ClassPlan,
+        k: usize,
+        tx: u64,
+        gso: bool,
+        seq: &mut [u64],
+        res: &mut GenResult,
+    ) -> (usize, bool) {
+        let mut m = 0;
+        let mut off = 0;
+        let mut measured_batch = false;
+        let batch = &mut self.batch;
+        for i in 0..k {
+            let c = self.pk_class[i];
+            seq[c] += 1;
+            let b = &mut self.buf[off..off + HEADER];
+            b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+            b[4..8].copy_from_slice(&spec.point.to_le_bytes());
+            b[8..16].copy_from_slice(&seq[c].to_le_bytes());
+            b[16..24].copy_from_slice(&tx.to_le_bytes());
+            b[24..26].copy_from_slice(&spec.classes[c].id.to_le_bytes());
+            let flags = if self.pk_measured[i] {
+                FLAG_MEASURED
+            } else {
+                0
+            };
+            b[26..28].copy_from_slice(&flags.to_le_bytes());
+            if self.pk_measured[i] {
+                measured_batch = true;
+                let late = tx.saturating_sub(self.pk_sched[i]);
+                if late > LATE_NS {
+                    res.late += 1;
+                }
+                res.max_lateness_ns = res.max_lateness_ns.max(late);
+            }
+            let extend =
+                gso && m > 0 && batch[m - 1].class == c && batch[m - 1].count < plan.max_segs[c];
+            if extend {
+                batch[m - 1].count += 1;
+            } else {
+                batch[m] = Msg {
+                    class: c,
+                    first: i,
+                    count: 1,
+                    off,
+                };
+                m += 1;
+            }
+            off += plan.payload[c];
+        }
+        (m, measured_batch)
+    }
+
+    /// Points the first `m` messages at their packets and destinations, with a
+    /// UDP_SEGMENT control message where a message carries several packets.
+    #[inline]
+    fn prepare(&mut self, plan: &ClassPlan, m: usize) {
+        for j in 0..m {
+            let g = self.batch[j];
+            self.iov[j] = libc::iovec {
+                // SAFETY: off + count * payload stays inside `buf` (at most TX_BATCH
+                // packets of at most max_payload bytes).
+                iov_base: unsafe { self.buf.as_mut_ptr().add(g.off) }.cast(),
+                iov_len: g.count * plan.payload[g.class],
+            };
+            let h = &mut self.msgs[j].msg_hdr;
+            h.msg_name = (&plan.addrs[g.class] as *const libc::sockaddr_in)
+                .cast_mut()
+                .cast();
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
+            h.msg_iov = &mut self.iov[j];
+            h.msg_iovlen = 1;
+            if g.count > 1 {
+                h.msg_control = self.ctrl[j].as_mut_ptr().cast();
+                // SAFETY: CMSG_SPACE(2) = 24 bytes fit the 32-byte, 8-aligned buffer;
+                // the header and the u16 segment size are written inside it.
+                unsafe {
+                    h.msg_controllen = libc::CMSG_SPACE(2) as _;
+                    let c = libc::CMSG_FIRSTHDR(h);
+                    (*c).cmsg_level = libc::SOL_UDP;
+                    (*c).cmsg_type = libc::UDP_SEGMENT;
+                    (*c).cmsg_len = libc::CMSG_LEN(2) as _;
+                    std::ptr::write_unaligned(
+                        libc::CMSG_DATA(c).cast::<u16>(),
+                        plan.payload[g.class] as u16,
+                    );
+                }
+            } else {
+                h.msg_control = std::ptr::null_mut();
+                h.msg_controllen = 0;
+            }
+            self.msgs[j].msg_len = 0;
+        }
+    }
+
+    /// Sends the first `m` messages on `sock`, counting what departed; a message the
+    /// kernel refuses is counted lost, and a refused GSO message turns `gso` off.
+    #[inline]
+    fn send(&mut self, sock: &OwnedFd, m: usize, gso: &mut bool, res: &mut GenResult) {
+        let mut done = 0;
+        let mut retries = 0;
+        while done < m {
+            // SAFETY: msgs[done..m] are valid mmsghdrs whose pointers (iov, addrs,
+            // buf, ctrl) outlive the call.
+            let rc = unsafe {
+                libc::sendmmsg(
+                    sock.as_raw_fd(),
+                    self.msgs[done..].as_mut_ptr(),
+                    (m - done) as u32,
+                    0,
+                )
+            };
+            if rc <= 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted && retries < 3 {
+                    retries += 1;
+                    continue;
+                }
+                // The first message failed (e.g. ENOBUFS): its packets were not sent;
+                // go on with the rest.
+                let g = self.batch[done];
+                res.send_errors += g.count as u64;
+                if g.count > 1
+                    && matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINVAL | libc::EIO | libc::ENOPROTOOPT | libc::EOPNOTSUPP)
+                    )
+                {
+                    // The kernel refuses UDP GSO here: one message per packet from now on.
+                    *gso = false;
+                    res.tx_path = TxPath::Sendmmsg;
+                    res.tx_note = Some(format!(
+                        "UDP GSO refused by the kernel ({e}); {} packets lost, then one message per packet",
+                        g.count
+                    ));
+                }
+                done += 1;
+                continue;
+            }
+            for g in &self.batch[done..done + rc as usize] {
+                res.sent_total += g.count as u64;
+                res.sent[g.class] += self.pk_measured[g.first..g.first + g.count]
+                    .iter()
+                    .filter(|m| **m)
+                    .count() as u64;
+            }
+            done += rc as usize;
+        }
+    }
 }
 
 impl GenResult {
@@ -1097,35 +1215,12 @@ fn socket_drops(fd: &OwnedFd) -> u64 {
 }
 
 fn receive(socks: &[OwnedFd], ctl: &mpsc::Receiver<SinkCtl>, stop: &AtomicBool) {
-    let n = socks.len();
-    let mut point: Option<u32> = None;
-    let mut res = SinkResult {
-        classes: vec![SinkClass::default(); n],
-        ..SinkResult::default()
-    };
-    let mut drops0: Vec<u64> = socks.iter().map(socket_drops).collect();
-    let mut cpu0 = thread_cpu_ns();
-    let mut wall0 = mono_ns();
+    let mut window = SinkWindow::begin(None, socks);
     // Receive buffers, control buffers for the kernel's receive timestamps (u64 for
     // alignment), iovecs and message headers: allocated once, re-armed per call.
     // A plain datagram is read up to its header's end (64 bytes); a GRO datagram
     // (several packets) whole, as every packet's header is needed.
-    let gro = socks.iter().any(|s| {
-        let mut v = 0i32;
-        let mut len = std::mem::size_of::<i32>() as u32;
-        // SAFETY: valid fd and an int-sized buffer.
-        let rc = unsafe {
-            libc::getsockopt(
-                s.as_raw_fd(),
-                libc::SOL_UDP,
-                libc::UDP_GRO,
-                (&mut v as *mut i32).cast(),
-                &mut len,
-            )
-        };
-        rc == 0 && v != 0
-    });
-    let slot = if gro { 65_536 } else { 64 };
+    let slot = if any_gro(socks) { 65_536 } else { 64 };
     let mut bufs = vec![0u8; slot * RX_BATCH];
     let mut ctrl = vec![[0u64; 8]; RX_BATCH];
     let mut iov: Vec<libc::iovec> = bufs
@@ -1148,24 +1243,9 @@ fn receive(socks: &[OwnedFd], ctl: &mpsc::Receiver<SinkCtl>, stop: &AtomicBool) 
     while !stop.load(Ordering::Relaxed) {
         while let Ok(m) = ctl.try_recv() {
             match m {
-                SinkCtl::Begin(p) => {
-                    point = Some(p);
-                    res = SinkResult {
-                        classes: vec![SinkClass::default(); n],
-                        ..SinkResult::default()
-                    };
-                    drops0 = socks.iter().map(socket_drops).collect();
-                    cpu0 = thread_cpu_ns();
-                    wall0 = mono_ns();
-                }
+                SinkCtl::Begin(p) => window = SinkWindow::begin(Some(p), socks),
                 SinkCtl::Collect(tx) => {
-                    let mut out = res.clone();
-                    for (i, s) in socks.iter().enumerate() {
-                        out.classes[i].socket_drops = socket_drops(s).saturating_sub(drops0[i]);
-                    }
-                    let wall = mono_ns().saturating_sub(wall0).max(1);
-                    out.cpu_busy = thread_cpu_ns().saturating_sub(cpu0) as f64 / wall as f64;
-                    let _ = tx.send(out);
+                    let _ = tx.send(window.collect(socks));
                 }
             }
         }
@@ -1195,6 +1275,7 @@ fn receive(socks: &[OwnedFd], ctl: &mpsc::Receiver<SinkCtl>, stop: &AtomicBool) 
             if rc <= 0 {
                 continue;
             }
+            let res = &mut window.res;
             if rc as usize == RX_BATCH {
                 res.full_reads += 1;
             }
@@ -1212,50 +1293,7 @@ fn receive(socks: &[OwnedFd], ctl: &mpsc::Receiver<SinkCtl>, stop: &AtomicBool) 
                 let arrival = stamp.map(|t| (t as i128 - offset).max(0) as u64);
                 let seg = seg.filter(|g| *g >= HEADER).unwrap_or(len.max(1));
                 for b in dgram[..len].chunks(seg) {
-                    if b.len() < HEADER {
-                        continue;
-                    }
-                    let u32_at =
-                        |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-                    let u64_at = |o: usize| {
-                        let mut a = [0u8; 8];
-                        a.copy_from_slice(&b[o..o + 8]);
-                        u64::from_le_bytes(a)
-                    };
-                    if u32_at(0) != MAGIC {
-                        continue;
-                    }
-                    let flags = u16::from_le_bytes([b[26], b[27]]);
-                    if Some(u32_at(4)) != point {
-                        res.stale += 1;
-                        continue;
-                    }
-                    if flags & FLAG_MEASURED == 0 {
-                        continue;
-                    }
-                    let class = u16::from_le_bytes([b[24], b[25]]) as usize;
-                    let c = &mut res.classes[if class < n { class } else { ci }];
-                    let seq = u64_at(8);
-                    if seq < c.max_seq {
-                        c.reordered += 1;
-                    } else if seq == c.max_seq {
-                        c.duplicates_or_stale += 1;
-                        continue;
-                    } else {
-                        c.max_seq = seq;
-                    }
-                    c.received += 1;
-                    let arrival = arrival.unwrap_or_else(|| {
-                        res.unstamped += 1;
-                        now
-                    });
-                    let departed = u64_at(16);
-                    if arrival < departed {
-                        // Cannot happen with one clock and a stamp read before the
-                        // send; counted rather than folded into the histogram as 0.
-                        res.negative_latency += 1;
-                    }
-                    c.latency.record(arrival.saturating_sub(departed));
+                    account(res, b, window.point, ci, arrival, now);
                 }
             }
         }
@@ -1264,6 +1302,117 @@ fn receive(socks: &[OwnedFd], ctl: &mpsc::Receiver<SinkCtl>, stop: &AtomicBool) 
             unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 5) };
         }
     }
+}
+
+/// Whether the kernel coalesces datagrams (UDP_GRO) on any of the sockets.
+fn any_gro(socks: &[OwnedFd]) -> bool {
+    socks.iter().any(|s| {
+        let mut v = 0i32;
+        let mut len = std::mem::size_of::<i32>() as u32;
+        // SAFETY: valid fd and an int-sized buffer.
+        let rc = unsafe {
+            libc::getsockopt(
+                s.as_raw_fd(),
+                libc::SOL_UDP,
+                libc::UDP_GRO,
+                (&mut v as *mut i32).cast(),
+                &mut len,
+            )
+        };
+        rc == 0 && v != 0
+    })
+}
+
+/// The sink's tallies since the point began, and the drops, CPU and wall time then.
+struct SinkWindow {
+    point: Option<u32>,
+    res: SinkResult,
+    drops0: Vec<u64>,
+    cpu0: u64,
+    wall0: u64,
+}
+
+impl SinkWindow {
+    fn begin(point: Option<u32>, socks: &[OwnedFd]) -> SinkWindow {
+        SinkWindow {
+            point,
+            res: SinkResult {
+                classes: vec![SinkClass::default(); socks.len()],
+                ..SinkResult::default()
+            },
+            drops0: socks.iter().map(socket_drops).collect(),
+            cpu0: thread_cpu_ns(),
+            wall0: mono_ns(),
+        }
+    }
+
+    /// The tallies so far, with the socket drops and CPU use since the beginning.
+    fn collect(&self, socks: &[OwnedFd]) -> SinkResult {
+        let mut out = self.res.clone();
+        for (i, s) in socks.iter().enumerate() {
+            out.classes[i].socket_drops = socket_drops(s).saturating_sub(self.drops0[i]);
+        }
+        let wall = mono_ns().saturating_sub(self.wall0).max(1);
+        out.cpu_busy = thread_cpu_ns().saturating_sub(self.cpu0) as f64 / wall as f64;
+        out
+    }
+}
+
+/// Counts packet `b` (read on socket `ci`) of point `point`: order, duplicates and its
+/// latency from its departure stamp to `arrival` (`now` where the kernel gave none).
+#[inline]
+fn account(
+    res: &mut SinkResult,
+    b: &[u8],
+    point: Option<u32>,
+    ci: usize,
+    arrival: Option<u64>,
+    now: u64,
+) {
+    if b.len() < HEADER {
+        return;
+    }
+    let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+    let u64_at = |o: usize| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[o..o + 8]);
+        u64::from_le_bytes(a)
+    };
+    if u32_at(0) != MAGIC {
+        return;
+    }
+    let flags = u16::from_le_bytes([b[26], b[27]]);
+    if Some(u32_at(4)) != point {
+        res.stale += 1;
+        return;
+    }
+    if flags & FLAG_MEASURED == 0 {
+        return;
+    }
+    let n = res.classes.len();
+    let class = u16::from_le_bytes([b[24], b[25]]) as usize;
+    let c = &mut res.classes[if class < n { class } else { ci }];
+    let seq = u64_at(8);
+    if seq < c.max_seq {
+        c.reordered += 1;
+    } else if seq == c.max_seq {
+        c.duplicates_or_stale += 1;
+        return;
+    } else {
+        c.max_seq = seq;
+    }
+    c.received += 1;
+    let arrival = arrival.unwrap_or_else(|| {
+        res.unstamped += 1;
+        now
+    });
+    let departed = u64_at(16);
+    if arrival < departed {
+        // Cannot happen with one clock and a stamp read before the send; counted
+        // rather than folded into the histogram as 0.
+        res.negative_latency += 1;
+    }
+    c.latency.record(arrival.saturating_sub(departed));
 }
 
 impl SinkResult {

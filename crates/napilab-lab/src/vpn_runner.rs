@@ -26,7 +26,7 @@ use napilab_experiment::configuration::{self, PointSpec, Testbed};
 use napilab_experiment::maximum::{MeasuredTrial, PacketTestbed};
 
 use crate::netns::{delete_namespace, linked_namespaces, ns_name, pin, sh_in, LinkEnd};
-use crate::runner::{notice, now_ms, Ctx, Observer, SysctlGuard};
+use crate::run_context::{notice, now_ms, Ctx, Observer, SysctlGuard};
 use crate::tunnel::{detect, endpoint, peers};
 
 pub const PEERS_ADDR: Ipv4Addr = Ipv4Addr::new(10, 201, 4, 1);
@@ -310,7 +310,9 @@ fn measure_point(
     if stop.load(Ordering::Relaxed) {
         return Ok(None);
     }
-    let m = &ctx.scenario.measurement;
+    // A copy of the scenario reference, so `m` does not hold `ctx` borrowed.
+    let scenario = ctx.scenario;
+    let m = &scenario.measurement;
     let peers_cfg = |secs: f64| peers::PeersConfig {
         netns: Some(lab.peers_ns.clone()),
         endpoint: ep.listen_addr(),
@@ -338,27 +340,7 @@ fn measure_point(
     // the window opens a drain after the warm-up ends.
     let drain_before_window_ms = if warmup_s > 0.0 { m.drain_ms } else { 0 };
     let window_opens_ms = now_ms() + (warmup_s * 1000.0) as u64 + drain_before_window_ms;
-    let observer = observed
-        .then(|| {
-            Observer::start(
-                &lab.dut_ns,
-                Duration::from_secs_f64(m.duration_s),
-                m.trace,
-                Some(window_opens_ms),
-            )
-        })
-        .transpose();
-    let observer = match observer {
-        Ok(o) => o,
-        Err(e) => {
-            notice(
-                &mut ctx.notices,
-                "DUT observation",
-                format!("could not start the observer in the DUT namespace ({e}): a point has no Observation"),
-            );
-            None
-        }
-    };
+    let observer = start_observer(ctx, lab, window_opens_ms);
     if warmup_s > 0.0 {
         peers::run(&peers_cfg(warmup_s), &stop).map_err(anyhow::Error::msg)?;
         // Without this the warm-up's packets still in the workers' queues and the TUN
@@ -371,7 +353,63 @@ fn measure_point(
     // Packets in flight through the workers and TUN.
     std::thread::sleep(Duration::from_millis(m.drain_ms));
     let after = ep.stats();
-    let observation = match observer.map(|o| o.finish(Duration::from_secs(20), &stop)) {
+    let observation = finish_observer(ctx, observer, window_opens_ms, warmup_s);
+    if stop.load(Ordering::Relaxed) {
+        return Ok(None);
+    }
+    Ok(Some(point_result(
+        w,
+        cfg,
+        load,
+        repeat,
+        m.duration_s,
+        &sent,
+        &before,
+        &after,
+        observation,
+    )))
+}
+
+/// The DUT's observer for the measured window opening at `window_opens_ms`, when the
+/// run observes; where it cannot start, a notice says the point has no Observation.
+fn start_observer(ctx: &mut Ctx<'_>, lab: &VpnLab, window_opens_ms: u64) -> Option<Observer> {
+    let m = &ctx.scenario.measurement;
+    let observer = ctx
+        .opts
+        .observe
+        .then(|| {
+            Observer::start(
+                &lab.dut_ns,
+                Duration::from_secs_f64(m.duration_s),
+                m.trace,
+                Some(window_opens_ms),
+            )
+        })
+        .transpose();
+    match observer {
+        Ok(o) => o,
+        Err(e) => {
+            notice(
+                &mut ctx.notices,
+                "DUT observation",
+                format!("could not start the observer in the DUT namespace ({e}): a point has no Observation"),
+            );
+            None
+        }
+    }
+}
+
+/// The point's Observation; a late first sample lengthens later warm-ups (and says
+/// so when the lateness matters), a failed observer leaves a notice.
+fn finish_observer(
+    ctx: &mut Ctx<'_>,
+    observer: Option<Observer>,
+    window_opens_ms: u64,
+    warmup_s: f64,
+) -> Option<napilab_core::Observation> {
+    let m = &ctx.scenario.measurement;
+    let stop = ctx.opts.stop.clone();
+    match observer.map(|o| o.finish(Duration::from_secs(20), &stop)) {
         Some(Ok(o)) => {
             let late_s = (o.origin.started_unix_ms as f64 - window_opens_ms as f64) / 1000.0;
             if late_s > 0.0 {
@@ -398,10 +436,23 @@ fn measure_point(
             None
         }
         None => None,
-    };
-    if stop.load(Ordering::Relaxed) {
-        return Ok(None);
     }
+}
+
+/// The point from the peers' send figures and the endpoint's counters before and
+/// after the measured window.
+#[allow(clippy::too_many_arguments)]
+fn point_result(
+    w: &TunnelWorkload,
+    cfg: &Configuration,
+    load: f64,
+    repeat: u32,
+    duration_s: f64,
+    sent: &peers::PeersStats,
+    before: &endpoint::EndpointStats,
+    after: &endpoint::EndpointStats,
+    observation: Option<napilab_core::Observation>,
+) -> PointResult {
     let d = |a: u64, b: u64| a.saturating_sub(b);
     let datagrams = d(after.datagrams, before.datagrams);
     let queue_full = d(after.worker_queue_full, before.worker_queue_full);
@@ -421,12 +472,12 @@ fn measure_point(
         .sum();
     let window = sent.elapsed_s.max(1e-9);
     let worker_cpus: Vec<u32> = after.workers.iter().filter_map(|w| w.cpu).collect();
-    Ok(Some(PointResult {
+    PointResult {
         role: PointRole::Sweep,
         requested_pps: load,
         offered_pps: sent.sent_pps,
         repeat,
-        duration_s: m.duration_s,
+        duration_s,
         classes: vec![ClassResult {
             name: "tunnel".into(),
             // Outer datagram: IP + UDP + the tunnel header and tag + the inner packet.
@@ -467,5 +518,5 @@ fn measure_point(
         },
         observation,
         many_napi: None,
-    }))
+    }
 }

@@ -8,7 +8,7 @@ use anyhow::{anyhow, Result};
 use plotters::prelude::*;
 
 use crate::comparison::{Comparison, Estimate, HostComparison, PairDifference};
-use crate::html::{esc, grouped, CSS};
+use crate::markup::{esc, grouped, CSS};
 use crate::plot::{colour, fmt_short};
 
 const WIDTH: u32 = 440;

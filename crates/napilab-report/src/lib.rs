@@ -11,6 +11,7 @@ pub mod comparison;
 mod csv;
 mod html;
 pub mod many_napi_page;
+mod markup;
 mod metrics;
 mod openmetrics;
 mod plot;

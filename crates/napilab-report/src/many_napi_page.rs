@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use napilab_core::many_napi::ManyNapiPoint;
 use napilab_core::RunRecord;
 
-use crate::html::esc;
+use crate::markup::esc;
 
 pub const HEADER: [&str; 11] = [
     "configuration",

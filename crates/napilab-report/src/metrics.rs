@@ -252,67 +252,7 @@ fn many_napi_rows(r: &mut Rows, m: &napilab_core::many_napi::ManyNapiPoint) {
 fn observation_rows(r: &mut Rows, obs: &Observation) {
     let iv = &obs.intervals;
     for cpu in napilab_core::stats::cpus(obs) {
-        let scope = format!("cpu{cpu}");
-        type Pick = fn(&napilab_core::CpuInterval) -> Option<&Metric>;
-        let picks: [(&str, Pick); 12] = [
-            ("hardirqs", |c| c.hardirqs.as_ref()),
-            ("net_hardirqs", |c| c.net_hardirqs.as_ref()),
-            ("net_rx_softirqs", |c| c.net_rx_softirqs.as_ref()),
-            ("net_tx_softirqs", |c| c.net_tx_softirqs.as_ref()),
-            ("softnet_processed", |c| c.softnet_processed.as_ref()),
-            ("softnet_dropped", |c| c.softnet_dropped.as_ref()),
-            ("time_squeeze", |c| c.time_squeeze.as_ref()),
-            ("flow_limit", |c| c.flow_limit.as_ref()),
-            ("received_rps", |c| c.received_rps.as_ref()),
-            ("packets_per_net_rx_softirq", |c| {
-                c.packets_per_net_rx_softirq.as_ref()
-            }),
-            ("packets_per_net_hardirq", |c| {
-                c.packets_per_net_hardirq.as_ref()
-            }),
-            ("ksoftirqd", |c| c.ksoftirqd.as_ref()),
-        ];
-        for (name, pick) in picks {
-            let mean = mean_over(iv.iter().map(|i| (i, i.cpu(cpu).and_then(pick))));
-            if let Some((m, _)) = mean {
-                r.metric(&scope, name, &m);
-            }
-        }
-        type SharePick = fn(&napilab_core::CpuTimeShares) -> &Metric;
-        let shares: [(&str, SharePick); 8] = [
-            ("time.user", |t| &t.user),
-            ("time.nice", |t| &t.nice),
-            ("time.system", |t| &t.system),
-            ("time.idle", |t| &t.idle),
-            ("time.iowait", |t| &t.iowait),
-            ("time.irq", |t| &t.irq),
-            ("time.softirq", |t| &t.softirq),
-            ("time.steal", |t| &t.steal),
-        ];
-        for (name, pick) in shares {
-            let mean = mean_over(
-                iv.iter()
-                    .map(|i| (i, i.cpu(cpu).and_then(|c| c.time.as_ref()).map(pick))),
-            );
-            if let Some((m, _)) = mean {
-                r.metric(&scope, name, &m);
-            }
-        }
-        if let Some(busy) = crate::series::cpu_busy(obs, cpu) {
-            r.metric(&scope, "time.busy", &busy);
-        }
-        type TracePick = fn(&napilab_core::trace::CpuTraceTime) -> &Metric;
-        let traced: [(&str, TracePick); 4] = [
-            ("measured.softirq", |t| &t.softirq),
-            ("measured.net_softirq", |t| &t.net_softirq),
-            ("measured.softirq_ksoftirqd", |t| &t.softirq_ksoftirqd),
-            ("measured.hardirq", |t| &t.hardirq),
-        ];
-        for (name, pick) in traced {
-            if let Some(m) = crate::series::traced_cpu_time(obs, cpu, pick) {
-                r.metric(&scope, name, &m);
-            }
-        }
+        cpu_rows(r, obs, cpu);
     }
     for (stage, cores) in crate::series::stage_cores(obs) {
         r.plain(
@@ -323,6 +263,90 @@ fn observation_rows(r: &mut Rows, obs: &Observation) {
             Source::Sample.as_str(),
         );
     }
+    device_rows(r, iv);
+    irq_and_thread_rows(r, iv);
+    for (name, pick) in [
+        (
+            "rx_bits",
+            (|i: &napilab_core::Interval| i.host.rx_bits.as_ref())
+                as fn(&napilab_core::Interval) -> Option<&Metric>,
+        ),
+        ("cpu_per_mbps", |i| i.host.cpu_per_mbps.as_ref()),
+    ] {
+        if let Some((m, _)) = mean_over(iv.iter().map(|i| (i, pick(i)))) {
+            r.metric("host", name, &m);
+        }
+    }
+}
+
+/// One CPU's means: counters, tick-sampled time shares, busy time and traced time.
+fn cpu_rows(r: &mut Rows, obs: &Observation, cpu: u32) {
+    let iv = &obs.intervals;
+    let scope = format!("cpu{cpu}");
+    type Pick = fn(&napilab_core::CpuInterval) -> Option<&Metric>;
+    let picks: [(&str, Pick); 12] = [
+        ("hardirqs", |c| c.hardirqs.as_ref()),
+        ("net_hardirqs", |c| c.net_hardirqs.as_ref()),
+        ("net_rx_softirqs", |c| c.net_rx_softirqs.as_ref()),
+        ("net_tx_softirqs", |c| c.net_tx_softirqs.as_ref()),
+        ("softnet_processed", |c| c.softnet_processed.as_ref()),
+        ("softnet_dropped", |c| c.softnet_dropped.as_ref()),
+        ("time_squeeze", |c| c.time_squeeze.as_ref()),
+        ("flow_limit", |c| c.flow_limit.as_ref()),
+        ("received_rps", |c| c.received_rps.as_ref()),
+        ("packets_per_net_rx_softirq", |c| {
+            c.packets_per_net_rx_softirq.as_ref()
+        }),
+        ("packets_per_net_hardirq", |c| {
+            c.packets_per_net_hardirq.as_ref()
+        }),
+        ("ksoftirqd", |c| c.ksoftirqd.as_ref()),
+    ];
+    for (name, pick) in picks {
+        let mean = mean_over(iv.iter().map(|i| (i, i.cpu(cpu).and_then(pick))));
+        if let Some((m, _)) = mean {
+            r.metric(&scope, name, &m);
+        }
+    }
+    type SharePick = fn(&napilab_core::CpuTimeShares) -> &Metric;
+    let shares: [(&str, SharePick); 8] = [
+        ("time.user", |t| &t.user),
+        ("time.nice", |t| &t.nice),
+        ("time.system", |t| &t.system),
+        ("time.idle", |t| &t.idle),
+        ("time.iowait", |t| &t.iowait),
+        ("time.irq", |t| &t.irq),
+        ("time.softirq", |t| &t.softirq),
+        ("time.steal", |t| &t.steal),
+    ];
+    for (name, pick) in shares {
+        let mean = mean_over(
+            iv.iter()
+                .map(|i| (i, i.cpu(cpu).and_then(|c| c.time.as_ref()).map(pick))),
+        );
+        if let Some((m, _)) = mean {
+            r.metric(&scope, name, &m);
+        }
+    }
+    if let Some(busy) = crate::series::cpu_busy(obs, cpu) {
+        r.metric(&scope, "time.busy", &busy);
+    }
+    type TracePick = fn(&napilab_core::trace::CpuTraceTime) -> &Metric;
+    let traced: [(&str, TracePick); 4] = [
+        ("measured.softirq", |t| &t.softirq),
+        ("measured.net_softirq", |t| &t.net_softirq),
+        ("measured.softirq_ksoftirqd", |t| &t.softirq_ksoftirqd),
+        ("measured.hardirq", |t| &t.hardirq),
+    ];
+    for (name, pick) in traced {
+        if let Some(m) = crate::series::traced_cpu_time(obs, cpu, pick) {
+            r.metric(&scope, name, &m);
+        }
+    }
+}
+
+/// Each device's means over the intervals that saw it.
+fn device_rows(r: &mut Rows, iv: &[napilab_core::Interval]) {
     let mut devices: Vec<&str> = iv
         .iter()
         .flat_map(|i| i.devices.iter().map(|d| d.name.as_str()))
@@ -357,6 +381,10 @@ fn observation_rows(r: &mut Rows, obs: &Observation) {
             }
         }
     }
+}
+
+/// Each IRQ's total and each thread's CPU share, as means.
+fn irq_and_thread_rows(r: &mut Rows, iv: &[napilab_core::Interval]) {
     let mut irqs: Vec<u32> = iv
         .iter()
         .flat_map(|i| i.irqs.iter().map(|q| q.number))
@@ -385,18 +413,6 @@ fn observation_rows(r: &mut Rows, obs: &Observation) {
         }));
         if let Some((m, _)) = mean {
             r.metric(&format!("thread:{thread}"), "cpu", &m);
-        }
-    }
-    for (name, pick) in [
-        (
-            "rx_bits",
-            (|i: &napilab_core::Interval| i.host.rx_bits.as_ref())
-                as fn(&napilab_core::Interval) -> Option<&Metric>,
-        ),
-        ("cpu_per_mbps", |i| i.host.cpu_per_mbps.as_ref()),
-    ] {
-        if let Some((m, _)) = mean_over(iv.iter().map(|i| (i, pick(i)))) {
-            r.metric("host", name, &m);
         }
     }
 }

@@ -10,7 +10,7 @@ use anyhow::Result;
 use napilab_core::{RequestResults, RunRecord};
 use plotters::prelude::SeriesLabelPosition;
 
-use crate::html::{esc, figures_html, grouped, Figure};
+use crate::markup::{esc, figures_html, grouped, Figure};
 use crate::plot::{self, colour, fmt_short, Chart, Series, Style, YAxis};
 
 const QPS_AXIS: &str = "achieved requests/s";

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use napilab_core::RunRecord;
 
-use crate::html::{esc, grouped};
+use crate::markup::{esc, grouped};
 
 fn us(x: Option<f64>) -> String {
     x.map_or_else(|| "-".into(), |v| format!("{v:.0}"))

@@ -565,53 +565,8 @@ fn fit_costs(
         "veth lab of this machine, fitted on {name} of lab run {}",
         record.run_id
     );
-    // 2. The engines: marginal cost per packet, in cycles of the profile's clock.
-    let base_testbed = base.testbed.unwrap_or_default();
-    let (generator, generator_note) = match generator_batch_cost(record, &figures.engine) {
-        Some((ns, used)) => (
-            (ns * ghz).round(),
-            format!(
-                "slope of the generator thread's CPU over the sent rate where it sent in batches beside a threaded DUT ({} of this run; the generator is testbed, not DUT)",
-                used.join(", ")
-            ),
-        ),
-        None => match generator_paced_cost(record, &figures.engine) {
-            Some((ns, used)) => (
-                (ns * ghz).round(),
-                format!(
-                    "per frame sent where the generator paced in the kernel (least squares of its thread's CPU over frames sent and idle runs, {} of this run), applied also to batches (ASSUMED: no configuration sent in batches beside a threaded DUT)",
-                    used.join(", ")
-                ),
-            ),
-            None => (
-                base_testbed.generator_cycles_per_packet,
-                format!("kept from the base profile (ASSUMED here): no configuration of this run had the {} generator sending in batches beside a threaded DUT or pacing in the kernel", figures.engine),
-            ),
-        },
-    };
-    let sink_pts: Vec<(f64, f64)> = figures
-        .points
-        .iter()
-        .map(|p| (p.delivered_pps, p.sink_share))
-        .collect();
-    let sink_ns = match line(&sink_pts) {
-        Some((slope, _)) if slope > 0.0 => slope * 1e9,
-        _ => {
-            sink_pts
-                .iter()
-                .map(|(x, y)| y / x)
-                .fold(f64::INFINITY, f64::min)
-                * 1e9
-        }
-    };
-    let testbed = Testbed {
-        generator_cycles_per_packet: generator.max(0.0),
-        sink_cycles_per_packet: (sink_ns * ghz).max(0.0).round(),
-    };
-    notes.push(format!(
-        "testbed.generator_cycles_per_packet {:.0}: {generator_note}; sink_cycles_per_packet {:.0}: slope of the sink's CPU over the delivered rate at {} point(s) of {name}",
-        testbed.generator_cycles_per_packet, testbed.sink_cycles_per_packet, figures.points.len()
-    ));
+    let (testbed, note) = fit_testbed(record, &figures, base, name);
+    notes.push(note);
     lab.testbed = Some(testbed);
     // 1. The DUT's per-packet and per-poll costs, solved against the twin's own poll
     // counts (the engines are not folded here: the fit compares the DUT's thread alone).
@@ -692,6 +647,64 @@ fn fit_costs(
         dut_share,
         notes,
     })
+}
+
+/// Step 2 of the module's procedure, the engines: their marginal cost per packet, in
+/// cycles of the profile's clock, and the note that says where each came from.
+fn fit_testbed(
+    record: &RunRecord,
+    figures: &LabFigures,
+    base: &LabProfile,
+    name: &str,
+) -> (Testbed, String) {
+    let ghz = base.profile.cpu_ghz;
+    let base_testbed = base.testbed.unwrap_or_default();
+    let (generator, generator_note) = match generator_batch_cost(record, &figures.engine) {
+        Some((ns, used)) => (
+            (ns * ghz).round(),
+            format!(
+                "slope of the generator thread's CPU over the sent rate where it sent in batches beside a threaded DUT ({} of this run; the generator is testbed, not DUT)",
+                used.join(", ")
+            ),
+        ),
+        None => match generator_paced_cost(record, &figures.engine) {
+            Some((ns, used)) => (
+                (ns * ghz).round(),
+                format!(
+                    "per frame sent where the generator paced in the kernel (least squares of its thread's CPU over frames sent and idle runs, {} of this run), applied also to batches (ASSUMED: no configuration sent in batches beside a threaded DUT)",
+                    used.join(", ")
+                ),
+            ),
+            None => (
+                base_testbed.generator_cycles_per_packet,
+                format!("kept from the base profile (ASSUMED here): no configuration of this run had the {} generator sending in batches beside a threaded DUT or pacing in the kernel", figures.engine),
+            ),
+        },
+    };
+    let sink_pts: Vec<(f64, f64)> = figures
+        .points
+        .iter()
+        .map(|p| (p.delivered_pps, p.sink_share))
+        .collect();
+    let sink_ns = match line(&sink_pts) {
+        Some((slope, _)) if slope > 0.0 => slope * 1e9,
+        _ => {
+            sink_pts
+                .iter()
+                .map(|(x, y)| y / x)
+                .fold(f64::INFINITY, f64::min)
+                * 1e9
+        }
+    };
+    let testbed = Testbed {
+        generator_cycles_per_packet: generator.max(0.0),
+        sink_cycles_per_packet: (sink_ns * ghz).max(0.0).round(),
+    };
+    let note = format!(
+        "testbed.generator_cycles_per_packet {:.0}: {generator_note}; sink_cycles_per_packet {:.0}: slope of the sink's CPU over the delivered rate at {} point(s) of {name}",
+        testbed.generator_cycles_per_packet, testbed.sink_cycles_per_packet, figures.points.len()
+    );
+    (testbed, note)
 }
 
 /// Fits a lab profile on configuration `name` of `record`, starting from `base`.

@@ -159,6 +159,7 @@ impl ServerProfile {
 }
 
 /// What one mode of the run gives the fit.
+#[derive(Clone)]
 struct ModeRun<'a> {
     /// Index into the plan's configurations.
     index: usize,
@@ -564,275 +565,29 @@ pub fn calibrate(
     base: &LabProfile,
     command: &str,
 ) -> Result<ServerCalibration, ConfigError> {
-    let plan = server_plan(record, file)?;
-    let ghz = base.profile.cpu_ghz;
-    let cycles = |seconds: f64| seconds * 1e9 * ghz;
-    let reference = format!("lab run {} by {command}", record.run_id);
-    let mut costs = ServerCosts::assumed();
-    let mut notes = Vec::new();
-    let mut unfixed = Vec::new();
-    // A cost per request on one CPU cannot exceed that CPU's time per request at the
-    // highest rate the server kept up with.
-    let ceiling = |runs: &[ModeRun<'_>]| {
-        let top = runs
-            .iter()
-            .flat_map(|r| r.points.iter().map(|p| p.achieved_qps))
-            .fold(0.0, f64::max);
-        cycles(1.0 / top.max(1.0))
+    let mut fit = ServerFit {
+        plan: server_plan(record, file)?,
+        record,
+        base,
+        ghz: base.profile.cpu_ghz,
+        reference: format!("lab run {} by {command}", record.run_id),
+        costs: ServerCosts::assumed(),
+        notes: Vec::new(),
+        unfixed: Vec::new(),
     };
-
-    // 1. The server's own cost, where the requests' receive is on the client's CPU.
-    let mut app_runs = mode_runs(&plan, record, ServerMode::NoCoalescing);
-    let mut why_not = too_few(&app_runs, ServerMode::NoCoalescing);
-    if let Some(first) = &why_not {
-        let deferral = mode_runs(&plan, record, ServerMode::Deferral);
-        match too_few(&deferral, ServerMode::Deferral) {
-            None => {
-                app_runs = deferral;
-                why_not = None;
-            }
-            Some(second) => why_not = Some(format!("{first}; {second}")),
-        }
-    }
-    app_runs.retain(|r| r.rates().len() >= 2);
-    // The lab's worker time is one number (user and system together): the split
-    // between the two is kept from the assumed costs.
-    let user_part = costs.app_user_cycles / (costs.app_user_cycles + costs.app_kernel_cycles);
-    match (why_not, app_runs.first()) {
-        (None, Some(run)) => {
-            let lab = run.lab_slope().unwrap_or(0.0);
-            let solved = solve_linear(
-                |total| {
-                    let mut c = costs.clone();
-                    c.app_user_cycles = total * user_part;
-                    c.app_kernel_cycles = total * (1.0 - user_part);
-                    Ok(vec![twin_slope(&plan, run, base, &c)?])
-                },
-                &[lab],
-                (2_000.0, 12_000.0),
-                (
-                    (0.0, "a cost is not negative"),
-                    (
-                        ceiling(std::slice::from_ref(run)),
-                        "a CPU cannot spend more per request than 1 / the highest rate it kept up with",
-                    ),
-                ),
-            )?;
-            match solved {
-                Some(s) => {
-                    costs.app_user_cycles = (s.value * user_part).round();
-                    costs.app_kernel_cycles = (s.value * (1.0 - user_part)).round();
-                    let detail = format!(
-                        "the server's CPU per request in {}: slope of its workers' CPU time (and NAPI kthreads') over the achieved rate at {} ({:.0} ns a request), where the requests' receive runs on the client's CPU; the twin's total solved to match it{}; the user/kernel split {:.0}/{:.0} is ASSUMED (the lab measures the worker's time as one number)",
-                        run.name,
-                        run.rates().iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join("/"),
-                        lab * 1e9,
-                        clamp_note(&s),
-                        user_part * 100.0,
-                        (1.0 - user_part) * 100.0
-                    );
-                    notes.push(format!(
-                        "server.app_user_cycles {:.0} + server.app_kernel_cycles {:.0}: {detail}",
-                        costs.app_user_cycles, costs.app_kernel_cycles
-                    ));
-                    for key in ["server.app_user_cycles", "server.app_kernel_cycles"] {
-                        costs
-                            .provenance
-                            .insert(key.into(), fitted(&reference, detail.clone()));
-                    }
-                }
-                None => unfixed.push(format!(
-                    "server.app_user_cycles, server.app_kernel_cycles kept ASSUMED: the twin's server CPU in {} does not move with them",
-                    run.name
-                )),
-            }
-        }
-        (why, _) => unfixed.push(format!(
-            "server.app_user_cycles, server.app_kernel_cycles kept ASSUMED ({:.0}, {:.0}): {}",
-            costs.app_user_cycles,
-            costs.app_kernel_cycles,
-            why.unwrap_or_default()
-        )),
-    }
-
-    // 2. One pass of the busy-polling loop: the worker's CPU time per busy poll at
-    // busy-wait's low rates (up to three times the lowest, where passes that find
-    // nothing dominate), the median over those points: the worker's CPU time and the
-    // trace tier's poll count cover slightly different windows, so single points
-    // scatter.
-    let busy = mode_runs(&plan, record, ServerMode::BusyWait);
-    let low = busy.first().and_then(|run| {
-        let lowest = run
-            .results
-            .points
-            .iter()
-            .map(|p| p.requested_qps)
-            .fold(f64::INFINITY, f64::min);
-        let mut passes: Vec<(f64, f64)> = run
-            .results
-            .points
-            .iter()
-            .filter(|p| p.requested_qps <= 3.0 * lowest)
-            .filter_map(|p| Some((p.requested_qps, pass_time(p)?)))
-            .collect();
-        passes.sort_by(|a, b| a.1.total_cmp(&b.1));
-        let median = passes.get(passes.len() / 2)?;
-        Some((run, median.0, median.1, passes.len()))
-    });
-    match low {
-        None => unfixed.push(format!(
-            "server.poll_cycles kept ASSUMED ({:.0}): {}",
-            costs.poll_cycles,
-            if busy.is_empty() {
-                "the run has no configuration of napilab's server in mode busy-wait"
-            } else {
-                "busy-wait's lowest rate has no busy polls counted (measurement.trace = \"always\" counts them)"
-            }
-        )),
-        Some((run, qps, lab_pass, n)) => {
-            let solved = solve_linear(
-                |x| {
-                    let mut c = costs.clone();
-                    c.poll_cycles = x;
-                    let pts = twin_points(&plan, run.index, base, &c, &[qps])?;
-                    Ok(vec![pts.first().and_then(pass_time).unwrap_or(0.0)])
-                },
-                &[lab_pass],
-                (200.0, 1_000.0),
-                (
-                    (50.0 * ghz, "a system call and an empty veth poll take at least ~50 ns"),
-                    (100_000.0 * ghz, "a pass of 100 us would not be busy polling"),
-                ),
-            )?;
-            match solved {
-                Some(s) => {
-                    costs.poll_cycles = s.value.round();
-                    let detail = format!(
-                        "{}'s worker CPU time per busy poll, the median of {n} point(s) at its low rates: {:.0} ns at {qps:.0} requests/s (its CPU time over the trace tier's busy polls; CPU time, not wall time, so a worker waiting for its CPU does not lengthen the pass); solved so the twin's pass at that rate matches{}",
-                        run.name,
-                        lab_pass * 1e9,
-                        clamp_note(&s)
-                    );
-                    let value = costs.poll_cycles;
-                    record_fit(&mut notes, &mut costs, &reference, "server.poll_cycles", value, detail);
-                }
-                None => unfixed.push(format!(
-                    "server.poll_cycles kept ASSUMED ({:.0}): the twin's busy-polling pass in {} does not move with it",
-                    costs.poll_cycles, run.name
-                )),
-            }
-        }
-    }
-
-    // 3. The requests' receive where it runs on the server's CPU in a thread of its
-    // own: threaded (the NAPI kthread), else irq-suspend (the worker's busy polls; its
-    // timer-driven softirq polls are not in any thread's time and are left out).
-    let mut receive_runs = mode_runs(&plan, record, ServerMode::Threaded);
-    receive_runs.retain(|r| r.rates().len() >= 2);
-    if receive_runs.is_empty() {
-        receive_runs = mode_runs(&plan, record, ServerMode::IrqSuspend);
-        receive_runs.retain(|r| r.rates().len() >= 2);
-    }
-    if receive_runs.is_empty() {
-        unfixed.push(format!(
-            "server.receive_cycles kept ASSUMED ({:.0}): neither threaded nor irq-suspend of napilab's server met the objective at two offered rates",
-            costs.receive_cycles
-        ));
-    } else {
-        let targets: Vec<f64> = receive_runs
-            .iter()
-            .map(|r| r.lab_slope().unwrap_or(0.0))
-            .collect();
-        let top = ceiling(&receive_runs);
-        let solved = solve_linear(
-            |x| {
-                let mut c = costs.clone();
-                c.receive_cycles = x;
-                receive_runs
-                    .iter()
-                    .map(|r| twin_slope(&plan, r, base, &c))
-                    .collect()
-            },
-            &targets,
-            (500.0, 5_000.0),
-            (
-                (0.0, "a cost is not negative"),
-                (
-                    (top - costs.app_user_cycles - costs.app_kernel_cycles).max(0.0),
-                    "with the server's own cost it cannot exceed 1 / the highest rate served",
-                ),
-            ),
-        )?;
-        match solved {
-            Some(s) => {
-                costs.receive_cycles = s.value.round();
-                let detail = format!(
-                    "the server's CPU per request in {} ({} ns), where the requests' receive runs on the server's CPU, beside the server's own cost; the twin's slope solved to match it (least squares){}",
-                    names(&receive_runs),
-                    targets.iter().map(|t| format!("{:.0}", t * 1e9)).collect::<Vec<_>>().join(" and "),
-                    clamp_note(&s)
-                );
-                let value = costs.receive_cycles;
-                record_fit(&mut notes, &mut costs, &reference, "server.receive_cycles", value, detail);
-            }
-            None => unfixed.push(format!(
-                "server.receive_cycles kept ASSUMED ({:.0}): the twin's server CPU in {} does not move with it",
-                costs.receive_cycles,
-                names(&receive_runs)
-            )),
-        }
-    }
-
-    // 4. The client's cost per request, where the requests are not polled on its CPU.
-    let mut client_runs = mode_runs(&plan, record, ServerMode::Threaded);
-    client_runs.extend(mode_runs(&plan, record, ServerMode::BusyWait));
-    let client_points: Vec<&RequestPointResult> = client_runs
-        .iter()
-        .flat_map(|r| r.points.iter().copied())
-        .collect();
-    let client = slope(&client_points, |p| Some(p.client_cpu_busy)).filter(|s| *s > 0.0);
-    match client {
-        Some(s) => notes.push(format!(
-            "client_cycles_per_request {:.0}: slope of the load generator thread's CPU over the achieved rate in {} (the requests are polled on the server's CPU there); the twin's client is ideal, so this is reported, not charged: where the lab's client limits a maximum, the twin's is an upper bound",
-            cycles(s),
-            names(&client_runs)
-        )),
-        None => unfixed.push(
-            "client_cycles_per_request not fitted: neither threaded nor busy-wait of napilab's server met the objective at two offered rates".into(),
-        ),
-    }
-
-    // A cost the run could not fix says so in its provenance, beside why it is assumed.
-    for (key, src) in costs.provenance.iter_mut() {
-        if src.kind == SourceKind::Assumed {
-            if let Some(why) = unfixed.iter().find(|u| u.contains(key.as_str())) {
-                src.detail = format!(
-                    "{}; not fitted on lab run {}: {why}",
-                    src.detail, record.run_id
-                );
-            }
-        }
-    }
-
-    // The fitted costs against the lab, per statistic used.
-    let mut checks = Vec::new();
-    for r in app_runs.iter().chain(&receive_runs) {
-        checks.push(FitCheck {
-            configuration: r.name.to_string(),
-            statistic: "server CPU per request, ns (slope of workers + NAPI kthreads)".into(),
-            lab: r.lab_slope().unwrap_or(0.0) * 1e9,
-            twin: twin_slope(&plan, r, base, &costs)? * 1e9,
-        });
-    }
-    if let Some((run, qps, lab_pass, _)) = low {
-        let pts = twin_points(&plan, run.index, base, &costs, &[qps])?;
-        checks.push(FitCheck {
-            configuration: run.name.to_string(),
-            statistic: format!("worker CPU per busy poll at {qps:.0} requests/s, ns"),
-            lab: lab_pass * 1e9,
-            twin: pts.first().and_then(pass_time).unwrap_or(0.0) * 1e9,
-        });
-    }
+    let app_runs = fit.app()?;
+    let low = fit.poll()?;
+    let receive_runs = fit.receive()?;
+    let client = fit.client();
+    fit.mark_unfixed();
+    let checks = fit.checks(&app_runs, &receive_runs, low.as_ref())?;
+    let ServerFit {
+        costs,
+        notes,
+        unfixed,
+        ..
+    } = fit;
+    let cycles = |seconds: f64| seconds * 1e9 * base.profile.cpu_ghz;
     let mut lab = base.clone();
     lab.profile.name = VETH_LAB_SERVER_NAME.into();
     lab.profile.description = format!(
@@ -849,6 +604,330 @@ pub fn calibrate(
         unfixed,
         checks,
     })
+}
+
+/// Busy-wait's run at its low rates: (run, requested rate, the lab's median CPU time
+/// per busy poll, points the median is over).
+type LowRates<'r> = (ModeRun<'r>, f64, f64, usize);
+
+/// The server fit's inputs and what it has fitted so far; each step fits one cost,
+/// in order, on the costs the steps before it fitted.
+struct ServerFit<'r> {
+    plan: TwinPlan,
+    record: &'r RunRecord,
+    base: &'r LabProfile,
+    ghz: f64,
+    /// Names the run and the command in the provenance.
+    reference: String,
+    costs: ServerCosts,
+    notes: Vec<String>,
+    unfixed: Vec<String>,
+}
+
+impl<'r> ServerFit<'r> {
+    fn cycles(&self, seconds: f64) -> f64 {
+        seconds * 1e9 * self.ghz
+    }
+
+    /// A cost per request on one CPU cannot exceed that CPU's time per request at the
+    /// highest rate the server kept up with.
+    fn ceiling(&self, runs: &[ModeRun<'_>]) -> f64 {
+        let top = runs
+            .iter()
+            .flat_map(|r| r.points.iter().map(|p| p.achieved_qps))
+            .fold(0.0, f64::max);
+        self.cycles(1.0 / top.max(1.0))
+    }
+
+    /// Step 1: the server's own cost, where the requests' receive is on the client's
+    /// CPU. Returns the runs it was fitted on.
+    fn app(&mut self) -> Result<Vec<ModeRun<'r>>, ConfigError> {
+        let (plan, record) = (&self.plan, self.record);
+        let mut app_runs = mode_runs(plan, record, ServerMode::NoCoalescing);
+        let mut why_not = too_few(&app_runs, ServerMode::NoCoalescing);
+        if let Some(first) = &why_not {
+            let deferral = mode_runs(plan, record, ServerMode::Deferral);
+            match too_few(&deferral, ServerMode::Deferral) {
+                None => {
+                    app_runs = deferral;
+                    why_not = None;
+                }
+                Some(second) => why_not = Some(format!("{first}; {second}")),
+            }
+        }
+        app_runs.retain(|r| r.rates().len() >= 2);
+        // The lab's worker time is one number (user and system together): the split
+        // between the two is kept from the assumed costs.
+        let user_part = self.costs.app_user_cycles
+            / (self.costs.app_user_cycles + self.costs.app_kernel_cycles);
+        match (why_not, app_runs.first()) {
+            (None, Some(run)) => {
+                let lab = run.lab_slope().unwrap_or(0.0);
+                let solved = solve_linear(
+                |total| {
+                    let mut c = self.costs.clone();
+                    c.app_user_cycles = total * user_part;
+                    c.app_kernel_cycles = total * (1.0 - user_part);
+                    Ok(vec![twin_slope(&self.plan, run, self.base, &c)?])
+                },
+                &[lab],
+                (2_000.0, 12_000.0),
+                (
+                    (0.0, "a cost is not negative"),
+                    (
+                        self.ceiling(std::slice::from_ref(run)),
+                        "a CPU cannot spend more per request than 1 / the highest rate it kept up with",
+                    ),
+                ),
+            )?;
+                match solved {
+                Some(s) => {
+                    self.costs.app_user_cycles = (s.value * user_part).round();
+                    self.costs.app_kernel_cycles = (s.value * (1.0 - user_part)).round();
+                    let detail = format!(
+                        "the server's CPU per request in {}: slope of its workers' CPU time (and NAPI kthreads') over the achieved rate at {} ({:.0} ns a request), where the requests' receive runs on the client's CPU; the twin's total solved to match it{}; the user/kernel split {:.0}/{:.0} is ASSUMED (the lab measures the worker's time as one number)",
+                        run.name,
+                        run.rates().iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join("/"),
+                        lab * 1e9,
+                        clamp_note(&s),
+                        user_part * 100.0,
+                        (1.0 - user_part) * 100.0
+                    );
+                    self.notes.push(format!(
+                        "server.app_user_cycles {:.0} + server.app_kernel_cycles {:.0}: {detail}",
+                        self.costs.app_user_cycles, self.costs.app_kernel_cycles
+                    ));
+                    for key in ["server.app_user_cycles", "server.app_kernel_cycles"] {
+                        self.costs
+                            .provenance
+                            .insert(key.into(), fitted(&self.reference, detail.clone()));
+                    }
+                }
+                None => self.unfixed.push(format!(
+                    "server.app_user_cycles, server.app_kernel_cycles kept ASSUMED: the twin's server CPU in {} does not move with them",
+                    run.name
+                )),
+            }
+            }
+            (why, _) => self.unfixed.push(format!(
+                "server.app_user_cycles, server.app_kernel_cycles kept ASSUMED ({:.0}, {:.0}): {}",
+                self.costs.app_user_cycles,
+                self.costs.app_kernel_cycles,
+                why.unwrap_or_default()
+            )),
+        }
+
+        Ok(app_runs)
+    }
+
+    /// Step 2: one pass of the busy-polling loop. Returns the low rates it was
+    /// fitted at.
+    fn poll(&mut self) -> Result<Option<LowRates<'r>>, ConfigError> {
+        let (plan, record) = (&self.plan, self.record);
+        // One pass of the busy-polling loop: the worker's CPU time per busy poll at
+        // busy-wait's low rates (up to three times the lowest, where passes that find
+        // nothing dominate), the median over those points: the worker's CPU time and the
+        // trace tier's poll count cover slightly different windows, so single points
+        // scatter.
+        let busy = mode_runs(plan, record, ServerMode::BusyWait);
+        let low = busy.first().and_then(|run| {
+            let lowest = run
+                .results
+                .points
+                .iter()
+                .map(|p| p.requested_qps)
+                .fold(f64::INFINITY, f64::min);
+            let mut passes: Vec<(f64, f64)> = run
+                .results
+                .points
+                .iter()
+                .filter(|p| p.requested_qps <= 3.0 * lowest)
+                .filter_map(|p| Some((p.requested_qps, pass_time(p)?)))
+                .collect();
+            passes.sort_by(|a, b| a.1.total_cmp(&b.1));
+            let median = passes.get(passes.len() / 2)?;
+            Some((run, median.0, median.1, passes.len()))
+        });
+        match low {
+        None => self.unfixed.push(format!(
+            "server.poll_cycles kept ASSUMED ({:.0}): {}",
+            self.costs.poll_cycles,
+            if busy.is_empty() {
+                "the run has no configuration of napilab's server in mode busy-wait"
+            } else {
+                "busy-wait's lowest rate has no busy polls counted (measurement.trace = \"always\" counts them)"
+            }
+        )),
+        Some((run, qps, lab_pass, n)) => {
+            let solved = solve_linear(
+                |x| {
+                    let mut c = self.costs.clone();
+                    c.poll_cycles = x;
+                    let pts = twin_points(&self.plan, run.index, self.base, &c, &[qps])?;
+                    Ok(vec![pts.first().and_then(pass_time).unwrap_or(0.0)])
+                },
+                &[lab_pass],
+                (200.0, 1_000.0),
+                (
+                    (50.0 * self.ghz, "a system call and an empty veth poll take at least ~50 ns"),
+                    (100_000.0 * self.ghz, "a pass of 100 us would not be busy polling"),
+                ),
+            )?;
+            match solved {
+                Some(s) => {
+                    self.costs.poll_cycles = s.value.round();
+                    let detail = format!(
+                        "{}'s worker CPU time per busy poll, the median of {n} point(s) at its low rates: {:.0} ns at {qps:.0} requests/s (its CPU time over the trace tier's busy polls; CPU time, not wall time, so a worker waiting for its CPU does not lengthen the pass); solved so the twin's pass at that rate matches{}",
+                        run.name,
+                        lab_pass * 1e9,
+                        clamp_note(&s)
+                    );
+                    let value = self.costs.poll_cycles;
+                    record_fit(&mut self.notes, &mut self.costs, &self.reference, "server.poll_cycles", value, detail);
+                }
+                None => self.unfixed.push(format!(
+                    "server.poll_cycles kept ASSUMED ({:.0}): the twin's busy-polling pass in {} does not move with it",
+                    self.costs.poll_cycles, run.name
+                )),
+            }
+        }
+    }
+
+        // The run is cloned so that the checks at the end can use it again.
+        Ok(low.map(|(run, qps, pass, n)| (run.clone(), qps, pass, n)))
+    }
+
+    /// Step 3: the requests' receive. Returns the runs it was fitted on.
+    fn receive(&mut self) -> Result<Vec<ModeRun<'r>>, ConfigError> {
+        let (plan, record) = (&self.plan, self.record);
+        // The requests' receive where it runs on the server's CPU in a thread of its
+        // own: threaded (the NAPI kthread), else irq-suspend (the worker's busy polls; its
+        // timer-driven softirq polls are not in any thread's time and are left out).
+        let mut receive_runs = mode_runs(plan, record, ServerMode::Threaded);
+        receive_runs.retain(|r| r.rates().len() >= 2);
+        if receive_runs.is_empty() {
+            receive_runs = mode_runs(plan, record, ServerMode::IrqSuspend);
+            receive_runs.retain(|r| r.rates().len() >= 2);
+        }
+        if receive_runs.is_empty() {
+            self.unfixed.push(format!(
+            "server.receive_cycles kept ASSUMED ({:.0}): neither threaded nor irq-suspend of napilab's server met the objective at two offered rates",
+            self.costs.receive_cycles
+        ));
+        } else {
+            let targets: Vec<f64> = receive_runs
+                .iter()
+                .map(|r| r.lab_slope().unwrap_or(0.0))
+                .collect();
+            let top = self.ceiling(&receive_runs);
+            let solved = solve_linear(
+                |x| {
+                    let mut c = self.costs.clone();
+                    c.receive_cycles = x;
+                    receive_runs
+                        .iter()
+                        .map(|r| twin_slope(&self.plan, r, self.base, &c))
+                        .collect()
+                },
+                &targets,
+                (500.0, 5_000.0),
+                (
+                    (0.0, "a cost is not negative"),
+                    (
+                        (top - self.costs.app_user_cycles - self.costs.app_kernel_cycles).max(0.0),
+                        "with the server's own cost it cannot exceed 1 / the highest rate served",
+                    ),
+                ),
+            )?;
+            match solved {
+            Some(s) => {
+                self.costs.receive_cycles = s.value.round();
+                let detail = format!(
+                    "the server's CPU per request in {} ({} ns), where the requests' receive runs on the server's CPU, beside the server's own cost; the twin's slope solved to match it (least squares){}",
+                    names(&receive_runs),
+                    targets.iter().map(|t| format!("{:.0}", t * 1e9)).collect::<Vec<_>>().join(" and "),
+                    clamp_note(&s)
+                );
+                let value = self.costs.receive_cycles;
+                record_fit(&mut self.notes, &mut self.costs, &self.reference, "server.receive_cycles", value, detail);
+            }
+            None => self.unfixed.push(format!(
+                "server.receive_cycles kept ASSUMED ({:.0}): the twin's server CPU in {} does not move with it",
+                self.costs.receive_cycles,
+                names(&receive_runs)
+            )),
+        }
+        }
+
+        Ok(receive_runs)
+    }
+
+    /// Step 4: the client's cost per request (reported, not charged).
+    fn client(&mut self) -> Option<f64> {
+        let (plan, record) = (&self.plan, self.record);
+        // 4. The client's cost per request, where the requests are not polled on its CPU.
+        let mut client_runs = mode_runs(plan, record, ServerMode::Threaded);
+        client_runs.extend(mode_runs(plan, record, ServerMode::BusyWait));
+        let client_points: Vec<&RequestPointResult> = client_runs
+            .iter()
+            .flat_map(|r| r.points.iter().copied())
+            .collect();
+        let client = slope(&client_points, |p| Some(p.client_cpu_busy)).filter(|s| *s > 0.0);
+        match client {
+        Some(s) => self.notes.push(format!(
+            "client_cycles_per_request {:.0}: slope of the load generator thread's CPU over the achieved rate in {} (the requests are polled on the server's CPU there); the twin's client is ideal, so this is reported, not charged: where the lab's client limits a maximum, the twin's is an upper bound",
+            self.cycles(s),
+            names(&client_runs)
+        )),
+        None => self.unfixed.push(
+            "client_cycles_per_request not fitted: neither threaded nor busy-wait of napilab's server met the objective at two offered rates".into(),
+        ),
+    }
+
+        client
+    }
+
+    fn mark_unfixed(&mut self) {
+        // A cost the run could not fix says so in its provenance, beside why it is assumed.
+        for (key, src) in self.costs.provenance.iter_mut() {
+            if src.kind == SourceKind::Assumed {
+                if let Some(why) = self.unfixed.iter().find(|u| u.contains(key.as_str())) {
+                    src.detail = format!(
+                        "{}; not fitted on lab run {}: {why}",
+                        src.detail, self.record.run_id
+                    );
+                }
+            }
+        }
+    }
+
+    /// The fitted costs against the lab, per statistic used.
+    fn checks(
+        &self,
+        app_runs: &[ModeRun<'r>],
+        receive_runs: &[ModeRun<'r>],
+        low: Option<&LowRates<'r>>,
+    ) -> Result<Vec<FitCheck>, ConfigError> {
+        let mut checks = Vec::new();
+        for r in app_runs.iter().chain(receive_runs) {
+            checks.push(FitCheck {
+                configuration: r.name.to_string(),
+                statistic: "server CPU per request, ns (slope of workers + NAPI kthreads)".into(),
+                lab: r.lab_slope().unwrap_or(0.0) * 1e9,
+                twin: twin_slope(&self.plan, r, self.base, &self.costs)? * 1e9,
+            });
+        }
+        if let Some(&(ref run, qps, lab_pass, _)) = low {
+            let pts = twin_points(&self.plan, run.index, self.base, &self.costs, &[qps])?;
+            checks.push(FitCheck {
+                configuration: run.name.to_string(),
+                statistic: format!("worker CPU per busy poll at {qps:.0} requests/s, ns"),
+                lab: lab_pass * 1e9,
+                twin: pts.first().and_then(pass_time).unwrap_or(0.0) * 1e9,
+            });
+        }
+        Ok(checks)
+    }
 }
 
 /// What limited the lab's maximum at the objective.

@@ -459,14 +459,13 @@ fn topology(sim: &Sim) -> TopologyMap {
                 .iter()
                 .any(|q| q.napi == crate::config::NapiContext::Threaded) as u32,
         ),
-        ethtool: Some(napilab_core::EthtoolInfo {
-            channels: vec![("combined".to_string(), nq as u64)],
-            rings: vec![("rx".to_string(), cfg.ingress.rx_ring_size as u64)],
-            coalesce: vec![
-                ("rx-usecs".to_string(), cfg.ingress.rx_usecs as u64),
-                ("rx-frames".to_string(), cfg.ingress.rx_frames as u64),
-            ],
-        }),
+        ethtool: Some(model_ethtool(
+            nq,
+            "rx",
+            cfg.ingress.rx_ring_size,
+            cfg.ingress.rx_usecs,
+            cfg.ingress.rx_frames,
+        )),
         rx_queues: (0..nq as u32)
             .map(|i| RxQueue {
                 index: i,
@@ -488,14 +487,13 @@ fn topology(sim: &Sim) -> TopologyMap {
             kind: qdisc_name(cfg.egress.qdisc).to_string(),
             children: vec![],
         }),
-        ethtool: Some(napilab_core::EthtoolInfo {
-            channels: vec![("combined".to_string(), ncpu as u64)],
-            rings: vec![("tx".to_string(), cfg.egress.tx_ring_size as u64)],
-            coalesce: vec![
-                ("tx-usecs".to_string(), cfg.egress.tx_usecs as u64),
-                ("tx-frames".to_string(), cfg.egress.tx_frames as u64),
-            ],
-        }),
+        ethtool: Some(model_ethtool(
+            ncpu,
+            "tx",
+            cfg.egress.tx_ring_size,
+            cfg.egress.tx_usecs,
+            cfg.egress.tx_frames,
+        )),
         tx_queues: (0..ncpu as u32)
             .map(|i| CoreTxQueue {
                 index: i,
@@ -546,11 +544,62 @@ fn qdisc_name(q: QdiscKind) -> &'static str {
     }
 }
 
+/// What `ethtool` would show of a modelled device: `channels` combined channels, one
+/// ring size and the coalescing of its `dir` ("rx" or "tx") side.
+fn model_ethtool(
+    channels: usize,
+    dir: &str,
+    ring_size: u32,
+    usecs: u32,
+    frames: u32,
+) -> napilab_core::EthtoolInfo {
+    napilab_core::EthtoolInfo {
+        channels: vec![("combined".to_string(), channels as u64)],
+        rings: vec![(dir.to_string(), ring_size as u64)],
+        coalesce: vec![
+            (format!("{dir}-usecs"), usecs as u64),
+            (format!("{dir}-frames"), frames as u64),
+        ],
+    }
+}
+
 fn observation_interval(sim: &Sim, mi: &ModelInterval, k: &Counts, secs: f64) -> Interval {
     let rate = |x: u64| x as f64 / secs;
+    let cfg = sim.cfg;
+    let cpus = cpu_intervals(sim, mi, k, secs);
+    let devices = device_intervals(sim, mi, k, secs);
+    let irqs = irq_intervals(sim, k, secs);
+    let threads = thread_intervals(sim, k, secs);
+    let rx_mbps = rate(k.rx_bytes) * 8.0 / 1e6;
+    let busy: f64 = mi.cpus.iter().map(|c| c.busy).sum();
+    Interval {
+        index: mi.index,
+        start_s: mi.start_s,
+        duration_s: secs,
+        cpus,
+        devices,
+        irqs,
+        threads,
+        trace: Some(trace_interval(mi, cfg.tunnel.is_some().then_some("wg0"))),
+        host: HostInterval {
+            rx_bits: Some(m(rate(k.rx_bytes) * 8.0, Unit::BitsPerSecond)),
+            cpu_per_mbps: (rx_mbps > 0.0).then(|| {
+                Metric::derived(
+                    busy / rx_mbps,
+                    Unit::CpuPerMbps,
+                    Source::Model,
+                    "true busy CPU summed over CPUs / received Mbit/s",
+                )
+            }),
+        },
+    }
+}
+
+/// Each CPU's counters and tick-sampled shares over the interval.
+fn cpu_intervals(sim: &Sim, mi: &ModelInterval, k: &Counts, secs: f64) -> Vec<CpuInterval> {
+    let rate = |x: u64| x as f64 / secs;
     let rps = sim.backlog_napi.iter().any(|b| b.is_some());
-    let cpus = mi
-        .cpus
+    mi.cpus
         .iter()
         .map(|r| {
             let c = r.cpu as usize;
@@ -598,7 +647,12 @@ fn observation_interval(sim: &Sim, mi: &ModelInterval, k: &Counts, secs: f64) ->
                 ksoftirqd: Some(m(r.ksoftirqd, Unit::CpuFraction)),
             }
         })
-        .collect();
+        .collect()
+}
+
+/// The ingress device (its RX queues) and the egress device (its qdisc).
+fn device_intervals(sim: &Sim, mi: &ModelInterval, k: &Counts, secs: f64) -> Vec<DeviceInterval> {
+    let rate = |x: u64| x as f64 / secs;
     let cfg = sim.cfg;
     let nq = cfg.ingress.queues.len();
     let ingress = DeviceInterval {
@@ -636,8 +690,14 @@ fn observation_interval(sim: &Sim, mi: &ModelInterval, k: &Counts, secs: f64) ->
         }),
         ..DeviceInterval::default()
     };
-    let irqs = sim
-        .lines
+    vec![ingress, egress]
+}
+
+/// Each IRQ line's rate, on its one CPU.
+fn irq_intervals(sim: &Sim, k: &Counts, secs: f64) -> Vec<IrqInterval> {
+    let rate = |x: u64| x as f64 / secs;
+    let cfg = sim.cfg;
+    sim.lines
         .iter()
         .enumerate()
         .map(|(l, line)| IrqInterval {
@@ -654,9 +714,13 @@ fn observation_interval(sim: &Sim, mi: &ModelInterval, k: &Counts, secs: f64) ->
             total: Some(m(rate(k.lines[l]), Unit::PerSecond)),
             per_cpu: vec![(line.cpu as u32, m(rate(k.lines[l]), Unit::PerSecond))],
         })
-        .collect();
-    let threads = sim
-        .threads
+        .collect()
+}
+
+/// Each thread's CPU share, with its role (workqueue workers have none, and are left out).
+fn thread_intervals(sim: &Sim, k: &Counts, secs: f64) -> Vec<ThreadInterval> {
+    let cfg = sim.cfg;
+    sim.threads
         .iter()
         .enumerate()
         .filter_map(|(t, th)| {
@@ -685,30 +749,7 @@ fn observation_interval(sim: &Sim, mi: &ModelInterval, k: &Counts, secs: f64) ->
                 cpu: Some(m(k.thread_ns[t] as f64 / (secs * 1e9), Unit::CpuFraction)),
             })
         })
-        .collect();
-    let rx_mbps = rate(k.rx_bytes) * 8.0 / 1e6;
-    let busy: f64 = mi.cpus.iter().map(|c| c.busy).sum();
-    Interval {
-        index: mi.index,
-        start_s: mi.start_s,
-        duration_s: secs,
-        cpus,
-        devices: vec![ingress, egress],
-        irqs,
-        threads,
-        trace: Some(trace_interval(mi, cfg.tunnel.is_some().then_some("wg0"))),
-        host: HostInterval {
-            rx_bits: Some(m(rate(k.rx_bytes) * 8.0, Unit::BitsPerSecond)),
-            cpu_per_mbps: (rx_mbps > 0.0).then(|| {
-                Metric::derived(
-                    busy / rx_mbps,
-                    Unit::CpuPerMbps,
-                    Source::Model,
-                    "true busy CPU summed over CPUs / received Mbit/s",
-                )
-            }),
-        },
-    }
+        .collect()
 }
 
 /// The tracing tier's view of an interval, as the model knows it exactly: per CPU the

@@ -498,6 +498,15 @@ impl AlwaysOn {
             cpus: cpus.to_vec(),
             ..Snapshot::default()
         };
+        self.read_napi(&mut snap);
+        self.read_softirqs(&mut snap);
+        self.read_net_rx(&mut snap);
+        self.read_irqs(&mut snap);
+        snap
+    }
+
+    /// NAPI polls per (instance, context, CPU) from napi_slots and napi_stats.
+    fn read_napi(&self, snap: &mut Snapshot) {
         let maps = &self.skel.maps;
         // Each napi_slots entry names one (NAPI instance, context) pair on one CPU and
         // the napi_stats slot holding its counters on that CPU.
@@ -551,6 +560,11 @@ impl AlwaysOn {
                 },
             );
         }
+    }
+
+    /// Softirq runs per (CPU, vector, context) from softirq_stats.
+    fn read_softirqs(&self, snap: &mut Snapshot) {
+        let maps = &self.skel.maps;
         for index in 0..NR_SOFTIRQS * ExecContext::ALL.len() as u32 {
             let vector = index / ExecContext::ALL.len() as u32;
             let context = ExecContext::ALL[(index % ExecContext::ALL.len() as u32) as usize];
@@ -579,6 +593,11 @@ impl AlwaysOn {
                 );
             }
         }
+    }
+
+    /// NET_RX action runs per (CPU, context) from net_rx_stats.
+    fn read_net_rx(&self, snap: &mut Snapshot) {
+        let maps = &self.skel.maps;
         for (i, context) in ExecContext::ALL.iter().enumerate() {
             let Ok(Some(values)) = maps
                 .net_rx_stats
@@ -605,6 +624,11 @@ impl AlwaysOn {
                 );
             }
         }
+    }
+
+    /// Device hard IRQs per (irq, CPU) and the lost-event counters from .bss.
+    fn read_irqs(&self, snap: &mut Snapshot) {
+        let maps = &self.skel.maps;
         let (seen, napi_lost, irq_lost) = match maps.bss_data.as_deref() {
             // SAFETY: the .bss map is memory-mapped for the skeleton's lifetime; the BPF
             // programs write it concurrently, so every field is read volatile, by value.
@@ -648,7 +672,6 @@ impl AlwaysOn {
                 irq_rows(k[0], values);
             }
         }
-        snap
     }
 }
 

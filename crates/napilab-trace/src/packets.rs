@@ -375,147 +375,199 @@ fn open(plan: &[Attach; NR_HOOKS]) -> Result<OpenPacketsSkel<'static>, StartErro
     Ok(open)
 }
 
+/// What could not be attached or loaded, and what is lost: (what, why).
+type Notices = Vec<(String, String)>;
+
+/// Which program of each hook to load: none where this kernel lacks the tracepoint
+/// (named in a notice), tp_btf where vmlinux has its BTF type (unless raw is forced),
+/// raw_tp otherwise.
+fn plan_hooks(
+    options: &PacketOptions,
+    btf: &libbpf_rs::btf::Btf<'_>,
+    notices: &mut Notices,
+) -> [Attach; NR_HOOKS] {
+    let mut missing = Vec::new();
+    let mut plan = [Attach::Raw; NR_HOOKS];
+    for (attach, hook) in plan.iter_mut().zip(&HOOKS) {
+        if tracefs_has(hook.group, hook.tracepoint) == Some(false) {
+            *attach = Attach::Off;
+            missing.push(hook);
+        } else if !options.force_raw_tp
+            && btf
+                .type_by_name::<libbpf_rs::btf::types::Typedef<'_>>(&format!(
+                    "btf_trace_{}",
+                    hook.tracepoint
+                ))
+                .is_some()
+        {
+            *attach = Attach::Btf;
+        }
+    }
+    if !missing.is_empty() {
+        notices.push((
+            "per-packet tracepoints".to_string(),
+            format!(
+                "this kernel lacks {}: {}",
+                missing
+                    .iter()
+                    .map(|h| format!("{}:{}", h.group, h.tracepoint))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                missing
+                    .iter()
+                    .map(|h| h.loses)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        ));
+    }
+    plan
+}
+
+/// Loads the skeleton with `plan`; where tp_btf programs fail to load (other than for
+/// want of privilege), loads raw tracepoints instead and says so.
+fn load_skeleton(
+    plan: [Attach; NR_HOOKS],
+    notices: &mut Notices,
+) -> Result<(PacketsSkel<'static>, [Attach; NR_HOOKS], &'static str), StartError> {
+    Ok(match open(&plan)?.load() {
+        Ok(skel) => {
+            let kind = Attach::kind(&plan);
+            (skel, plan, kind)
+        }
+        Err(first) => {
+            let first = load_error(first);
+            if matches!(first, StartError::NoPrivilege(_)) {
+                return Err(first);
+            }
+            let raw = plan.map(|a| if a == Attach::Off { a } else { Attach::Raw });
+            let skel = open(&raw)?.load().map_err(load_error)?;
+            notices.push((
+                "per-packet BPF tp_btf programs".to_string(),
+                format!("did not load ({first}); using raw tracepoints (same data, slightly higher cost)"),
+            ));
+            (skel, raw, "raw_tp")
+        }
+    })
+}
+
+/// The map layouts the reader assumes, checked against the loaded object.
+fn check_map_sizes(skel: &PacketsSkel<'static>) -> Result<(), StartError> {
+    let maps = &skel.maps;
+    for (name, actual, expected) in [
+        ("pair_stats", maps.pair_stats.value_size(), PAIR_VALUE_SIZE),
+        ("pair_stats key", maps.pair_stats.key_size(), 24),
+        ("drop_stats", maps.drop_stats.value_size(), DROP_VALUE_SIZE),
+        ("drop_stats key", maps.drop_stats.key_size(), 16),
+        ("control", maps.control.value_size(), 16),
+    ] {
+        if actual as usize != expected {
+            return Err(StartError::Load(format!(
+                "map {name} has {actual} bytes, the reader expects {expected}: packets.h and packets.rs disagree"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Attaches every planned hook once (so one that cannot attach is named now); with
+/// tracing windows, the stage programs are detached again and handed to the window
+/// driver as fds, only the drop hook stays attached.
+fn attach_hooks(
+    skel: &mut PacketsSkel<'static>,
+    plan: &[Attach; NR_HOOKS],
+    options: &PacketOptions,
+    notices: &mut Notices,
+) -> Result<(Vec<Link>, Vec<WindowProgram>), StartError> {
+    let mut links = Vec::new();
+    let mut window_programs = Vec::new();
+    for ((btf_prog, raw_prog), (hook, attach)) in program_pairs!(skel.progs)
+        .into_iter()
+        .zip(HOOKS.iter().zip(plan.iter().copied()))
+    {
+        let prog = match attach {
+            Attach::Btf => btf_prog,
+            Attach::Raw => raw_prog,
+            Attach::Off => continue,
+        };
+        // Attached once in any case, so a hook that cannot attach is named now.
+        let link = match prog.attach() {
+            Ok(link) => link,
+            Err(e) => {
+                notices.push((
+                    format!("tracepoint {}:{}", hook.group, hook.tracepoint),
+                    format!("cannot attach ({e}): {} absent", hook.loses),
+                ));
+                continue;
+            }
+        };
+        if options.windows.is_none() || hook.tracepoint == DROP_HOOK {
+            links.push(link);
+            continue;
+        }
+        drop(link);
+        use std::os::fd::AsFd as _;
+        let fd = prog.as_fd().try_clone_to_owned().map_err(|e| {
+            StartError::Load(format!(
+                "cannot duplicate a program fd for the tracing windows: {e}"
+            ))
+        })?;
+        window_programs.push(WindowProgram {
+            fd,
+            raw_tracepoint: (attach == Attach::Raw)
+                .then(|| std::ffi::CString::new(hook.tracepoint).ok())
+                .flatten(),
+        });
+    }
+    Ok((links, window_programs))
+}
+
+/// The tracing windows' driver, where windows were asked for.
+fn start_windows(
+    skel: &PacketsSkel<'static>,
+    options: &PacketOptions,
+    window_programs: Vec<WindowProgram>,
+) -> Result<Option<WindowDriver>, StartError> {
+    Ok(match options.windows {
+        Some(plan) => {
+            use std::os::fd::AsFd as _;
+            let dup = |fd: std::os::fd::BorrowedFd<'_>| {
+                fd.try_clone_to_owned().map_err(|e| {
+                    StartError::Load(format!(
+                        "cannot duplicate a map fd for the tracing windows: {e}"
+                    ))
+                })
+            };
+            let control = dup(skel.maps.control.as_fd())?;
+            let events = dup(skel.maps.window_events.as_fd())?;
+            Some(WindowDriver::start(
+                plan,
+                window_programs,
+                Some(control),
+                Some(events),
+            ))
+        }
+        None => None,
+    })
+}
+
 impl PacketTrace {
     /// Loads and attaches the programs.
     pub fn start(options: &PacketOptions) -> Result<PacketTrace, StartError> {
         // libbpf's parser: one parse, then lookups by name.
         let btf = libbpf_rs::btf::Btf::from_path(VMLINUX_BTF).map_err(|_| StartError::NoBtf)?;
         let mut notices = Vec::new();
-        let mut missing = Vec::new();
-        let mut plan = [Attach::Raw; NR_HOOKS];
-        for (attach, hook) in plan.iter_mut().zip(&HOOKS) {
-            if tracefs_has(hook.group, hook.tracepoint) == Some(false) {
-                *attach = Attach::Off;
-                missing.push(hook);
-            } else if !options.force_raw_tp
-                && btf
-                    .type_by_name::<libbpf_rs::btf::types::Typedef<'_>>(&format!(
-                        "btf_trace_{}",
-                        hook.tracepoint
-                    ))
-                    .is_some()
-            {
-                *attach = Attach::Btf;
-            }
-        }
+        let plan = plan_hooks(options, &btf, &mut notices);
         let reasons = DropReasons::load(Some(&btf));
         drop(btf);
-        if !missing.is_empty() {
-            notices.push((
-                "per-packet tracepoints".to_string(),
-                format!(
-                    "this kernel lacks {}: {}",
-                    missing
-                        .iter()
-                        .map(|h| format!("{}:{}", h.group, h.tracepoint))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    missing
-                        .iter()
-                        .map(|h| h.loses)
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                ),
-            ));
-        }
-        let (mut skel, plan, attach_kind) = match open(&plan)?.load() {
-            Ok(skel) => {
-                let kind = Attach::kind(&plan);
-                (skel, plan, kind)
-            }
-            Err(first) => {
-                let first = load_error(first);
-                if matches!(first, StartError::NoPrivilege(_)) {
-                    return Err(first);
-                }
-                let raw = plan.map(|a| if a == Attach::Off { a } else { Attach::Raw });
-                let skel = open(&raw)?.load().map_err(load_error)?;
-                notices.push((
-                    "per-packet BPF tp_btf programs".to_string(),
-                    format!("did not load ({first}); using raw tracepoints (same data, slightly higher cost)"),
-                ));
-                (skel, raw, "raw_tp")
-            }
-        };
-        let maps = &skel.maps;
-        for (name, actual, expected) in [
-            ("pair_stats", maps.pair_stats.value_size(), PAIR_VALUE_SIZE),
-            ("pair_stats key", maps.pair_stats.key_size(), 24),
-            ("drop_stats", maps.drop_stats.value_size(), DROP_VALUE_SIZE),
-            ("drop_stats key", maps.drop_stats.key_size(), 16),
-            ("control", maps.control.value_size(), 16),
-        ] {
-            if actual as usize != expected {
-                return Err(StartError::Load(format!(
-                    "map {name} has {actual} bytes, the reader expects {expected}: packets.h and packets.rs disagree"
-                )));
-            }
-        }
+        let (mut skel, plan, attach_kind) = load_skeleton(plan, &mut notices)?;
+        check_map_sizes(&skel)?;
         if let Some(w) = &options.windows {
             w.validate().map_err(StartError::Load)?;
         }
-        let mut links = Vec::new();
-        let mut window_programs = Vec::new();
-        for ((btf_prog, raw_prog), (hook, attach)) in program_pairs!(skel.progs)
-            .into_iter()
-            .zip(HOOKS.iter().zip(plan))
-        {
-            let prog = match attach {
-                Attach::Btf => btf_prog,
-                Attach::Raw => raw_prog,
-                Attach::Off => continue,
-            };
-            // Attached once in any case, so a hook that cannot attach is named now.
-            let link = match prog.attach() {
-                Ok(link) => link,
-                Err(e) => {
-                    notices.push((
-                        format!("tracepoint {}:{}", hook.group, hook.tracepoint),
-                        format!("cannot attach ({e}): {} absent", hook.loses),
-                    ));
-                    continue;
-                }
-            };
-            if options.windows.is_none() || hook.tracepoint == DROP_HOOK {
-                links.push(link);
-                continue;
-            }
-            drop(link);
-            use std::os::fd::AsFd as _;
-            let fd = prog.as_fd().try_clone_to_owned().map_err(|e| {
-                StartError::Load(format!(
-                    "cannot duplicate a program fd for the tracing windows: {e}"
-                ))
-            })?;
-            window_programs.push(WindowProgram {
-                fd,
-                raw_tracepoint: (attach == Attach::Raw)
-                    .then(|| std::ffi::CString::new(hook.tracepoint).ok())
-                    .flatten(),
-            });
-        }
+        let (links, window_programs) = attach_hooks(&mut skel, &plan, options, &mut notices)?;
         let nr_window_programs = window_programs.len();
-        let windows = match options.windows {
-            Some(plan) => {
-                use std::os::fd::AsFd as _;
-                let dup = |fd: std::os::fd::BorrowedFd<'_>| {
-                    fd.try_clone_to_owned().map_err(|e| {
-                        StartError::Load(format!(
-                            "cannot duplicate a map fd for the tracing windows: {e}"
-                        ))
-                    })
-                };
-                let control = dup(skel.maps.control.as_fd())?;
-                let events = dup(skel.maps.window_events.as_fd())?;
-                Some(WindowDriver::start(
-                    plan,
-                    window_programs,
-                    Some(control),
-                    Some(events),
-                ))
-            }
-            None => None,
-        };
+        let windows = start_windows(&skel, options, window_programs)?;
         if reasons.is_empty() {
             notices.push((
                 "drop reason names".to_string(),

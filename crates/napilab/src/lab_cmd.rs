@@ -199,6 +199,31 @@ pub fn summary(r: &RunRecord, verbose: bool) -> String {
         Some(id) => format!("host: {}\n", id.summary()),
         None => "host: unknown (recorded before napilab kept the host identity)\n".into(),
     });
+    let (t, trials_left_out) = points_table(r, verbose);
+    out.push_str(&maxima_table(r));
+    out.push_str(&crate::lab_requests::maxima(r));
+    out.push_str(&crate::twin_table::tables(r));
+    out.push_str(&many_napi_table(r));
+    if !t.is_empty() {
+        out.push_str(&format!("{t}\n"));
+    }
+    out.push_str(&crate::lab_requests::points(r, verbose));
+    let request_trials = crate::lab_requests::search_trials(r);
+    if !verbose && trials_left_out + request_trials > 0 {
+        out.push_str(&format!(
+            "{} search trials are in the report and points.csv (--verbose prints them here)\n",
+            trials_left_out + request_trials
+        ));
+    }
+    for n in &r.notices {
+        out.push_str(&format!("note: {}: {}\n", n.what, n.why));
+    }
+    out
+}
+
+/// The sweep's points (and the searches' trials when `verbose`) as a table, and how
+/// many trials it left out.
+fn points_table(r: &RunRecord, verbose: bool) -> (Table, usize) {
     let mut t = Table::new();
     t.load_style(UTF8_BORDERS_ONLY);
     t.set_header(vec![
@@ -224,131 +249,127 @@ pub fn summary(r: &RunRecord, verbose: bool) -> String {
                 trials_left_out += 1;
                 continue;
             }
-            let late = p
-                .generator
-                .counters
-                .iter()
-                .find(|(k, _)| k == "late_departures")
-                .map_or(0, |(_, v)| *v);
-            let role = match p.role {
-                PointRole::Sweep => "sweep",
-                PointRole::Search => "search",
-            };
-            // One row per class when there are several, after a row for the point.
-            let mut rows: Vec<Row<'_>> = Vec::new();
-            let counted = |classes: &[&napilab_core::ClassResult]| {
-                let mut v: Vec<String> = Vec::new();
-                for cl in classes {
-                    for (k, n) in &cl.loss_counters {
-                        let s = format!("{k}={n}");
-                        if !v.contains(&s) {
-                            v.push(s);
-                        }
-                    }
-                }
-                v
-            };
-            let all: Vec<&napilab_core::ClassResult> = p.classes.iter().collect();
-            let single = p.classes.len() == 1;
-            rows.push((
-                if single {
-                    p.classes[0].name.clone()
-                } else {
-                    "all".into()
-                },
-                p.delivered_pps(),
-                p.loss_ratio(),
-                if single {
-                    p.classes[0].latency.as_ref()
-                } else {
-                    None
-                },
-                counted(&all),
-            ));
-            if !single {
-                for cl in &p.classes {
-                    let loss = if cl.sent == 0 {
-                        0.0
-                    } else {
-                        cl.sent.saturating_sub(cl.received) as f64 / cl.sent as f64
-                    };
-                    let delivered = if p.duration_s > 0.0 {
-                        cl.received as f64 / p.duration_s
-                    } else {
-                        0.0
-                    };
-                    rows.push((
-                        cl.name.clone(),
-                        delivered,
-                        loss,
-                        cl.latency.as_ref(),
-                        Vec::new(),
-                    ));
-                }
-            }
-            for (i, (class, delivered, loss, lat, counted)) in rows.into_iter().enumerate() {
-                let lat_cell = |f: fn(&napilab_core::LatencySummary) -> f64| {
-                    lat.map_or_else(|| "-".to_string(), |l| format!("{:.0}", f(l)))
-                };
-                let first = i == 0;
-                t.add_row(vec![
-                    if first { c.name.clone() } else { String::new() },
-                    if first { role.into() } else { String::new() },
-                    class,
-                    if first {
-                        kpps(p.requested_pps)
-                    } else {
-                        String::new()
-                    },
-                    if first {
-                        kpps(p.offered_pps)
-                    } else {
-                        String::new()
-                    },
-                    kpps(delivered),
-                    format!("{:.3}", loss * 100.0),
-                    lat_cell(|l| l.p50_us),
-                    lat_cell(|l| l.p99_us),
-                    lat_cell(|l| l.p999_us),
-                    if first {
-                        format!("{:.0}", p.generator.cpu_busy.unwrap_or(0.0) * 100.0)
-                    } else {
-                        String::new()
-                    },
-                    if first {
-                        late.to_string()
-                    } else {
-                        String::new()
-                    },
-                    if first {
-                        format!("{:.0}", p.sink.cpu_busy.unwrap_or(0.0) * 100.0)
-                    } else {
-                        String::new()
-                    },
-                    counted.join(", "),
-                ]);
-            }
+            add_point_rows(&mut t, &c.name, p);
         }
     }
-    out.push_str(&maxima_table(r));
-    out.push_str(&crate::lab_requests::maxima(r));
-    out.push_str(&crate::twin_table::tables(r));
-    out.push_str(&many_napi_table(r));
-    if !t.is_empty() {
-        out.push_str(&format!("{t}\n"));
+    (t, trials_left_out)
+}
+
+/// One point's rows: one for the point, then one per class when there are several.
+fn add_point_rows(t: &mut Table, configuration: &str, p: &napilab_core::PointResult) {
+    let late = p
+        .generator
+        .counters
+        .iter()
+        .find(|(k, _)| k == "late_departures")
+        .map_or(0, |(_, v)| *v);
+    let role = match p.role {
+        PointRole::Sweep => "sweep",
+        PointRole::Search => "search",
+    };
+    for (i, (class, delivered, loss, lat, counted)) in class_rows(p).into_iter().enumerate() {
+        let lat_cell = |f: fn(&napilab_core::LatencySummary) -> f64| {
+            lat.map_or_else(|| "-".to_string(), |l| format!("{:.0}", f(l)))
+        };
+        let first = i == 0;
+        t.add_row(vec![
+            if first {
+                configuration.to_string()
+            } else {
+                String::new()
+            },
+            if first { role.into() } else { String::new() },
+            class,
+            if first {
+                kpps(p.requested_pps)
+            } else {
+                String::new()
+            },
+            if first {
+                kpps(p.offered_pps)
+            } else {
+                String::new()
+            },
+            kpps(delivered),
+            format!("{:.3}", loss * 100.0),
+            lat_cell(|l| l.p50_us),
+            lat_cell(|l| l.p99_us),
+            lat_cell(|l| l.p999_us),
+            if first {
+                format!("{:.0}", p.generator.cpu_busy.unwrap_or(0.0) * 100.0)
+            } else {
+                String::new()
+            },
+            if first {
+                late.to_string()
+            } else {
+                String::new()
+            },
+            if first {
+                format!("{:.0}", p.sink.cpu_busy.unwrap_or(0.0) * 100.0)
+            } else {
+                String::new()
+            },
+            counted.join(", "),
+        ]);
     }
-    out.push_str(&crate::lab_requests::points(r, verbose));
-    let request_trials = crate::lab_requests::search_trials(r);
-    if !verbose && trials_left_out + request_trials > 0 {
-        out.push_str(&format!(
-            "{} search trials are in the report and points.csv (--verbose prints them here)\n",
-            trials_left_out + request_trials
-        ));
+}
+
+/// The point's row (all classes, or its only class) and, with several classes, a
+/// row per class.
+fn class_rows(p: &napilab_core::PointResult) -> Vec<Row<'_>> {
+    let mut rows: Vec<Row<'_>> = Vec::new();
+    let counted = |classes: &[&napilab_core::ClassResult]| {
+        let mut v: Vec<String> = Vec::new();
+        for cl in classes {
+            for (k, n) in &cl.loss_counters {
+                let s = format!("{k}={n}");
+                if !v.contains(&s) {
+                    v.push(s);
+                }
+            }
+        }
+        v
+    };
+    let all: Vec<&napilab_core::ClassResult> = p.classes.iter().collect();
+    let single = p.classes.len() == 1;
+    rows.push((
+        if single {
+            p.classes[0].name.clone()
+        } else {
+            "all".into()
+        },
+        p.delivered_pps(),
+        p.loss_ratio(),
+        if single {
+            p.classes[0].latency.as_ref()
+        } else {
+            None
+        },
+        counted(&all),
+    ));
+    if !single {
+        for cl in &p.classes {
+            let loss = if cl.sent == 0 {
+                0.0
+            } else {
+                cl.sent.saturating_sub(cl.received) as f64 / cl.sent as f64
+            };
+            let delivered = if p.duration_s > 0.0 {
+                cl.received as f64 / p.duration_s
+            } else {
+                0.0
+            };
+            rows.push((
+                cl.name.clone(),
+                delivered,
+                loss,
+                cl.latency.as_ref(),
+                Vec::new(),
+            ));
+        }
     }
-    for n in &r.notices {
-        out.push_str(&format!("note: {}: {}\n", n.what, n.why));
-    }
-    out
+    rows
 }
 
 /// The many-napi topology's NAPI measurements; empty for other runs.

@@ -42,172 +42,213 @@ fn busy_poll_share(interval: &Interval, cpu: u32) -> Option<f64> {
 }
 
 pub fn check(observation: &Observation) -> Vec<Finding> {
-    let mut findings = Vec::new();
-    for cpu in cpus(observation) {
-        // Only intervals with both views, so the comparison covers the same time.
-        let both: Vec<&Interval> = observation
-            .intervals
-            .iter()
-            .filter(|i| {
-                i.trace.as_ref().is_some_and(|t| t.cpu(cpu).is_some())
-                    && i.cpu(cpu).and_then(|c| c.time.as_ref()).is_some()
-            })
-            .collect();
-        if both.is_empty() {
-            continue;
-        }
-        let traced = |pick: fn(&crate::trace::CpuTraceTime) -> &Metric| {
-            mean_over(
-                both.iter()
-                    .map(|i| (*i, i.trace.as_ref().and_then(|t| t.cpu(cpu)).map(pick))),
-            )
-        };
-        let ticked = |pick: fn(&crate::observation::CpuTimeShares) -> &Metric| {
-            mean_over(
-                both.iter()
-                    .map(|i| (*i, i.cpu(cpu).and_then(|c| c.time.as_ref()).map(pick))),
-            )
-        };
-        let (Some((softirq, used)), Some((hardirq, _))) =
-            (traced(|c| &c.softirq), traced(|c| &c.hardirq))
-        else {
-            continue;
-        };
-        let (Some((tick_softirq, _)), Some((tick_irq, _)), Some((system, _)), Some((idle, _))) = (
-            ticked(|t| &t.softirq),
-            ticked(|t| &t.irq),
-            ticked(|t| &t.system),
-            ticked(|t| &t.idle),
-        ) else {
-            continue;
-        };
-        if tick_softirq.source == Source::Proc && tick_irq.source == Source::Proc {
-            // IRQ time accounting measured these too; nothing to correct.
-            continue;
-        }
-        let thread_values: Vec<(f64, f64)> = both
-            .iter()
-            .filter_map(|i| napi_thread_share(i, cpu).map(|v| (v, i.duration_s)))
-            .collect();
-        let napi_thread = (!thread_values.is_empty()).then(|| {
-            let w = sum(thread_values.iter().map(|(_, d)| *d));
-            Metric::derived(
-                sum(thread_values.iter().map(|(v, d)| v * d)) / w,
-                Unit::CpuFraction,
-                Source::Proc,
-                "CPU time of napi/* kthreads last seen on this CPU",
-            )
-        });
-        let busy_values: Vec<(f64, f64)> = both
-            .iter()
-            .filter_map(|i| busy_poll_share(i, cpu).map(|v| (v, i.duration_s)))
-            .collect();
-        let busy_poll = (!busy_values.is_empty()).then(|| {
-            let w = sum(busy_values.iter().map(|(_, d)| *d));
-            Metric::derived(
-                sum(busy_values.iter().map(|(v, d)| v * d)) / w,
-                Unit::CpuFraction,
-                Source::Sample,
-                "cpu-clock samples inside napi_busy_loop on this CPU",
-            )
-        });
-        let measured = softirq.value + hardirq.value;
-        let reported = tick_softirq.value + tick_irq.value;
-        let gap = measured - reported;
-        let understated = gap >= MIN_GAP && measured >= MIN_RATIO * reported;
-        let thread_work = napi_thread.as_ref().is_some_and(|m| m.value >= MIN_GAP);
-        let busy_work = busy_poll.as_ref().is_some_and(|m| m.value >= MIN_GAP);
-        if !understated && !thread_work && !busy_work {
-            continue;
-        }
-        let mut evidence = vec![
-            Evidence {
-                name: format!("cpu{cpu}.trace.softirq"),
-                metric: softirq.clone(),
-            },
-            Evidence {
-                name: format!("cpu{cpu}.trace.hardirq"),
-                metric: hardirq.clone(),
-            },
-            Evidence {
-                name: format!("cpu{cpu}.time.softirq"),
-                metric: tick_softirq.clone(),
-            },
-            Evidence {
-                name: format!("cpu{cpu}.time.irq"),
-                metric: tick_irq.clone(),
-            },
-            Evidence {
-                name: format!("cpu{cpu}.time.system"),
-                metric: system.clone(),
-            },
-            Evidence {
-                name: format!("cpu{cpu}.time.idle"),
-                metric: idle.clone(),
-            },
-        ];
-        let mut thread_text = String::new();
-        if let Some(m) = &napi_thread {
-            thread_text = format!(
-                " NAPI kthreads on this CPU used {} of it, which /proc/stat counts as system time ({} system in all), not softirq.",
-                pct(m.value),
-                pct(system.value)
-            );
-            evidence.push(Evidence {
-                name: format!("cpu{cpu}.napi_threads"),
-                metric: m.clone(),
-            });
-        }
-        if let Some(m) = busy_poll.as_ref().filter(|m| m.value >= MIN_GAP) {
-            thread_text.push_str(&format!(
-                " Applications busy polling on this CPU spent {} of it inside the kernel's busy-poll loop (sampled stacks), also system time for /proc/stat.",
-                pct(m.value)
-            ));
-            evidence.push(Evidence {
-                name: format!("cpu{cpu}.busy_poll"),
-                metric: m.clone(),
-            });
-        }
-        let title = if understated {
-            format!(
-                "cpu{cpu}: /proc/stat says {} softirq and {} irq, tracepoints measured {} softirq and {} hard IRQ",
-                pct(tick_softirq.value),
-                pct(tick_irq.value),
-                pct(softirq.value),
-                pct(hardirq.value)
-            )
-        } else if busy_work && !thread_work {
-            format!(
-                "cpu{cpu}: busy polling ({}) is reported as system time",
-                pct(busy_poll.as_ref().map_or(0.0, |m| m.value))
-            )
-        } else {
-            format!(
-                "cpu{cpu}: packet work in NAPI kthreads ({}) is reported as system time",
-                pct(napi_thread.as_ref().map_or(0.0, |m| m.value))
-            )
-        };
-        findings.push(Finding {
-            rule: RuleId::AccountingTruth,
-            severity: if understated { Severity::Warning } else { Severity::Info },
-            subject: Subject::Cpu(cpu),
-            title,
-            evidence,
-            threshold: format!(
-                "measured softirq+hardirq minus /proc/stat softirq+irq >= {} points and measured >= {MIN_RATIO}x reported; or NAPI kthread or sampled busy-poll time >= {}",
-                MIN_GAP * 100.0,
-                pct(MIN_GAP)
-            ),
-            explanation: format!(
-                "Over the same intervals the tracepoints timed every softirq run (softirq_entry to softirq_exit) and every device IRQ handler on cpu{cpu}: {} of the CPU, where /proc/stat, which charges each whole timer tick to whatever it interrupts, reported {} (and {} idle). The difference is softirq work that started and finished between ticks, typically right after an IRQ on an otherwise idle CPU, so the tick found the CPU idle or in the task it interrupted.{thread_text} Size the CPU from the measured figure, not from mpstat or top.",
-                pct(measured),
-                pct(reported),
-                pct(idle.value)
-            ),
-            intervals: used,
+    cpus(observation)
+        .into_iter()
+        .filter_map(|cpu| check_cpu(observation, cpu))
+        .collect()
+}
+
+/// Both views of one CPU's time over the intervals that have both: what the
+/// tracepoints measured and what /proc/stat's ticks reported.
+struct CpuViews {
+    softirq: Metric,
+    hardirq: Metric,
+    tick_softirq: Metric,
+    tick_irq: Metric,
+    system: Metric,
+    idle: Metric,
+    /// The intervals the means cover.
+    used: Vec<usize>,
+}
+
+/// The tracepoint and tick means of `cpu` over `both`, or None where a figure is
+/// missing or IRQ time accounting already measured the tick side (nothing to correct).
+fn cpu_views(both: &[&Interval], cpu: u32) -> Option<CpuViews> {
+    let traced = |pick: fn(&crate::trace::CpuTraceTime) -> &Metric| {
+        mean_over(
+            both.iter()
+                .map(|i| (*i, i.trace.as_ref().and_then(|t| t.cpu(cpu)).map(pick))),
+        )
+    };
+    let ticked = |pick: fn(&crate::observation::CpuTimeShares) -> &Metric| {
+        mean_over(
+            both.iter()
+                .map(|i| (*i, i.cpu(cpu).and_then(|c| c.time.as_ref()).map(pick))),
+        )
+    };
+    let (softirq, used) = traced(|c| &c.softirq)?;
+    let (hardirq, _) = traced(|c| &c.hardirq)?;
+    let (tick_softirq, _) = ticked(|t| &t.softirq)?;
+    let (tick_irq, _) = ticked(|t| &t.irq)?;
+    let (system, _) = ticked(|t| &t.system)?;
+    let (idle, _) = ticked(|t| &t.idle)?;
+    if tick_softirq.source == Source::Proc && tick_irq.source == Source::Proc {
+        return None;
+    }
+    Some(CpuViews {
+        softirq,
+        hardirq,
+        tick_softirq,
+        tick_irq,
+        system,
+        idle,
+        used,
+    })
+}
+
+/// The duration-weighted mean of a per-interval share of `cpu`, where any interval has it.
+fn weighted_share(
+    both: &[&Interval],
+    cpu: u32,
+    share: fn(&Interval, u32) -> Option<f64>,
+    source: Source,
+    what: &str,
+) -> Option<Metric> {
+    let values: Vec<(f64, f64)> = both
+        .iter()
+        .filter_map(|i| share(i, cpu).map(|v| (v, i.duration_s)))
+        .collect();
+    (!values.is_empty()).then(|| {
+        let w = sum(values.iter().map(|(_, d)| *d));
+        Metric::derived(
+            sum(values.iter().map(|(v, d)| v * d)) / w,
+            Unit::CpuFraction,
+            source,
+            what,
+        )
+    })
+}
+
+fn check_cpu(observation: &Observation, cpu: u32) -> Option<Finding> {
+    // Only intervals with both views, so the comparison covers the same time.
+    let both: Vec<&Interval> = observation
+        .intervals
+        .iter()
+        .filter(|i| {
+            i.trace.as_ref().is_some_and(|t| t.cpu(cpu).is_some())
+                && i.cpu(cpu).and_then(|c| c.time.as_ref()).is_some()
+        })
+        .collect();
+    if both.is_empty() {
+        return None;
+    }
+    let v = cpu_views(&both, cpu)?;
+    let napi_thread = weighted_share(
+        &both,
+        cpu,
+        napi_thread_share,
+        Source::Proc,
+        "CPU time of napi/* kthreads last seen on this CPU",
+    );
+    let busy_poll = weighted_share(
+        &both,
+        cpu,
+        busy_poll_share,
+        Source::Sample,
+        "cpu-clock samples inside napi_busy_loop on this CPU",
+    );
+    let measured = v.softirq.value + v.hardirq.value;
+    let reported = v.tick_softirq.value + v.tick_irq.value;
+    let gap = measured - reported;
+    let understated = gap >= MIN_GAP && measured >= MIN_RATIO * reported;
+    let thread_work = napi_thread.as_ref().is_some_and(|m| m.value >= MIN_GAP);
+    let busy_work = busy_poll.as_ref().is_some_and(|m| m.value >= MIN_GAP);
+    if !understated && !thread_work && !busy_work {
+        return None;
+    }
+    let mut evidence: Vec<Evidence> = [
+        ("trace.softirq", &v.softirq),
+        ("trace.hardirq", &v.hardirq),
+        ("time.softirq", &v.tick_softirq),
+        ("time.irq", &v.tick_irq),
+        ("time.system", &v.system),
+        ("time.idle", &v.idle),
+    ]
+    .into_iter()
+    .map(|(name, metric)| Evidence {
+        name: format!("cpu{cpu}.{name}"),
+        metric: metric.clone(),
+    })
+    .collect();
+    let thread_text = system_time_text(
+        cpu,
+        &v,
+        napi_thread.as_ref(),
+        busy_poll.as_ref(),
+        &mut evidence,
+    );
+    let title = if understated {
+        format!(
+            "cpu{cpu}: /proc/stat says {} softirq and {} irq, tracepoints measured {} softirq and {} hard IRQ",
+            pct(v.tick_softirq.value),
+            pct(v.tick_irq.value),
+            pct(v.softirq.value),
+            pct(v.hardirq.value)
+        )
+    } else if busy_work && !thread_work {
+        format!(
+            "cpu{cpu}: busy polling ({}) is reported as system time",
+            pct(busy_poll.as_ref().map_or(0.0, |m| m.value))
+        )
+    } else {
+        format!(
+            "cpu{cpu}: packet work in NAPI kthreads ({}) is reported as system time",
+            pct(napi_thread.as_ref().map_or(0.0, |m| m.value))
+        )
+    };
+    Some(Finding {
+        rule: RuleId::AccountingTruth,
+        severity: if understated { Severity::Warning } else { Severity::Info },
+        subject: Subject::Cpu(cpu),
+        title,
+        evidence,
+        threshold: format!(
+            "measured softirq+hardirq minus /proc/stat softirq+irq >= {} points and measured >= {MIN_RATIO}x reported; or NAPI kthread or sampled busy-poll time >= {}",
+            MIN_GAP * 100.0,
+            pct(MIN_GAP)
+        ),
+        explanation: format!(
+            "Over the same intervals the tracepoints timed every softirq run (softirq_entry to softirq_exit) and every device IRQ handler on cpu{cpu}: {} of the CPU, where /proc/stat, which charges each whole timer tick to whatever it interrupts, reported {} (and {} idle). The difference is softirq work that started and finished between ticks, typically right after an IRQ on an otherwise idle CPU, so the tick found the CPU idle or in the task it interrupted.{thread_text} Size the CPU from the measured figure, not from mpstat or top.",
+            pct(measured),
+            pct(reported),
+            pct(v.idle.value)
+        ),
+        intervals: v.used,
+    })
+}
+
+/// The sentences on packet work /proc/stat counts as system time (NAPI kthreads,
+/// busy polling), with their evidence added to `evidence`.
+fn system_time_text(
+    cpu: u32,
+    v: &CpuViews,
+    napi_thread: Option<&Metric>,
+    busy_poll: Option<&Metric>,
+    evidence: &mut Vec<Evidence>,
+) -> String {
+    let mut text = String::new();
+    if let Some(m) = napi_thread {
+        text = format!(
+            " NAPI kthreads on this CPU used {} of it, which /proc/stat counts as system time ({} system in all), not softirq.",
+            pct(m.value),
+            pct(v.system.value)
+        );
+        evidence.push(Evidence {
+            name: format!("cpu{cpu}.napi_threads"),
+            metric: m.clone(),
         });
     }
-    findings
+    if let Some(m) = busy_poll.filter(|m| m.value >= MIN_GAP) {
+        text.push_str(&format!(
+            " Applications busy polling on this CPU spent {} of it inside the kernel's busy-poll loop (sampled stacks), also system time for /proc/stat.",
+            pct(m.value)
+        ));
+        evidence.push(Evidence {
+            name: format!("cpu{cpu}.busy_poll"),
+            metric: m.clone(),
+        });
+    }
+    text
 }
 
 #[cfg(test)]

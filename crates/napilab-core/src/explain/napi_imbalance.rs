@@ -67,6 +67,15 @@ fn ratio(numerator: f64, denominator: f64) -> f64 {
 }
 
 pub fn check(observation: &Observation) -> Vec<Finding> {
+    let (per_cpu, seconds, intervals) = sum_per_cpu(observation);
+    match measure(&per_cpu, seconds) {
+        Some(m) => vec![finding(&m, intervals)],
+        None => Vec::new(),
+    }
+}
+
+/// Per-CPU sums over the traced intervals, the traced seconds and the intervals used.
+fn sum_per_cpu(observation: &Observation) -> (BTreeMap<u32, CpuSums>, f64, Vec<usize>) {
     let mut per_cpu: BTreeMap<u32, CpuSums> = BTreeMap::new();
     let mut seconds = 0.0;
     let mut intervals = Vec::new();
@@ -102,22 +111,44 @@ pub fn check(observation: &Observation) -> Vec<Finding> {
             per_cpu.entry(row.cpu).or_default().irqs += row.count;
         }
     }
+    (per_cpu, seconds, intervals)
+}
+
+/// The figures of an imbalance that passed every threshold.
+struct Imbalance {
+    seconds: f64,
+    hot_cpu: u32,
+    hot_time: f64,
+    cool_time: f64,
+    bh_share: f64,
+    bh_polls: u64,
+    total_polls: u64,
+    hot_batch: f64,
+    cool_batch: f64,
+    cool_polls: u64,
+    cool_empty: u64,
+    hot_irq_rate: f64,
+    cool_irq_rate: f64,
+    /// Devices polled at bh-enable on the hot CPU, comma separated ("<dev>" if none).
+    device_list: String,
+}
+
+/// The hot CPU against the others, where every condition of the rule holds.
+fn measure(per_cpu: &BTreeMap<u32, CpuSums>, seconds: f64) -> Option<Imbalance> {
     if per_cpu.len() < 2 || seconds <= 0.0 {
-        return Vec::new();
+        return None;
     }
     let total_packets: u64 = per_cpu.values().map(|s| s.packets).sum();
     let total_polls: u64 = per_cpu.values().map(|s| s.polls).sum();
     let bh_polls: u64 = per_cpu.values().map(|s| s.bh_enable_polls).sum();
     if (total_packets as f64) / seconds < MIN_PACKETS_PER_SECOND || total_polls == 0 {
-        return Vec::new();
+        return None;
     }
     let bh_share = bh_polls as f64 / total_polls as f64;
     if bh_share < MIN_BH_ENABLE_SHARE {
-        return Vec::new();
+        return None;
     }
-    let Some((&hot_cpu, hot)) = per_cpu.iter().max_by_key(|(_, s)| s.net_rx_ns) else {
-        return Vec::new();
-    };
+    let (&hot_cpu, hot) = per_cpu.iter().max_by_key(|(_, s)| s.net_rx_ns)?;
     let others: Vec<&CpuSums> = per_cpu
         .iter()
         .filter(|(cpu, _)| **cpu != hot_cpu)
@@ -134,7 +165,7 @@ pub fn check(observation: &Observation) -> Vec<Finding> {
     // Polls on the cool CPUs are part of the signature (pollers that run too early);
     // with none there, one CPU simply owns every instance: not this misreading.
     if hot.polls == 0 || cool_polls == 0 {
-        return Vec::new();
+        return None;
     }
     let hot_batch = hot.packets as f64 / hot.polls as f64;
     let cool_batch = cool_packets as f64 / cool_polls as f64;
@@ -148,17 +179,52 @@ pub fn check(observation: &Observation) -> Vec<Finding> {
         || batch_ratio < MIN_BATCH_RATIO
         || irqs_concentrated
     {
-        return Vec::new();
+        return None;
     }
-    let cool_empty_share = cool_empty as f64 / cool_polls as f64;
     let devices: Vec<String> = hot.bh_enable_devices.iter().cloned().collect();
     let device_list = if devices.is_empty() {
         "<dev>".to_string()
     } else {
         devices.join(",")
     };
+    Some(Imbalance {
+        seconds,
+        hot_cpu,
+        hot_time,
+        cool_time,
+        bh_share,
+        bh_polls,
+        total_polls,
+        hot_batch,
+        cool_batch,
+        cool_polls,
+        cool_empty,
+        hot_irq_rate,
+        cool_irq_rate,
+        device_list,
+    })
+}
+
+fn finding(m: &Imbalance, intervals: Vec<usize>) -> Finding {
+    let Imbalance {
+        seconds,
+        hot_cpu,
+        hot_time,
+        cool_time,
+        bh_share,
+        bh_polls,
+        total_polls,
+        hot_batch,
+        cool_batch,
+        cool_polls,
+        cool_empty,
+        hot_irq_rate,
+        cool_irq_rate,
+        ref device_list,
+    } = *m;
+    let cool_empty_share = cool_empty as f64 / cool_polls as f64;
     let trace = |v: f64, unit: Unit, how: &str| Metric::derived(v, unit, Source::Trace, how);
-    vec![Finding {
+    Finding {
         rule: RuleId::NapiLoadImbalance,
         severity: Severity::Warning,
         subject: Subject::Cpu(hot_cpu),
@@ -218,7 +284,7 @@ pub fn check(observation: &Observation) -> Vec<Finding> {
             cool_empty_share * 100.0
         ),
         intervals,
-    }]
+    }
 }
 
 #[cfg(test)]

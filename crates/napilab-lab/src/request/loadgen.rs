@@ -336,150 +336,37 @@ fn thread_main(
     // The default 50 us timer slack would make every timed wake-up late.
     // SAFETY: prctl on the calling thread only.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
-    let mut conns = connect(cfg, nconns)?;
+    let conns = connect(cfg, nconns)?;
     let ep = Epoll::new().map_err(|e| format!("epoll_create1: {e}"))?;
     for (i, c) in conns.iter().enumerate() {
         ep.add(c.stream.as_raw_fd(), libc::EPOLLIN as u32, i as u64)
             .map_err(|e| format!("epoll_ctl: {e}"))?;
     }
-    let mut rng = Rng::new(cfg.seed ^ ((index as u64 + 1) << 32));
-    let mut res = ThreadResult::default();
-    let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; nconns.clamp(1, 256)];
-    let mut chunk = vec![0u8; READ_CHUNK];
-    let values: Vec<u8> = cfg.keyspace.value(0);
     let (wall0, cpu0, delay0) = (
         netns::mono_ns(),
         netns::thread_cpu_ns(),
         super::thread_run_delay_ns(),
     );
     let window_start = wall0 + cfg.warmup.as_nanos() as u64;
-    let window_end = window_start + cfg.duration.as_nanos() as u64;
-    let build = |c: &mut Conn, rng: &mut Rng, start_ns: u64, measured: bool| {
-        let key = cfg.keyspace.key(rng.next_u64() % cfg.keyspace.keys);
-        let kind = if rng.next_f64() < cfg.get_fraction {
-            protocol::write_get(&mut c.out, &key);
-            Kind::Get
-        } else {
-            protocol::write_set(&mut c.out, &key, &values);
-            Kind::Set
-        };
-        c.pending.push_back(Pending {
-            start_ns,
-            measured,
-            kind,
-        });
+    let mut worker = Worker {
+        cfg,
+        nconns,
+        conns,
+        ep,
+        rng: Rng::new(cfg.seed ^ ((index as u64 + 1) << 32)),
+        res: ThreadResult::default(),
+        events: vec![libc::epoll_event { events: 0, u64: 0 }; nconns.clamp(1, 256)],
+        chunk: vec![0u8; READ_CHUNK],
+        values: cfg.keyspace.value(0),
+        window_start,
+        window_end: window_start + cfg.duration.as_nanos() as u64,
     };
     match cfg.kind {
-        LoopKind::Open { qps } => {
-            let mean_gap = 1e9 * cfg.threads as f64 / qps;
-            let mut next = wall0 + rng.exp_ns(mean_gap);
-            let mut rr = 0usize;
-            while !stop.load(Ordering::Relaxed) {
-                let now = netns::mono_ns();
-                // Sends after the window would count toward a rate the generator did
-                // not keep; what is left is `behind_at_end`.
-                if next >= window_end || now >= window_end {
-                    break;
-                }
-                let mut burst = 0;
-                while next <= now && burst < SEND_BURST && next < window_end {
-                    let measured = next >= window_start;
-                    let c = &mut conns[rr % nconns];
-                    rr += 1;
-                    if c.broken {
-                        // No connection to send on: the request is lost.
-                        res.errors += u64::from(measured);
-                    }
-                    if !c.broken {
-                        build(c, &mut rng, next, measured);
-                    }
-                    if measured && !c.broken {
-                        res.sent += 1;
-                        let late = now - next;
-                        res.max_late_ns = res.max_late_ns.max(late);
-                        if late > LATE_NS {
-                            res.late += 1;
-                        }
-                    }
-                    let gap = rng.exp_ns(mean_gap);
-                    if measured {
-                        res.gaps += 1;
-                        res.gap_sum += gap as f64;
-                        res.gap_sq += (gap as f64) * (gap as f64);
-                    }
-                    next += gap;
-                    burst += 1;
-                }
-                for c in conns.iter_mut() {
-                    flush(c, &mut res);
-                }
-                let now = netns::mono_ns();
-                let wait = next.saturating_sub(now);
-                let n = ep
-                    .wait_ns(&mut events, wait)
-                    .map_err(|e| format!("epoll_pwait2: {e}"))?;
-                for ev in &events[..n] {
-                    if let Some(c) = conns.get_mut(ev.u64 as usize) {
-                        read_replies(c, &mut chunk, &mut res, |_, _| {});
-                    }
-                }
-            }
-            // Intended sends of the window the generator never reached.
-            let end = window_end.min(netns::mono_ns());
-            while next < end && res.behind < u64::MAX {
-                res.behind += 1;
-                next += rng.exp_ns(mean_gap).max(1);
-            }
-        }
-        LoopKind::Closed => {
-            for c in conns.iter_mut() {
-                let now = netns::mono_ns();
-                build(c, &mut rng, now, now >= window_start);
-                flush(c, &mut res);
-            }
-            while !stop.load(Ordering::Relaxed) && netns::mono_ns() < window_end {
-                let n = ep
-                    .wait_ns(&mut events, 10_000_000)
-                    .map_err(|e| format!("epoll_pwait2: {e}"))?;
-                for ev in &events[..n] {
-                    let Some(c) = conns.get_mut(ev.u64 as usize) else {
-                        continue;
-                    };
-                    let mut answered = 0;
-                    read_replies(c, &mut chunk, &mut res, |_, _| answered += 1);
-                    let now = netns::mono_ns();
-                    if answered > 0 && now < window_end && !c.broken {
-                        let measured = now >= window_start;
-                        build(c, &mut rng, now, measured);
-                        if measured {
-                            res.sent += 1;
-                        }
-                        flush(c, &mut res);
-                    }
-                }
-            }
-        }
+        LoopKind::Open { qps } => worker.open_loop(qps, wall0, stop)?,
+        LoopKind::Closed => worker.closed_loop(stop)?,
     }
-    // Drain: wait up to `timeout` for the window's outstanding replies.
-    let drain_end = netns::mono_ns() + cfg.timeout.as_nanos() as u64;
-    while conns.iter().any(|c| !c.broken && !c.pending.is_empty()) && !stop.load(Ordering::Relaxed)
-    {
-        let now = netns::mono_ns();
-        if now >= drain_end {
-            break;
-        }
-        for c in conns.iter_mut() {
-            flush(c, &mut res);
-        }
-        let n = ep
-            .wait_ns(&mut events, (drain_end - now).min(10_000_000))
-            .map_err(|e| format!("epoll_pwait2: {e}"))?;
-        for ev in &events[..n] {
-            if let Some(c) = conns.get_mut(ev.u64 as usize) {
-                read_replies(c, &mut chunk, &mut res, |_, _| {});
-            }
-        }
-    }
+    worker.drain(stop)?;
+    let Worker { conns, mut res, .. } = worker;
     for c in &conns {
         res.timeouts += c.pending.iter().filter(|p| p.measured).count() as u64;
     }
@@ -489,6 +376,188 @@ fn thread_main(
         .zip(super::thread_run_delay_ns())
         .map(|(d0, d1)| d1.saturating_sub(d0) as f64 / wall as f64);
     Ok(res)
+}
+
+/// One generator thread's connections, buffers and tallies, from its set-up to its
+/// result; its loops are methods so that each reads on its own.
+struct Worker<'a> {
+    cfg: &'a LoadConfig,
+    nconns: usize,
+    conns: Vec<Conn>,
+    ep: Epoll,
+    rng: Rng,
+    res: ThreadResult,
+    events: Vec<libc::epoll_event>,
+    chunk: Vec<u8>,
+    /// The value every set sends.
+    values: Vec<u8>,
+    /// The measured window, monotonic ns.
+    window_start: u64,
+    window_end: u64,
+}
+
+/// Writes one request (a get or a set of a random key) to `c` and remembers it as
+/// pending.
+fn build(
+    cfg: &LoadConfig,
+    values: &[u8],
+    c: &mut Conn,
+    rng: &mut Rng,
+    start_ns: u64,
+    measured: bool,
+) {
+    let key = cfg.keyspace.key(rng.next_u64() % cfg.keyspace.keys);
+    let kind = if rng.next_f64() < cfg.get_fraction {
+        protocol::write_get(&mut c.out, &key);
+        Kind::Get
+    } else {
+        protocol::write_set(&mut c.out, &key, values);
+        Kind::Set
+    };
+    c.pending.push_back(Pending {
+        start_ns,
+        measured,
+        kind,
+    });
+}
+
+impl Worker<'_> {
+    /// Waits up to `wait_ns` for replies and reads those that came.
+    fn read_ready(&mut self, wait_ns: u64) -> Result<(), String> {
+        let n = self
+            .ep
+            .wait_ns(&mut self.events, wait_ns)
+            .map_err(|e| format!("epoll_pwait2: {e}"))?;
+        for ev in &self.events[..n] {
+            if let Some(c) = self.conns.get_mut(ev.u64 as usize) {
+                read_replies(c, &mut self.chunk, &mut self.res, |_, _| {});
+            }
+        }
+        Ok(())
+    }
+
+    fn flush_all(&mut self) {
+        for c in self.conns.iter_mut() {
+            flush(c, &mut self.res);
+        }
+    }
+
+    /// Open loop: requests at exponential gaps of the thread's share of `qps`,
+    /// whatever the replies do.
+    fn open_loop(&mut self, qps: f64, wall0: u64, stop: &AtomicBool) -> Result<(), String> {
+        let (window_start, window_end, nconns) = (self.window_start, self.window_end, self.nconns);
+        let mean_gap = 1e9 * self.cfg.threads as f64 / qps;
+        let mut next = wall0 + self.rng.exp_ns(mean_gap);
+        let mut rr = 0usize;
+        while !stop.load(Ordering::Relaxed) {
+            let now = netns::mono_ns();
+            // Sends after the window would count toward a rate the generator did
+            // not keep; what is left is `behind_at_end`.
+            if next >= window_end || now >= window_end {
+                break;
+            }
+            let mut burst = 0;
+            let res = &mut self.res;
+            while next <= now && burst < SEND_BURST && next < window_end {
+                let measured = next >= window_start;
+                let c = &mut self.conns[rr % nconns];
+                rr += 1;
+                if c.broken {
+                    // No connection to send on: the request is lost.
+                    res.errors += u64::from(measured);
+                }
+                if !c.broken {
+                    build(self.cfg, &self.values, c, &mut self.rng, next, measured);
+                }
+                if measured && !c.broken {
+                    res.sent += 1;
+                    let late = now - next;
+                    res.max_late_ns = res.max_late_ns.max(late);
+                    if late > LATE_NS {
+                        res.late += 1;
+                    }
+                }
+                let gap = self.rng.exp_ns(mean_gap);
+                if measured {
+                    res.gaps += 1;
+                    res.gap_sum += gap as f64;
+                    res.gap_sq += (gap as f64) * (gap as f64);
+                }
+                next += gap;
+                burst += 1;
+            }
+            self.flush_all();
+            let now = netns::mono_ns();
+            self.read_ready(next.saturating_sub(now))?;
+        }
+        // Intended sends of the window the generator never reached.
+        let end = window_end.min(netns::mono_ns());
+        while next < end && self.res.behind < u64::MAX {
+            self.res.behind += 1;
+            next += self.rng.exp_ns(mean_gap).max(1);
+        }
+        Ok(())
+    }
+
+    /// Closed loop: one request outstanding per connection, the next sent when its
+    /// reply arrives.
+    fn closed_loop(&mut self, stop: &AtomicBool) -> Result<(), String> {
+        let (window_start, window_end) = (self.window_start, self.window_end);
+        for c in self.conns.iter_mut() {
+            let now = netns::mono_ns();
+            build(
+                self.cfg,
+                &self.values,
+                c,
+                &mut self.rng,
+                now,
+                now >= window_start,
+            );
+            flush(c, &mut self.res);
+        }
+        while !stop.load(Ordering::Relaxed) && netns::mono_ns() < window_end {
+            let n = self
+                .ep
+                .wait_ns(&mut self.events, 10_000_000)
+                .map_err(|e| format!("epoll_pwait2: {e}"))?;
+            for ev in &self.events[..n] {
+                let Some(c) = self.conns.get_mut(ev.u64 as usize) else {
+                    continue;
+                };
+                let mut answered = 0;
+                read_replies(c, &mut self.chunk, &mut self.res, |_, _| answered += 1);
+                let now = netns::mono_ns();
+                if answered > 0 && now < window_end && !c.broken {
+                    let measured = now >= window_start;
+                    build(self.cfg, &self.values, c, &mut self.rng, now, measured);
+                    if measured {
+                        self.res.sent += 1;
+                    }
+                    flush(c, &mut self.res);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Drain: waits up to the timeout for the window's outstanding replies.
+    fn drain(&mut self, stop: &AtomicBool) -> Result<(), String> {
+        let drain_end = netns::mono_ns() + self.cfg.timeout.as_nanos() as u64;
+        while self
+            .conns
+            .iter()
+            .any(|c| !c.broken && !c.pending.is_empty())
+            && !stop.load(Ordering::Relaxed)
+        {
+            let now = netns::mono_ns();
+            if now >= drain_end {
+                break;
+            }
+            self.flush_all();
+            self.read_ready((drain_end - now).min(10_000_000))?;
+        }
+        Ok(())
+    }
 }
 
 fn flush(c: &mut Conn, res: &mut ThreadResult) {

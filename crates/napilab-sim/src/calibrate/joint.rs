@@ -327,8 +327,116 @@ pub fn calibrate_joint(
         "veth lab of this machine, fitted jointly on lab run {} (costs from {cost_name})",
         record.run_id
     );
+    let mut parameters = clamp_costs(&mut lab, &cost_name, &mut notes);
+    let Searched {
+        confs,
+        targets,
+        bounds,
+    } = searched(record, &plan, &mut notes);
+    let names = |v: &[usize]| {
+        v.iter()
+            .map(|&i| confs[i].0.name.clone())
+            .collect::<Vec<_>>()
+    };
+    let (target_names, bound_names) = (names(&targets), names(&bounds));
+    let mut maxima = MaximaByDelay {
+        plan: &plan,
+        lab: lab.clone(),
+        confs: confs.clone(),
+        cache: Default::default(),
+    };
+    let base_delay = base.profile.latency_ns.irq_delivery;
+    let (delay, parameter, note) = match maxima.fit(&targets, &bounds)? {
+        Some(fit) => fitted_delay(&fit, &target_names, &bound_names),
+        None => unfixed_delay(base_delay),
+    };
+    parameters.push(parameter);
+    notes.push(note);
+    lab.profile.latency_ns.irq_delivery = delay;
+    let all: Vec<usize> = (0..confs.len()).collect();
+    let twin_all = maxima.at(&all, delay)?;
+    let prediction = |i: usize, twin: f64| {
+        let c = record
+            .configurations
+            .iter()
+            .find(|c| c.name == confs[i].0.name);
+        let stopped = c
+            .and_then(|c| c.max_throughput.as_ref())
+            .map_or(String::new(), |m| m.stopped.clone());
+        Prediction::new(
+            &confs[i].0.name,
+            confs[i].1,
+            &stopped,
+            twin,
+            twin_is_upper_bound(confs[i].0),
+        )
+    };
+    let fitted: Vec<Prediction> = all.iter().map(|&i| prediction(i, twin_all[i])).collect();
+    // Leave one out: each target predicted by the delay the others fix.
+    let mut leave_one_out = Vec::new();
+    for &t in &targets {
+        let others: Vec<usize> = targets.iter().copied().filter(|&i| i != t).collect();
+        let twin = left_out_maximum(&mut maxima, t, &others, &bounds)?;
+        leave_one_out.push(LeaveOneOut {
+            name: confs[t].0.name.clone(),
+            fitted_on: names(&others),
+            prediction: twin.map(|twin| prediction(t, twin)),
+            why_none: twin.is_none().then(|| {
+                "no other DUT-limited threaded maximum in the run fixes the wake-up delay".into()
+            }),
+        });
+    }
+    let cost_twin = fitted
+        .iter()
+        .find(|p| p.name == cost_name)
+        .map_or(0.0, |p| p.twin_max_pps);
+    Ok(JointCalibration {
+        calibration: Calibration {
+            lab,
+            figures,
+            twin_max_pps: cost_twin,
+            dut_share,
+            notes,
+            delay_fit: format!("least squares over the DUT-limited maxima of {} (testbed-limited ones as lower bounds only); threaded configurations only", target_names.join(", ")),
+        },
+        targets: target_names,
+        lower_bounds: bound_names,
+        parameters,
+        fitted,
+        leave_one_out,
+    })
+}
+
+/// A fitted parameter, at its bound where `note` says it was clamped, with `how` it
+/// was fixed otherwise.
+fn parameter(
+    name: &str,
+    value: f64,
+    bound: Bound,
+    note: &Option<String>,
+    how: impl FnOnce() -> String,
+) -> FittedParameter {
+    FittedParameter {
+        name: name.into(),
+        value,
+        bound,
+        status: if note.is_some() {
+            ParameterStatus::AtBound
+        } else {
+            ParameterStatus::Fixed
+        },
+        how: note.clone().unwrap_or_else(how),
+    }
+}
+
+/// Clamps the fitted costs to their physical ranges (the fit says where it did):
+/// the DUT's cycles a packet and a wake-up, the engines' cycles a packet.
+fn clamp_costs(
+    lab: &mut LabProfile,
+    cost_name: &str,
+    notes: &mut Vec<String>,
+) -> Vec<FittedParameter> {
     let mut parameters = Vec::new();
-    // Physical ranges: a cost outside them is clamped, and the fit says so.
     let p = &lab.profile.stage_cycles;
     let per_packet = p.poll + p.ip_stack + p.xmit;
     let (kept, note) = DUT_PACKET_CYCLES.clamp("DUT cycles a packet", per_packet, "cycles");
@@ -339,32 +447,22 @@ pub fn calibrate_joint(
         s.ip_stack = (s.ip_stack * scale).round();
         s.xmit = (s.xmit * scale).round();
     }
-    parameters.push(FittedParameter {
-        name: "stage_cycles.poll + ip_stack + xmit".into(),
-        value: kept,
-        bound: DUT_PACKET_CYCLES,
-        status: if note.is_some() {
-            ParameterStatus::AtBound
-        } else {
-            ParameterStatus::Fixed
-        },
-        how: note.clone().unwrap_or_else(|| {
-            format!("the DUT kthread's CPU per delivered packet at the highest load of {cost_name}")
-        }),
-    });
+    parameters.push(parameter(
+        "stage_cycles.poll + ip_stack + xmit",
+        kept,
+        DUT_PACKET_CYCLES,
+        &note,
+        || format!("the DUT kthread's CPU per delivered packet at the highest load of {cost_name}"),
+    ));
     notes.extend(note);
     let wake = lab.profile.fixed_cycles.context_switch;
     let (kept, note) = WAKEUP_CYCLES.clamp("DUT cycles a wake-up", wake, "cycles");
     lab.profile.fixed_cycles.context_switch = kept;
-    parameters.push(FittedParameter {
-        name: "fixed_cycles.context_switch".into(),
-        value: kept,
-        bound: WAKEUP_CYCLES,
-        status: if note.is_some() { ParameterStatus::AtBound } else { ParameterStatus::Fixed },
-        how: note.clone().unwrap_or_else(|| format!("least squares over the lower loads of {cost_name}: the DUT kthread's CPU beyond the packets")),
-    });
+    parameters.push(parameter("fixed_cycles.context_switch", kept, WAKEUP_CYCLES, &note, || {
+        format!("least squares over the lower loads of {cost_name}: the DUT kthread's CPU beyond the packets")
+    }));
     notes.extend(note);
-    let mut testbed = lab.testbed.unwrap_or_default();
+    let mut testbed = lab.testbed.take().unwrap_or_default();
     for (name, value) in [
         (
             "testbed.generator_cycles_per_packet",
@@ -377,23 +475,26 @@ pub fn calibrate_joint(
     ] {
         let (kept, note) = ENGINE_PACKET_CYCLES.clamp(name, *value, "cycles");
         *value = kept;
-        parameters.push(FittedParameter {
-            name: name.into(),
-            value: kept,
-            bound: ENGINE_PACKET_CYCLES,
-            status: if note.is_some() {
-                ParameterStatus::AtBound
-            } else {
-                ParameterStatus::Fixed
-            },
-            how: note.clone().unwrap_or_else(|| {
-                "slope of the engine's CPU over its rate (see the notes)".into()
-            }),
-        });
+        parameters.push(parameter(name, kept, ENGINE_PACKET_CYCLES, &note, || {
+            "slope of the engine's CPU over its rate (see the notes)".into()
+        }));
         notes.extend(note);
     }
     lab.testbed = Some(testbed);
-    // Targets and constraints: every searched configuration the twin can run.
+    parameters
+}
+
+/// The searched configurations the twin can run: (configuration, lab maximum,
+/// threaded) each, and which of them are targets (DUT-limited) and which only bounds.
+struct Searched<'a> {
+    confs: Vec<(&'a TwinConfiguration, f64, bool)>,
+    targets: Vec<usize>,
+    bounds: Vec<usize>,
+}
+
+/// Targets and constraints: every searched configuration the twin can run; those
+/// whose search did not finish are named in a note and left out.
+fn searched<'a>(record: &RunRecord, plan: &'a TwinPlan, notes: &mut Vec<String>) -> Searched<'a> {
     let mut confs = Vec::new();
     let (mut targets, mut bounds, mut unfinished) = (Vec::new(), Vec::new(), Vec::new());
     for c in &record.configurations {
@@ -423,159 +524,100 @@ pub fn calibrate_joint(
             unfinished.join(", ")
         ));
     }
-    let names = |v: &[usize]| {
-        v.iter()
-            .map(|&i| confs[i].0.name.clone())
-            .collect::<Vec<_>>()
-    };
-    let (target_names, bound_names) = (names(&targets), names(&bounds));
-    let mut maxima = MaximaByDelay {
-        plan: &plan,
-        lab: lab.clone(),
-        confs: confs.clone(),
-        cache: Default::default(),
-    };
-    let base_delay = base.profile.latency_ns.irq_delivery;
-    let delay = match maxima.fit(&targets, &bounds)? {
-        Some(fit) => {
-            let d = fit.delay_ns;
-            let (kept, note) = WAKEUP_DELAY_NS.clamp("latency_ns.irq_delivery", d as f64, "ns");
-            let (low, high) = fit.equally_good_ns;
-            let how = format!(
-                "least squares of the twin's relative miss over the DUT-limited maxima of {} (root of the misfit {:.1}%, shortfalls below the constraints included; delays from {:.0} to {:.0} us fit as well), the twin held at or above the maxima of {} (testbed-limited, or where the twin can only overestimate)",
-                target_names.join(", "),
-                fit.misfit.sqrt() * 100.0,
-                low / 1e3,
-                high / 1e3,
-                if bound_names.is_empty() {
-                    "none".to_string()
-                } else {
-                    bound_names.join(", ")
-                }
-            );
-            let at_bound = d as f64 >= WAKEUP_DELAY_NS.max;
-            let unfixed = low <= 0.0 && high > 0.0;
-            let status = if note.is_some() || at_bound {
-                ParameterStatus::AtBound
-            } else if unfixed {
-                ParameterStatus::NotFixed
-            } else {
-                ParameterStatus::Fixed
-            };
-            let said = match status {
-                ParameterStatus::AtBound => format!(
-                    "; at the bound of {:.0} ns ({})",
-                    WAKEUP_DELAY_NS.max, WAKEUP_DELAY_NS.why
-                ),
-                ParameterStatus::NotFixed => format!(
-                    "; the data cannot fix it: any delay up to {:.0} us gives the same maxima (the CPU sets them, not the delay), so it is only bounded from above",
-                    high / 1e3
-                ),
-                ParameterStatus::Fixed => String::new(),
-            };
-            parameters.push(FittedParameter {
-                name: "latency_ns.irq_delivery".into(),
-                value: kept,
-                bound: WAKEUP_DELAY_NS,
-                status,
-                how: format!("{how}{said}"),
-            });
-            notes.push(format!(
-                "latency_ns.irq_delivery = {kept:.0} ns: {how}{said}"
-            ));
-            kept as u64
-        }
-        None => {
-            let how = format!(
-                "the data cannot fix it: no DUT-limited maximum of a threaded configuration the twin models fully (the only ones it affects); kept from the base profile ({base_delay} ns)"
-            );
-            parameters.push(FittedParameter {
-                name: "latency_ns.irq_delivery".into(),
-                value: base_delay as f64,
-                bound: WAKEUP_DELAY_NS,
-                status: ParameterStatus::NotFixed,
-                how: how.clone(),
-            });
-            notes.push(format!("latency_ns.irq_delivery: {how}"));
-            base_delay
-        }
-    };
-    lab.profile.latency_ns.irq_delivery = delay;
-    let all: Vec<usize> = (0..confs.len()).collect();
-    let twin_all = maxima.at(&all, delay)?;
-    let prediction = |i: usize, twin: f64| {
-        let c = record
-            .configurations
-            .iter()
-            .find(|c| c.name == confs[i].0.name);
-        let stopped = c
-            .and_then(|c| c.max_throughput.as_ref())
-            .map_or(String::new(), |m| m.stopped.clone());
-        Prediction::new(
-            &confs[i].0.name,
-            confs[i].1,
-            &stopped,
-            twin,
-            twin_is_upper_bound(confs[i].0),
-        )
-    };
-    let fitted: Vec<Prediction> = all.iter().map(|&i| prediction(i, twin_all[i])).collect();
-    // Leave one out: each target predicted by the delay the others fix.
-    let mut leave_one_out = Vec::new();
-    for &t in &targets {
-        let others: Vec<usize> = targets.iter().copied().filter(|&i| i != t).collect();
-        let fitted_on = names(&others);
-        let entry = if !confs[t].2 {
-            // A softirq maximum does not depend on the delay: the costs predict it.
-            let twin = maxima.at(&[t], 0)?[0];
-            LeaveOneOut {
-                name: confs[t].0.name.clone(),
-                fitted_on,
-                prediction: Some(prediction(t, twin)),
-                why_none: None,
-            }
-        } else {
-            match maxima.fit(&others, &bounds)? {
-                Some(fit) => {
-                    let d = fit.delay_ns.min(WAKEUP_DELAY_NS.max as u64);
-                    let twin = maxima.at(&[t], d)?[0];
-                    LeaveOneOut {
-                        name: confs[t].0.name.clone(),
-                        fitted_on,
-                        prediction: Some(prediction(t, twin)),
-                        why_none: None,
-                    }
-                }
-                None => LeaveOneOut {
-                    name: confs[t].0.name.clone(),
-                    fitted_on,
-                    prediction: None,
-                    why_none: Some(
-                        "no other DUT-limited threaded maximum in the run fixes the wake-up delay"
-                            .into(),
-                    ),
-                },
-            }
-        };
-        leave_one_out.push(entry);
+    Searched {
+        confs,
+        targets,
+        bounds,
     }
-    let cost_twin = fitted
-        .iter()
-        .find(|p| p.name == cost_name)
-        .map_or(0.0, |p| p.twin_max_pps);
-    Ok(JointCalibration {
-        calibration: Calibration {
-            lab,
-            figures,
-            twin_max_pps: cost_twin,
-            dut_share,
-            notes,
-            delay_fit: format!("least squares over the DUT-limited maxima of {} (testbed-limited ones as lower bounds only); threaded configurations only", target_names.join(", ")),
-        },
-        targets: target_names,
-        lower_bounds: bound_names,
-        parameters,
-        fitted,
-        leave_one_out,
-    })
+}
+
+/// The wake-up delay the maxima fixed: (delay, its parameter, its note).
+fn fitted_delay(
+    fit: &DelayFit,
+    target_names: &[String],
+    bound_names: &[String],
+) -> (u64, FittedParameter, String) {
+    let d = fit.delay_ns;
+    let (kept, note) = WAKEUP_DELAY_NS.clamp("latency_ns.irq_delivery", d as f64, "ns");
+    let (low, high) = fit.equally_good_ns;
+    let how = format!(
+        "least squares of the twin's relative miss over the DUT-limited maxima of {} (root of the misfit {:.1}%, shortfalls below the constraints included; delays from {:.0} to {:.0} us fit as well), the twin held at or above the maxima of {} (testbed-limited, or where the twin can only overestimate)",
+        target_names.join(", "),
+        fit.misfit.sqrt() * 100.0,
+        low / 1e3,
+        high / 1e3,
+        if bound_names.is_empty() {
+            "none".to_string()
+        } else {
+            bound_names.join(", ")
+        }
+    );
+    let at_bound = d as f64 >= WAKEUP_DELAY_NS.max;
+    let unfixed = low <= 0.0 && high > 0.0;
+    let status = if note.is_some() || at_bound {
+        ParameterStatus::AtBound
+    } else if unfixed {
+        ParameterStatus::NotFixed
+    } else {
+        ParameterStatus::Fixed
+    };
+    let said = match status {
+        ParameterStatus::AtBound => format!(
+            "; at the bound of {:.0} ns ({})",
+            WAKEUP_DELAY_NS.max, WAKEUP_DELAY_NS.why
+        ),
+        ParameterStatus::NotFixed => format!(
+            "; the data cannot fix it: any delay up to {:.0} us gives the same maxima (the CPU sets them, not the delay), so it is only bounded from above",
+            high / 1e3
+        ),
+        ParameterStatus::Fixed => String::new(),
+    };
+    let parameter = FittedParameter {
+        name: "latency_ns.irq_delivery".into(),
+        value: kept,
+        bound: WAKEUP_DELAY_NS,
+        status,
+        how: format!("{how}{said}"),
+    };
+    let note = format!("latency_ns.irq_delivery = {kept:.0} ns: {how}{said}");
+    (kept as u64, parameter, note)
+}
+
+/// The wake-up delay kept from the base profile when no maximum fixes it.
+fn unfixed_delay(base_delay: u64) -> (u64, FittedParameter, String) {
+    let how = format!(
+        "the data cannot fix it: no DUT-limited maximum of a threaded configuration the twin models fully (the only ones it affects); kept from the base profile ({base_delay} ns)"
+    );
+    let parameter = FittedParameter {
+        name: "latency_ns.irq_delivery".into(),
+        value: base_delay as f64,
+        bound: WAKEUP_DELAY_NS,
+        status: ParameterStatus::NotFixed,
+        how: how.clone(),
+    };
+    (
+        base_delay,
+        parameter,
+        format!("latency_ns.irq_delivery: {how}"),
+    )
+}
+
+/// The twin's maximum of target `t` at the delay fitted on `others` (None: they fix
+/// none); a softirq maximum does not depend on the delay, the costs predict it.
+fn left_out_maximum(
+    maxima: &mut MaximaByDelay<'_>,
+    t: usize,
+    others: &[usize],
+    bounds: &[usize],
+) -> Result<Option<f64>, ConfigError> {
+    if !maxima.confs[t].2 {
+        return Ok(Some(maxima.at(&[t], 0)?[0]));
+    }
+    match maxima.fit(others, bounds)? {
+        Some(fit) => {
+            let d = fit.delay_ns.min(WAKEUP_DELAY_NS.max as u64);
+            Ok(Some(maxima.at(&[t], d)?[0]))
+        }
+        None => Ok(None),
+    }
 }
