@@ -424,33 +424,31 @@ fn map_configuration(
     })
 }
 
-/// What a TOML file holds.
+/// What a TOML file given to `napilab sim run` holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InputKind {
+    /// A scenario (the lab's vocabulary; scenarios/, scenarios/studies/).
     Scenario,
-    TwinConfig,
+    /// A twin configuration file of earlier releases (`[host]`, `[ingress]`, ...), read
+    /// for one more release; crate::studies::LEGACY names the shipped ones'
+    /// replacements.
+    LegacyTwinConfig,
 }
 
-/// Tells a lab scenario from a twin configuration by content: a twin configuration has
-/// `[host]` or `[ingress]` (both required there, absent from scenarios); a scenario has
-/// `[[traffic.classes]]` and neither. The error says what the file lacks.
+/// The rule (docs/sim.md "Scenarios and hardware profiles"): a file with `[host]` and
+/// no `[topology]` is a legacy twin configuration; every other file is a scenario,
+/// whose own parse errors say what is wrong with it (`[topology]` may be left out: it
+/// defaults to the router).
 pub fn input_kind(text: &str) -> Result<InputKind, String> {
     let table: toml::Table = toml::from_str(text).map_err(|e| {
         format!(
-            "not TOML ({}): give a lab scenario (docs/lab.md) or a twin configuration (docs/sim.md)",
+            "not TOML ({}): give a scenario (scenarios/, docs/lab.md)",
             e.message().trim()
         )
     })?;
-    if table.contains_key("host") || table.contains_key("ingress") {
-        return Ok(InputKind::TwinConfig);
+    if table.contains_key("host") && !table.contains_key("topology") {
+        Ok(InputKind::LegacyTwinConfig)
+    } else {
+        Ok(InputKind::Scenario)
     }
-    let has_classes = table
-        .get("traffic")
-        .and_then(|t| t.as_table())
-        .is_some_and(|t| t.contains_key("classes"));
-    // A server scenario's load is [requests], a vpn scenario's [tunnel].
-    if has_classes || table.contains_key("requests") || table.contains_key("tunnel") {
-        return Ok(InputKind::Scenario);
-    }
-    Err("neither a lab scenario (name and [[traffic.classes]], see scenarios/ and docs/lab.md) nor a twin configuration ([host], [ingress], [traffic], see crates/napilab-sim/scenarios/ and docs/sim.md)".into())
 }
