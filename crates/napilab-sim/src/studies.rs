@@ -38,8 +38,8 @@ pub const INGRESS_QOS: &str = "scenarios/studies/ingress-qos.toml";
 pub const AP_E2W: &str = "scenarios/studies/ap-e2w.toml";
 pub const AP_W2E: &str = "scenarios/studies/ap-w2e.toml";
 
-/// The twin configuration files of earlier releases (crates/napilab-sim/scenarios/,
-/// by their `name`) and the study scenario and configuration that replace each.
+/// The twin configuration files of earlier releases (now
+/// crates/napilab-sim/tests/fixtures/legacy/, by their `name`) and the study scenario and configuration that replace each.
 pub const LEGACY: &[(&str, &str, &str)] = &[
     ("wg-softirq", WIREGUARD, "softirq"),
     ("wg-threaded", WIREGUARD, "threaded"),
