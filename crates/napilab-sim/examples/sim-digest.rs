@@ -14,7 +14,10 @@ use napilab_sim::config::Pattern;
 use napilab_sim::{Profile, SimConfig};
 
 const SCENARIOS: &[(&str, &str)] = &[
-    ("router-sq", include_str!("../tests/fixtures/legacy/router-sq.toml")),
+    (
+        "router-sq",
+        include_str!("../tests/fixtures/legacy/router-sq.toml"),
+    ),
     (
         "ap-e2w-single-core",
         include_str!("../tests/fixtures/legacy/ap-e2w-single-core.toml"),

@@ -43,6 +43,7 @@ pub use crate::twin_plan::{
     ETH_HEADER, LAB_HZ, LAB_KERNEL, MAX_BACKLOG, VETH_LINK_MBPS, VETH_RING, VETH_WEIGHT,
 };
 use crate::{ConfigError, SimConfig};
+use napilab_core::Notice;
 
 /// Maps `scenario` (already validated by `napilab_core::scenario::parse`). `file` names
 /// it in errors. The twin host gets as many CPUs as the scenario names (at least 2, the
@@ -167,14 +168,7 @@ fn map_configuration(
     file: &str,
 ) -> Result<TwinConfiguration, ConfigError> {
     let mut notices = Vec::new();
-    let nq = s.topology.ingress_queues.max(1) as usize;
-    let gen_cpu = |q: usize| {
-        r.generator_cpus
-            .get(q)
-            .or(r.generator_cpus.first())
-            .copied()
-            .unwrap_or(0)
-    };
+    let gen_cpu = |q: usize| generator_cpu(r, q);
     let napi = match (r.gro, r.napi) {
         (true, LabNapi::Threaded) => NapiContext::Threaded,
         _ => NapiContext::Softirq,
@@ -185,6 +179,109 @@ fn map_configuration(
             format!("without GRO veth hands frames to the sending CPU's backlog (netif_rx, netdev_max_backlog {MAX_BACKLOG}, process_backlog weight 64); the twin models that as an RX queue of {MAX_BACKLOG} entries polled in the generator CPU's NET_RX softirq"),
         ));
     }
+    let (poller_cpus, queues) = veth_queues(s, r, napi, &mut notices);
+    let egress = veth_egress(s, r, tx_ring, &mut notices);
+    let traffic = veth_traffic(s, rate, &mut notices);
+    let config = SimConfig {
+        name: format!("{} {}", s.name, name),
+        host: HostConfig {
+            cpus,
+            hz: LAB_HZ,
+            kernel: LAB_KERNEL.into(),
+            tick: TickMode::NohzIdle,
+        },
+        settings: NetSettings {
+            netdev_budget: r.netdev_budget.unwrap_or(300),
+            netdev_budget_usecs: r.netdev_budget_usecs,
+            weight: VETH_WEIGHT,
+            max_backlog: MAX_BACKLOG,
+            max_softirq_restart: crate::softirq::MAX_SOFTIRQ_RESTART,
+        },
+        ingress: IngressConfig {
+            name: "dut-in".into(),
+            rx_ring_size: if r.gro { VETH_RING } else { MAX_BACKLOG },
+            rx_usecs: 0,
+            rx_frames: 0,
+            queues,
+        },
+        egress,
+        traffic,
+        measurement: MeasurementConfig {
+            duration_ms: s.measurement.duration_s * 1000.0,
+            warmup_ms: s.measurement.warmup_s * 1000.0,
+            interval_ms: None,
+        },
+        apps: Vec::new(),
+        tunnel: None,
+    };
+    config.validate(&format!(
+        "{file} configuration {name:?} (mapped for the twin)"
+    ))?;
+    // The engines: the generator of queue 0 and the sink, against queue 0's poller.
+    let poller = poller_cpus[0];
+    let engines_on_poller = EnginesOnPoller {
+        generator: gen_cpu(0) == poller,
+        sink: r.sink_cpus.first().copied().unwrap_or(0) == poller,
+    };
+    let mut settings = vec![(
+        "topology".to_string(),
+        match s.topology.kind {
+            TopologyKind::Router => "router".to_string(),
+            TopologyKind::Ap => format!("ap {:?}", s.topology.direction),
+            other => other.as_str().to_string(),
+        },
+    )];
+    settings.extend(r.pairs());
+    settings.push((
+        "twin poller".into(),
+        format!(
+            "{} on cpu {}{}",
+            match napi {
+                NapiContext::Threaded => "NAPI kthread",
+                NapiContext::Workqueue => "workqueue worker",
+                NapiContext::Softirq => "NET_RX softirq",
+            },
+            napilab_core::scenario::cpu_list(&poller_cpus),
+            match (engines_on_poller.generator, engines_on_poller.sink) {
+                (true, true) => ", shared with the generator and the sink",
+                (true, false) => ", shared with the generator",
+                (false, true) => ", shared with the sink",
+                (false, false) => "",
+            }
+        ),
+    ));
+    Ok(TwinConfiguration {
+        name: name.to_string(),
+        settings,
+        config,
+        poller_cpus,
+        napi,
+        engines_on_poller,
+        notices,
+        veth: true,
+    })
+}
+
+/// The generator's CPU for ingress queue `q` (its own, else the first).
+fn generator_cpu(r: &DutSettings, q: usize) -> u32 {
+    r.generator_cpus
+        .get(q)
+        .or(r.generator_cpus.first())
+        .copied()
+        .unwrap_or(0)
+}
+
+/// The veth ingress's RX queues and the CPU that polls each (the generator's in
+/// softirq mode, the NAPI kthread's in threaded mode), with what the twin cannot
+/// represent as notices.
+fn veth_queues(
+    s: &Scenario,
+    r: &DutSettings,
+    napi: NapiContext,
+    notices: &mut Vec<Notice>,
+) -> (Vec<u32>, Vec<RxQueueConfig>) {
+    let nq = s.topology.ingress_queues.max(1) as usize;
+    let gen_cpu = |q: usize| generator_cpu(r, q);
     let mut poller_cpus = Vec::with_capacity(nq);
     let mut queues = Vec::with_capacity(nq);
     for q in 0..nq {
@@ -253,6 +350,17 @@ fn map_configuration(
             "no effect with napi = \"softirq\": the veth poll runs in the softirq of the CPU that sent the frame (the generator's), as in the lab",
         ));
     }
+    (poller_cpus, queues)
+}
+
+/// The veth egress: a TX ring that holds a whole point (no TX completions), and the
+/// qdisc on the side that has one.
+fn veth_egress(
+    s: &Scenario,
+    r: &DutSettings,
+    tx_ring: u32,
+    notices: &mut Vec<Notice>,
+) -> EgressConfig {
     // Egress: which side has the qdisc.
     let egress_qdisc = match (s.topology.kind, s.topology.direction) {
         (TopologyKind::Router, _) | (TopologyKind::Ap, ApDirection::WirelessToWired) => {
@@ -312,6 +420,11 @@ fn map_configuration(
             }
         }
     }
+    egress
+}
+
+/// The traffic: the first class's pattern for all, IP sizes plus the Ethernet header.
+fn veth_traffic(s: &Scenario, rate: f64, notices: &mut Vec<Notice>) -> TrafficConfig {
     let pattern = match s.traffic.classes.first().map(|c| c.pattern) {
         Some(LabPattern::Poisson) => Pattern::Poisson,
         _ => Pattern::Constant,
@@ -340,88 +453,11 @@ fn map_configuration(
             closed_loop: None,
         })
         .collect();
-    let config = SimConfig {
-        name: format!("{} {}", s.name, name),
-        host: HostConfig {
-            cpus,
-            hz: LAB_HZ,
-            kernel: LAB_KERNEL.into(),
-            tick: TickMode::NohzIdle,
-        },
-        settings: NetSettings {
-            netdev_budget: r.netdev_budget.unwrap_or(300),
-            netdev_budget_usecs: r.netdev_budget_usecs,
-            weight: VETH_WEIGHT,
-            max_backlog: MAX_BACKLOG,
-            max_softirq_restart: crate::softirq::MAX_SOFTIRQ_RESTART,
-        },
-        ingress: IngressConfig {
-            name: "dut-in".into(),
-            rx_ring_size: if r.gro { VETH_RING } else { MAX_BACKLOG },
-            rx_usecs: 0,
-            rx_frames: 0,
-            queues,
-        },
-        egress,
-        traffic: TrafficConfig {
-            rate_pps: rate,
-            pattern,
-            classes,
-        },
-        measurement: MeasurementConfig {
-            duration_ms: s.measurement.duration_s * 1000.0,
-            warmup_ms: s.measurement.warmup_s * 1000.0,
-            interval_ms: None,
-        },
-        apps: Vec::new(),
-        tunnel: None,
-    };
-    config.validate(&format!(
-        "{file} configuration {name:?} (mapped for the twin)"
-    ))?;
-    // The engines: the generator of queue 0 and the sink, against queue 0's poller.
-    let poller = poller_cpus[0];
-    let engines_on_poller = EnginesOnPoller {
-        generator: gen_cpu(0) == poller,
-        sink: r.sink_cpus.first().copied().unwrap_or(0) == poller,
-    };
-    let mut settings = vec![(
-        "topology".to_string(),
-        match s.topology.kind {
-            TopologyKind::Router => "router".to_string(),
-            TopologyKind::Ap => format!("ap {:?}", s.topology.direction),
-            other => other.as_str().to_string(),
-        },
-    )];
-    settings.extend(r.pairs());
-    settings.push((
-        "twin poller".into(),
-        format!(
-            "{} on cpu {}{}",
-            match napi {
-                NapiContext::Threaded => "NAPI kthread",
-                NapiContext::Workqueue => "workqueue worker",
-                NapiContext::Softirq => "NET_RX softirq",
-            },
-            napilab_core::scenario::cpu_list(&poller_cpus),
-            match (engines_on_poller.generator, engines_on_poller.sink) {
-                (true, true) => ", shared with the generator and the sink",
-                (true, false) => ", shared with the generator",
-                (false, true) => ", shared with the sink",
-                (false, false) => "",
-            }
-        ),
-    ));
-    Ok(TwinConfiguration {
-        name: name.to_string(),
-        settings,
-        config,
-        poller_cpus,
-        napi,
-        engines_on_poller,
-        notices,
-        veth: true,
-    })
+    TrafficConfig {
+        rate_pps: rate,
+        pattern,
+        classes,
+    }
 }
 
 /// What a TOML file given to `napilab sim run` holds.

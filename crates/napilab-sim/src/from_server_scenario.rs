@@ -398,6 +398,27 @@ fn map_configuration(
     config.validate(&format!(
         "{file} configuration {name:?} (mapped for the twin)"
     ))?;
+    let settings = server_settings(r, mode, server_cpus, &poller_cpus);
+    Ok(TwinConfiguration {
+        name: name.to_string(),
+        settings,
+        config,
+        poller_cpus,
+        napi: mode.napi,
+        engines_on_poller: EnginesOnPoller::default(),
+        notices,
+        veth: true,
+    })
+}
+
+/// The (setting, value) pairs a server configuration records: the lab's, and how the
+/// twin runs the mode and where it polls.
+fn server_settings(
+    r: &napilab_core::scenario::DutSettings,
+    mode: &ModeSettings,
+    server_cpus: &[u32],
+    poller_cpus: &[u32],
+) -> Vec<(String, String)> {
     let mut settings = vec![("topology".to_string(), "server".to_string())];
     settings.extend(r.server_pairs());
     settings.retain(|(k, _)| k != "server_cpus");
@@ -438,19 +459,10 @@ fn map_configuration(
                 (NapiContext::Softirq, true) =>
                     "the server's busy poll; NET_RX softirq of the client's CPU while its IRQ is not masked",
             },
-            napilab_core::scenario::cpu_list(&poller_cpus)
+            napilab_core::scenario::cpu_list(poller_cpus)
         ),
     ));
-    Ok(TwinConfiguration {
-        name: name.to_string(),
-        settings,
-        config,
-        poller_cpus,
-        napi: mode.napi,
-        engines_on_poller: EnginesOnPoller::default(),
-        notices,
-        veth: true,
-    })
+    settings
 }
 
 impl ServerCosts {

@@ -55,7 +55,7 @@ fn figures(r: &SimResult, rate: f64) -> Vec<(String, f64)> {
 }
 
 fn same(name: &str, duration_ms: f64) {
-    let (r_old, r_new, old, new) = both(name, duration_ms);
+    let (r_old, r_new, old, _) = both(name, duration_ms);
     let rate = old.traffic.rate_pps;
     let (a, b) = (figures(&r_old, rate), figures(&r_new, rate));
     // A CPU the old file did not model (the AP's single-core configuration on the

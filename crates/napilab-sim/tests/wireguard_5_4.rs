@@ -86,8 +86,14 @@ fn baseline_piles_the_polls_onto_one_core_with_big_batches() {
 #[test]
 fn shipped_wireguard_scenarios_parse() {
     for (file, text) in [
-        ("wg-softirq", include_str!("fixtures/legacy/wg-softirq.toml")),
-        ("wg-threaded", include_str!("fixtures/legacy/wg-threaded.toml")),
+        (
+            "wg-softirq",
+            include_str!("fixtures/legacy/wg-softirq.toml"),
+        ),
+        (
+            "wg-threaded",
+            include_str!("fixtures/legacy/wg-threaded.toml"),
+        ),
         (
             "wg-threaded-pinned",
             include_str!("fixtures/legacy/wg-threaded-pinned.toml"),
