@@ -98,10 +98,12 @@ pub fn plan(scenario: &Scenario, profile: &Profile, file: &str) -> Result<TwinPl
         loss_threshold: m.loss_threshold,
         search: m.search.then(|| m.clone()),
         configurations,
-        notices: vec![notice(
+        notices: std::iter::once(notice(
             format!("profile {}", profile.name),
             "a NIC machine ([host], [nic]): the DUT is that machine, its traffic comes from outside it; generator_cpus and sink_cpus (the lab's traffic engines) have no counterpart",
-        )],
+        ))
+        .chain(scenario_notices(s))
+        .collect(),
         requests: None,
     })
 }
