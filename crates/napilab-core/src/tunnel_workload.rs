@@ -6,14 +6,18 @@
 
 use serde::{Deserialize, Serialize};
 
-/// TUN's queue limit (`MAX_TAP_QUEUES` in drivers/net/tun.c): one queue per peer.
+/// TUN's queue limit (`MAX_TAP_QUEUES` in drivers/net/tun.c): one queue per peer; the
+/// lab's limit (checked when the lab runs a scenario).
 pub const MAX_PEERS: usize = 256;
+/// The twin's limit: a NAPI instance per peer, as many as a large server has clients.
+pub const MAX_TWIN_PEERS: usize = 100_000;
 
 /// `[tunnel]`: the vpn scenario's peers and offered rates.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TunnelWorkload {
-    /// Peers, 1 to 256: each has its own TUN queue and NAPI instance.
+    /// Peers: each has its own TUN queue and NAPI instance; 1 to 256 in the lab (TUN's
+    /// queues), up to 100000 on the twin.
     #[serde(default = "d_peers")]
     pub peers: usize,
     /// Offered datagrams per second (all peers), in this order.
@@ -25,6 +29,10 @@ pub struct TunnelWorkload {
     /// per CPU).
     #[serde(default)]
     pub workers: Option<usize>,
+    /// Arrivals of the peers' datagrams: `cbr` (the lab's peers) or `poisson` (the
+    /// twin only).
+    #[serde(default)]
+    pub pattern: crate::scenario::Pattern,
 }
 
 fn d_peers() -> usize {
@@ -39,11 +47,11 @@ impl TunnelWorkload {
     pub fn problems(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
         let mut err = |f: &str, m: String| out.push((format!("tunnel.{f}"), m));
-        if self.peers == 0 || self.peers > MAX_PEERS {
+        if self.peers == 0 || self.peers > MAX_TWIN_PEERS {
             err(
                 "peers",
                 format!(
-                    "{} is out of range: use 1 to {MAX_PEERS} (one TUN queue per peer; TUN allows {MAX_PEERS} queues, MAX_TAP_QUEUES)",
+                    "{} is out of range: use 1 to {MAX_PEERS} (one TUN queue per peer; TUN allows {MAX_PEERS} queues, MAX_TAP_QUEUES), or up to {MAX_TWIN_PEERS} on the twin",
                     self.peers
                 ),
             );
@@ -84,10 +92,11 @@ mod tests {
     #[test]
     fn the_peer_limit_is_named() {
         let w = TunnelWorkload {
-            peers: 300,
+            peers: MAX_TWIN_PEERS + 1,
             loads_pps: vec![1000.0],
             payload_bytes: 64,
             workers: None,
+            pattern: Default::default(),
         };
         let p = w.problems();
         assert_eq!(p.len(), 1);

@@ -9,7 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let router = Profile::builtin("router-e3-1230-ixgbe")?;
     let sq = |pps: f64, ms: f64| -> Result<napilab_sim::SimResult, Box<dyn std::error::Error>> {
         let mut c = SimConfig::from_toml_str(
-            include_str!("../scenarios/router-sq.toml"),
+            include_str!("../tests/fixtures/legacy/router-sq.toml"),
             "scenarios/router-sq.toml",
         )?;
         c.traffic.rate_pps = pps;
@@ -23,7 +23,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         r.model.totals.forwarded_pps / 1e6
     );
     let mut c = SimConfig::from_toml_str(
-        include_str!("../scenarios/router-sq.toml"),
+        include_str!("../tests/fixtures/legacy/router-sq.toml"),
         "scenarios/router-sq.toml",
     )?;
     c.measurement.duration_ms = 200.0;
@@ -86,12 +86,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (name, toml, eth_cpu) in [
         (
             "single-core",
-            include_str!("../scenarios/ap-e2w-single-core.toml"),
+            include_str!("../tests/fixtures/legacy/ap-e2w-single-core.toml"),
             0usize,
         ),
         (
             "dual-core",
-            include_str!("../scenarios/ap-e2w-dual-core.toml"),
+            include_str!("../tests/fixtures/legacy/ap-e2w-dual-core.toml"),
             1usize,
         ),
     ] {
@@ -148,11 +148,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (name, toml) in [
         (
             "single-core",
-            include_str!("../scenarios/ap-w2e-single-core.toml"),
+            include_str!("../tests/fixtures/legacy/ap-w2e-single-core.toml"),
         ),
         (
             "dual-core",
-            include_str!("../scenarios/ap-w2e-dual-core.toml"),
+            include_str!("../tests/fixtures/legacy/ap-w2e-dual-core.toml"),
         ),
     ] {
         let mut c = SimConfig::from_toml_str(toml, name)?;

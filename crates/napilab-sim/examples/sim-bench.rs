@@ -15,7 +15,7 @@ use napilab_sim::event::EventQueue;
 use napilab_sim::rng::Rng;
 use napilab_sim::{Profile, SimConfig};
 
-const ROUTER_SQ: &str = include_str!("../scenarios/router-sq.toml");
+const ROUTER_SQ: &str = include_str!("../tests/fixtures/legacy/router-sq.toml");
 
 /// The classic "hold" benchmark: a heap of `pending` events; each step pops the earliest
 /// and schedules one at a random later time.

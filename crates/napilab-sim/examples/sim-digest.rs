@@ -14,26 +14,29 @@ use napilab_sim::config::Pattern;
 use napilab_sim::{Profile, SimConfig};
 
 const SCENARIOS: &[(&str, &str)] = &[
-    ("router-sq", include_str!("../scenarios/router-sq.toml")),
+    (
+        "router-sq",
+        include_str!("../tests/fixtures/legacy/router-sq.toml"),
+    ),
     (
         "ap-e2w-single-core",
-        include_str!("../scenarios/ap-e2w-single-core.toml"),
+        include_str!("../tests/fixtures/legacy/ap-e2w-single-core.toml"),
     ),
     (
         "ap-e2w-dual-core",
-        include_str!("../scenarios/ap-e2w-dual-core.toml"),
+        include_str!("../tests/fixtures/legacy/ap-e2w-dual-core.toml"),
     ),
     (
         "ap-w2e-single-core",
-        include_str!("../scenarios/ap-w2e-single-core.toml"),
+        include_str!("../tests/fixtures/legacy/ap-w2e-single-core.toml"),
     ),
     (
         "ap-w2e-dual-core",
-        include_str!("../scenarios/ap-w2e-dual-core.toml"),
+        include_str!("../tests/fixtures/legacy/ap-w2e-dual-core.toml"),
     ),
     (
         "server-irq-suspend",
-        include_str!("../scenarios/server-irq-suspend.toml"),
+        include_str!("../tests/fixtures/legacy/server-irq-suspend.toml"),
     ),
 ];
 

@@ -573,7 +573,20 @@ impl SimConfig {
         Ok(())
     }
 
+    /// Checks that serde cannot express, one part of the config at a time. Also used by
+    /// [`crate::run`] on configs built in code.
     pub fn validate(&self, file: &str) -> Result<(), ConfigError> {
+        self.validate_host(file)?;
+        self.validate_ingress(file)?;
+        self.validate_egress(file)?;
+        self.validate_traffic(file)?;
+        self.validate_apps(file)?;
+        self.validate_measurement(file)?;
+        Ok(())
+    }
+
+    /// The host and the softirq settings.
+    fn validate_host(&self, file: &str) -> Result<(), ConfigError> {
         let err = |field: &str, msg: &str| Err(ConfigError::new(file, field, msg));
         if self.host.cpus == 0 || self.host.cpus > 1024 {
             return err("host.cpus", "must be 1..=1024");
@@ -602,6 +615,12 @@ impl SimConfig {
         if self.settings.netdev_budget_usecs == Some(0) {
             return err("settings.netdev_budget_usecs", "must be positive");
         }
+        Ok(())
+    }
+
+    /// The RX queues: CPUs, thread priorities, deferral, rings.
+    fn validate_ingress(&self, file: &str) -> Result<(), ConfigError> {
+        let err = |field: &str, msg: &str| Err(ConfigError::new(file, field, msg));
         if self.ingress.queues.is_empty() {
             return err("ingress.queues", "at least one RX queue is needed");
         }
@@ -662,6 +681,12 @@ impl SimConfig {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// The transmitting device.
+    fn validate_egress(&self, file: &str) -> Result<(), ConfigError> {
+        let err = |field: &str, msg: &str| Err(ConfigError::new(file, field, msg));
         let e = &self.egress;
         if e.tx_ring_size == 0 {
             return err("egress.tx_ring_size", "must be positive");
@@ -680,6 +705,12 @@ impl SimConfig {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// The traffic classes: shares, sizes, where each lands, closed loops.
+    fn validate_traffic(&self, file: &str) -> Result<(), ConfigError> {
+        let err = |field: &str, msg: &str| Err(ConfigError::new(file, field, msg));
         let t = &self.traffic;
         if !(t.rate_pps >= 0.0 && t.rate_pps.is_finite()) {
             return err("traffic.rate_pps", "must be a finite number >= 0");
@@ -759,6 +790,13 @@ impl SimConfig {
         if open && total <= 0.0 {
             return err("traffic.classes", "open-loop shares must not all be zero");
         }
+        Ok(())
+    }
+
+    /// The applications and the classes that name them.
+    fn validate_apps(&self, file: &str) -> Result<(), ConfigError> {
+        let err = |field: &str, msg: &str| Err(ConfigError::new(file, field, msg));
+        let t = &self.traffic;
         for (i, a) in self.apps.iter().enumerate() {
             if a.cpu >= self.host.cpus {
                 return err(
@@ -820,6 +858,12 @@ impl SimConfig {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// The measurement window.
+    fn validate_measurement(&self, file: &str) -> Result<(), ConfigError> {
+        let err = |field: &str, msg: &str| Err(ConfigError::new(file, field, msg));
         let m = &self.measurement;
         if !(m.duration_ms > 0.0 && m.duration_ms.is_finite()) {
             return err("measurement.duration_ms", "must be positive");

@@ -28,92 +28,24 @@
 //! [`Notice`] on the plan or on its configuration.
 
 use napilab_core::scenario::{
-    ApDirection, Backend, DutSettings, Measurement, NapiContext as LabNapi, Pattern as LabPattern,
-    QdiscKind, Scenario, TopologyKind, TraceTier,
+    ApDirection, Backend, DutSettings, NapiContext as LabNapi, Pattern as LabPattern, QdiscKind,
+    Scenario, TopologyKind, TraceTier,
 };
-use napilab_core::{Notice, PointResult, PointRole};
 
 use crate::config::{
     ClassConfig, EgressConfig, HostConfig, IngressConfig, MeasurementConfig, NapiContext,
     NetSettings, Pattern, QdiscKind as TwinQdisc, RxQueueConfig, ThreadPolicy, TickMode,
     TrafficConfig,
 };
-use crate::{ConfigError, Profile, SimConfig};
-
-/// Entries of veth's per-RX-queue `ptr_ring` (`VETH_RING_SIZE` in drivers/net/veth.c).
-pub const VETH_RING: u32 = 256;
-/// NAPI weight of a veth instance (`NAPI_POLL_WEIGHT`).
-pub const VETH_WEIGHT: u32 = 64;
-/// `net.core.netdev_max_backlog` default: the per-CPU backlog veth uses without GRO.
-pub const MAX_BACKLOG: u32 = 1000;
-/// The lab machine: CONFIG_HZ and kernel (docs/results/lab.md, "Benchmarks").
-pub const LAB_HZ: u32 = 250;
-pub const LAB_KERNEL: &str = "6.18";
-/// veth has no wire: a rate high enough that serialisation never matters.
-pub const VETH_LINK_MBPS: f64 = 1_000_000.0;
-/// Ethernet header the twin's frame size adds to the lab's IP packet size (veth has no
-/// FCS, preamble or gap; the twin's size only sets bit counters and serialisation).
-pub const ETH_HEADER: u32 = 14;
-
-/// Which testbed engines run on the CPU of the DUT's poller (queue 0).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct EnginesOnPoller {
-    pub generator: bool,
-    pub sink: bool,
-}
-
-/// Per-packet CPU cost of the lab's traffic engines (a lab profile's `[testbed]`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Testbed {
-    /// Paced UDP generator: `sendmmsg`, UDP/IP output and `veth_xmit`, per packet.
-    pub generator_cycles_per_packet: f64,
-    /// Sink: its veth's NAPI poll, UDP receive and the socket read, per packet.
-    pub sink_cycles_per_packet: f64,
-}
-
-/// One configuration of a scenario, ready for the twin.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TwinConfiguration {
-    pub name: String,
-    /// The same (setting, value) pairs the lab records for the configuration.
-    pub settings: Vec<(String, String)>,
-    /// `traffic.rate_pps` is the scenario's first load; callers set each load.
-    pub config: SimConfig,
-    /// CPU that polls each ingress queue in the twin (the generator's CPU in softirq
-    /// mode, the NAPI kthread's in threaded mode).
-    pub poller_cpus: Vec<u32>,
-    pub napi: NapiContext,
-    pub engines_on_poller: EnginesOnPoller,
-    pub notices: Vec<Notice>,
-}
-
-/// A whole scenario mapped for the twin.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TwinPlan {
-    pub name: String,
-    /// Offered loads of the sweep, in order.
-    pub loads: Vec<f64>,
-    /// One seed per repeat (`traffic.seed`, `traffic.seed + 1`, ...).
-    pub seeds: Vec<u64>,
-    pub loss_threshold: f64,
-    /// The scenario's measurement when it asks for a maximum-throughput search: the
-    /// twin runs the lab's search (napilab-experiment), with its method and limits.
-    pub search: Option<Measurement>,
-    pub configurations: Vec<TwinConfiguration>,
-    /// Scenario-wide settings the twin represents only approximately or not at all.
-    pub notices: Vec<Notice>,
-    /// The request workload of a server scenario (its loads are then requests/s and
-    /// `search` is None: the server's search is [`crate::from_server_scenario`]'s).
-    pub requests: Option<crate::from_server_scenario::ServerPlan>,
-}
-
-fn notice(what: impl Into<String>, why: impl Into<String>) -> Notice {
-    Notice {
-        what: what.into(),
-        why: why.into(),
-    }
-}
+use crate::twin_plan::notice;
+// One configuration's sweep and search run through the experiment layer's loop.
+pub use crate::twin_plan::{
+    passes, run_serial, EnginesOnPoller, Testbed, TwinConfiguration, TwinPlan, ETH_HEADER, LAB_HZ,
+    LAB_KERNEL, MAX_BACKLOG, VETH_LINK_MBPS, VETH_RING, VETH_WEIGHT,
+};
+pub use crate::twin_testbed::run_configuration;
+use crate::{ConfigError, SimConfig};
+use napilab_core::Notice;
 
 /// Maps `scenario` (already validated by `napilab_core::scenario::parse`). `file` names
 /// it in errors. The twin host gets as many CPUs as the scenario names (at least 2, the
@@ -238,14 +170,7 @@ fn map_configuration(
     file: &str,
 ) -> Result<TwinConfiguration, ConfigError> {
     let mut notices = Vec::new();
-    let nq = s.topology.ingress_queues.max(1) as usize;
-    let gen_cpu = |q: usize| {
-        r.generator_cpus
-            .get(q)
-            .or(r.generator_cpus.first())
-            .copied()
-            .unwrap_or(0)
-    };
+    let gen_cpu = |q: usize| generator_cpu(r, q);
     let napi = match (r.gro, r.napi) {
         (true, LabNapi::Threaded) => NapiContext::Threaded,
         _ => NapiContext::Softirq,
@@ -256,6 +181,109 @@ fn map_configuration(
             format!("without GRO veth hands frames to the sending CPU's backlog (netif_rx, netdev_max_backlog {MAX_BACKLOG}, process_backlog weight 64); the twin models that as an RX queue of {MAX_BACKLOG} entries polled in the generator CPU's NET_RX softirq"),
         ));
     }
+    let (poller_cpus, queues) = veth_queues(s, r, napi, &mut notices);
+    let egress = veth_egress(s, r, tx_ring, &mut notices);
+    let traffic = veth_traffic(s, rate, &mut notices);
+    let config = SimConfig {
+        name: format!("{} {}", s.name, name),
+        host: HostConfig {
+            cpus,
+            hz: LAB_HZ,
+            kernel: LAB_KERNEL.into(),
+            tick: TickMode::NohzIdle,
+        },
+        settings: NetSettings {
+            netdev_budget: r.netdev_budget.unwrap_or(300),
+            netdev_budget_usecs: r.netdev_budget_usecs,
+            weight: VETH_WEIGHT,
+            max_backlog: MAX_BACKLOG,
+            max_softirq_restart: crate::softirq::MAX_SOFTIRQ_RESTART,
+        },
+        ingress: IngressConfig {
+            name: "dut-in".into(),
+            rx_ring_size: if r.gro { VETH_RING } else { MAX_BACKLOG },
+            rx_usecs: 0,
+            rx_frames: 0,
+            queues,
+        },
+        egress,
+        traffic,
+        measurement: MeasurementConfig {
+            duration_ms: s.measurement.duration_s * 1000.0,
+            warmup_ms: s.measurement.warmup_s * 1000.0,
+            interval_ms: None,
+        },
+        apps: Vec::new(),
+        tunnel: None,
+    };
+    config.validate(&format!(
+        "{file} configuration {name:?} (mapped for the twin)"
+    ))?;
+    // The engines: the generator of queue 0 and the sink, against queue 0's poller.
+    let poller = poller_cpus[0];
+    let engines_on_poller = EnginesOnPoller {
+        generator: gen_cpu(0) == poller,
+        sink: r.sink_cpus.first().copied().unwrap_or(0) == poller,
+    };
+    let mut settings = vec![(
+        "topology".to_string(),
+        match s.topology.kind {
+            TopologyKind::Router => "router".to_string(),
+            TopologyKind::Ap => format!("ap {:?}", s.topology.direction),
+            other => other.as_str().to_string(),
+        },
+    )];
+    settings.extend(r.pairs());
+    settings.push((
+        "twin poller".into(),
+        format!(
+            "{} on cpu {}{}",
+            match napi {
+                NapiContext::Threaded => "NAPI kthread",
+                NapiContext::Workqueue => "workqueue worker",
+                NapiContext::Softirq => "NET_RX softirq",
+            },
+            napilab_core::scenario::cpu_list(&poller_cpus),
+            match (engines_on_poller.generator, engines_on_poller.sink) {
+                (true, true) => ", shared with the generator and the sink",
+                (true, false) => ", shared with the generator",
+                (false, true) => ", shared with the sink",
+                (false, false) => "",
+            }
+        ),
+    ));
+    Ok(TwinConfiguration {
+        name: name.to_string(),
+        settings,
+        config,
+        poller_cpus,
+        napi,
+        engines_on_poller,
+        notices,
+        veth: true,
+    })
+}
+
+/// The generator's CPU for ingress queue `q` (its own, else the first).
+fn generator_cpu(r: &DutSettings, q: usize) -> u32 {
+    r.generator_cpus
+        .get(q)
+        .or(r.generator_cpus.first())
+        .copied()
+        .unwrap_or(0)
+}
+
+/// The veth ingress's RX queues and the CPU that polls each (the generator's in
+/// softirq mode, the NAPI kthread's in threaded mode), with what the twin cannot
+/// represent as notices.
+fn veth_queues(
+    s: &Scenario,
+    r: &DutSettings,
+    napi: NapiContext,
+    notices: &mut Vec<Notice>,
+) -> (Vec<u32>, Vec<RxQueueConfig>) {
+    let nq = s.topology.ingress_queues.max(1) as usize;
+    let gen_cpu = |q: usize| generator_cpu(r, q);
     let mut poller_cpus = Vec::with_capacity(nq);
     let mut queues = Vec::with_capacity(nq);
     for q in 0..nq {
@@ -324,6 +352,17 @@ fn map_configuration(
             "no effect with napi = \"softirq\": the veth poll runs in the softirq of the CPU that sent the frame (the generator's), as in the lab",
         ));
     }
+    (poller_cpus, queues)
+}
+
+/// The veth egress: a TX ring that holds a whole point (no TX completions), and the
+/// qdisc on the side that has one.
+fn veth_egress(
+    s: &Scenario,
+    r: &DutSettings,
+    tx_ring: u32,
+    notices: &mut Vec<Notice>,
+) -> EgressConfig {
     // Egress: which side has the qdisc.
     let egress_qdisc = match (s.topology.kind, s.topology.direction) {
         (TopologyKind::Router, _) | (TopologyKind::Ap, ApDirection::WirelessToWired) => {
@@ -383,6 +422,11 @@ fn map_configuration(
             }
         }
     }
+    egress
+}
+
+/// The traffic: the first class's pattern for all, IP sizes plus the Ethernet header.
+fn veth_traffic(s: &Scenario, rate: f64, notices: &mut Vec<Notice>) -> TrafficConfig {
     let pattern = match s.traffic.classes.first().map(|c| c.pattern) {
         Some(LabPattern::Poisson) => Pattern::Poisson,
         _ => Pattern::Constant,
@@ -411,181 +455,38 @@ fn map_configuration(
             closed_loop: None,
         })
         .collect();
-    let config = SimConfig {
-        name: format!("{} {}", s.name, name),
-        host: HostConfig {
-            cpus,
-            hz: LAB_HZ,
-            kernel: LAB_KERNEL.into(),
-            tick: TickMode::NohzIdle,
-        },
-        settings: NetSettings {
-            netdev_budget: r.netdev_budget.unwrap_or(300),
-            netdev_budget_usecs: r.netdev_budget_usecs,
-            weight: VETH_WEIGHT,
-            max_backlog: MAX_BACKLOG,
-            max_softirq_restart: crate::softirq::MAX_SOFTIRQ_RESTART,
-        },
-        ingress: IngressConfig {
-            name: "dut-in".into(),
-            rx_ring_size: if r.gro { VETH_RING } else { MAX_BACKLOG },
-            rx_usecs: 0,
-            rx_frames: 0,
-            queues,
-        },
-        egress,
-        traffic: TrafficConfig {
-            rate_pps: rate,
-            pattern,
-            classes,
-        },
-        measurement: MeasurementConfig {
-            duration_ms: s.measurement.duration_s * 1000.0,
-            warmup_ms: s.measurement.warmup_s * 1000.0,
-            interval_ms: None,
-        },
-        apps: Vec::new(),
-        tunnel: None,
-    };
-    config.validate(&format!(
-        "{file} configuration {name:?} (mapped for the twin)"
-    ))?;
-    // The engines: the generator of queue 0 and the sink, against queue 0's poller.
-    let poller = poller_cpus[0];
-    let engines_on_poller = EnginesOnPoller {
-        generator: gen_cpu(0) == poller,
-        sink: r.sink_cpus.first().copied().unwrap_or(0) == poller,
-    };
-    let mut settings = vec![(
-        "topology".to_string(),
-        match s.topology.kind {
-            TopologyKind::Router => "router".to_string(),
-            TopologyKind::Ap => format!("ap {:?}", s.topology.direction),
-            other => other.as_str().to_string(),
-        },
-    )];
-    settings.extend(r.pairs());
-    settings.push((
-        "twin poller".into(),
-        format!(
-            "{} on cpu {}{}",
-            match napi {
-                NapiContext::Threaded => "NAPI kthread",
-                NapiContext::Workqueue => "workqueue worker",
-                NapiContext::Softirq => "NET_RX softirq",
-            },
-            napilab_core::scenario::cpu_list(&poller_cpus),
-            match (engines_on_poller.generator, engines_on_poller.sink) {
-                (true, true) => ", shared with the generator and the sink",
-                (true, false) => ", shared with the generator",
-                (false, true) => ", shared with the sink",
-                (false, false) => "",
-            }
-        ),
-    ));
-    Ok(TwinConfiguration {
-        name: name.to_string(),
-        settings,
-        config,
-        poller_cpus,
-        napi,
-        engines_on_poller,
-        notices,
-    })
-}
-
-impl TwinConfiguration {
-    /// The profile this configuration runs with: `base`, plus the per-packet cost of
-    /// the testbed engines that share the CPU of the DUT's poller, added to the `poll`
-    /// stage: the one stage that always runs on the poller's CPU (with RPS the later
-    /// stages move to other CPUs, the engines do not). The cost is charged in the
-    /// poller's context instead of the engines' threads, so the poller's CPU shows it
-    /// as kernel time of the DUT: a fold, not a model of the engines' scheduling.
-    ///
-    /// In softirq mode veth's notification is synchronous (the sender's `veth_xmit`
-    /// raises NET_RX, which runs when the sender re-enables bottom halves), so the
-    /// profile's `irq_delivery`, which in a lab profile is the threaded poller's
-    /// wake-up delay, is dropped.
-    pub fn profile_for(&self, base: &Profile, testbed: Option<&Testbed>) -> Profile {
-        let mut p = base.clone();
-        if let Some(t) = testbed {
-            if self.engines_on_poller.generator {
-                p.stage_cycles.poll += t.generator_cycles_per_packet;
-            }
-            if self.engines_on_poller.sink {
-                p.stage_cycles.poll += t.sink_cycles_per_packet;
-            }
-        }
-        if self.napi == NapiContext::Softirq {
-            p.latency_ns.irq_delivery = 0;
-        }
-        p
-    }
-
-    /// This configuration at one offered load.
-    pub fn at(&self, pps: f64) -> SimConfig {
-        let mut c = self.config.clone();
-        c.traffic.rate_pps = pps;
-        // The no-completion stand-in (a completion timer past the run) keeps every
-        // packet of the point on the egress ring, which the plan sized for the
-        // scenario's own loads; a load given instead (`sim run --loads`) may be higher,
-        // and the ring must still hold it, or the twin drops what veth never would.
-        if c.egress.tx_usecs == u32::MAX {
-            let window_s = (c.measurement.warmup_ms + c.measurement.duration_ms) / 1e3 + 0.1;
-            let needed = (pps * window_s).ceil().min(f64::from(u32::MAX - 4096)) as u32 + 4096;
-            c.egress.tx_ring_size = c.egress.tx_ring_size.max(needed);
-        }
-        c
+    TrafficConfig {
+        rate_pps: rate,
+        pattern,
+        classes,
     }
 }
 
-/// Whether a point passes the search, as the lab judges it: loss within the threshold
-/// and the offered load at least 99% of the requested one.
-pub use napilab_experiment::maximum::passes;
-
-// One configuration's sweep and search run through the experiment layer's loop.
-pub use crate::twin_testbed::run_configuration;
-
-/// Runs `batch` one after the other on this thread (`try_run`, then `to_point`).
-pub fn run_serial(
-    batch: &[(SimConfig, u64, PointRole)],
-    profile: &Profile,
-) -> Result<Vec<PointResult>, ConfigError> {
-    batch
-        .iter()
-        .map(|(c, seed, role)| {
-            crate::try_run(c, profile, *seed).map(|r| r.to_point(*role, c.traffic.rate_pps, 0))
-        })
-        .collect()
-}
-
-/// What a TOML file holds.
+/// What a TOML file given to `napilab sim run` holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InputKind {
+    /// A scenario (the lab's vocabulary; scenarios/, scenarios/studies/).
     Scenario,
-    TwinConfig,
+    /// A twin configuration file of earlier releases (`[host]`, `[ingress]`, ...), read
+    /// for one more release; crate::studies::LEGACY names the shipped ones'
+    /// replacements.
+    LegacyTwinConfig,
 }
 
-/// Tells a lab scenario from a twin configuration by content: a twin configuration has
-/// `[host]` or `[ingress]` (both required there, absent from scenarios); a scenario has
-/// `[[traffic.classes]]` and neither. The error says what the file lacks.
+/// The rule (docs/sim.md "Scenarios and hardware profiles"): a file with `[host]` and
+/// no `[topology]` is a legacy twin configuration; every other file is a scenario,
+/// whose own parse errors say what is wrong with it (`[topology]` may be left out: it
+/// defaults to the router).
 pub fn input_kind(text: &str) -> Result<InputKind, String> {
     let table: toml::Table = toml::from_str(text).map_err(|e| {
         format!(
-            "not TOML ({}): give a lab scenario (docs/lab.md) or a twin configuration (docs/sim.md)",
+            "not TOML ({}): give a scenario (scenarios/, docs/lab.md)",
             e.message().trim()
         )
     })?;
-    if table.contains_key("host") || table.contains_key("ingress") {
-        return Ok(InputKind::TwinConfig);
+    if table.contains_key("host") && !table.contains_key("topology") {
+        Ok(InputKind::LegacyTwinConfig)
+    } else {
+        Ok(InputKind::Scenario)
     }
-    let has_classes = table
-        .get("traffic")
-        .and_then(|t| t.as_table())
-        .is_some_and(|t| t.contains_key("classes"));
-    // A server scenario's load is [requests], a vpn scenario's [tunnel].
-    if has_classes || table.contains_key("requests") || table.contains_key("tunnel") {
-        return Ok(InputKind::Scenario);
-    }
-    Err("neither a lab scenario (name and [[traffic.classes]], see scenarios/ and docs/lab.md) nor a twin configuration ([host], [ingress], [traffic], see crates/napilab-sim/scenarios/ and docs/sim.md)".into())
 }

@@ -32,25 +32,14 @@ impl Strategy {
         }
     }
 
-    /// The shipped scenario: (file, text).
+    /// The shipped study scenario and configuration: (file, configuration).
     pub fn scenario(self) -> (&'static str, &'static str) {
+        use crate::studies::{INGRESS_QOS, ROUTER_SQ};
         match self {
-            Strategy::Sq => (
-                "scenarios/router-sq.toml",
-                include_str!("../scenarios/router-sq.toml"),
-            ),
-            Strategy::Rr => (
-                "scenarios/router-rr.toml",
-                include_str!("../scenarios/router-rr.toml"),
-            ),
-            Strategy::LlRr => (
-                "scenarios/router-ll-rr.toml",
-                include_str!("../scenarios/router-ll-rr.toml"),
-            ),
-            Strategy::LlWfq => (
-                "scenarios/router-ll-wfq.toml",
-                include_str!("../scenarios/router-ll-wfq.toml"),
-            ),
+            Strategy::Sq => (ROUTER_SQ, "baseline"),
+            Strategy::Rr => (INGRESS_QOS, "rr"),
+            Strategy::LlRr => (INGRESS_QOS, "ll-rr"),
+            Strategy::LlWfq => (INGRESS_QOS, "ll-wfq"),
         }
     }
 
@@ -58,11 +47,11 @@ impl Strategy {
     /// `rt_share` of it and `be` the rest. SQ's one ring then carries both classes
     /// (counted apart).
     pub fn config(self, rate_pps: f64, rt_share: f64) -> SimConfig {
-        let (file, text) = self.scenario();
-        let mut c = match SimConfig::from_toml_str(text, file) {
-            Ok(c) => c,
-            // The scenarios are compiled in and parsed by the tests.
-            Err(e) => panic!("shipped scenario {file} does not parse: {e}"),
+        let (file, configuration) = self.scenario();
+        let mut c = match crate::studies::config(file, configuration) {
+            Ok((c, _)) => c,
+            // The scenarios are compiled in and mapped by the tests.
+            Err(e) => panic!("shipped scenario {file} does not map: {e}"),
         };
         c.traffic.rate_pps = rate_pps;
         if c.traffic.classes.len() == 1 {
@@ -195,6 +184,8 @@ pub fn ideal_profile(service_ns: f64) -> Profile {
         },
         tunnel_cycles: None,
         provenance: Default::default(),
+        host: None,
+        nic: None,
     }
 }
 

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::config::ConfigError;
+use crate::hardware::{HostHardware, NicHardware};
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -27,6 +28,12 @@ pub struct Profile {
     /// (`stage_cycles.poll`, `latency_ns.rx_dma`, ...; see [`Profile::parameters`]).
     #[serde(default)]
     pub provenance: BTreeMap<String, ParamSource>,
+    /// The machine (CPUs, HZ, kernel); with `nic`, the profile describes a NIC machine
+    /// and scenarios map onto it (crate::from_study). Absent: the veth lab.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostHardware>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nic: Option<NicHardware>,
 }
 
 /// The source of one profile parameter, machine-readable (docs/sim.md, "Profiles...").
@@ -152,21 +159,25 @@ pub struct LatencyNs {
     pub tx_dma: u64,
 }
 
-/// Profiles shipped with the crate, by name.
-pub const BUILTIN: &[(&str, &str)] = &[
-    (
-        "router-e3-1230-ixgbe",
-        include_str!("../profiles/router-e3-1230-ixgbe.toml"),
-    ),
-    (
-        "ap-cortex-a72-bcmgenet",
-        include_str!("../profiles/ap-cortex-a72-bcmgenet.toml"),
-    ),
-    (
-        "wg-xeon-gold-5220",
-        include_str!("../profiles/wg-xeon-gold-5220.toml"),
-    ),
-];
+include!(concat!(env!("OUT_DIR"), "/profiles.rs"));
+
+/// The plain profiles shipped with the crate, by name: every file under profiles/
+/// except the lab profiles, whose extra tables (`[testbed]`, `[server]`) only
+/// `calibrate::LabProfile` and `calibrate_server::ServerProfile` read.
+pub fn builtin_profiles() -> impl Iterator<Item = (&'static str, &'static str)> {
+    SHIPPED
+        .iter()
+        .copied()
+        .filter(|(n, _)| !LAB_PROFILES.contains(n))
+}
+
+/// The shipped lab profiles (veth lab, with `[testbed]` or `[server]`).
+pub const LAB_PROFILES: &[&str] = &["veth-lab", "veth-lab-server"];
+
+/// The names of every shipped profile, for messages.
+pub fn shipped_names() -> Vec<&'static str> {
+    SHIPPED.iter().map(|(n, _)| *n).collect()
+}
 
 impl Profile {
     pub fn from_toml_str(text: &str, file: &str) -> Result<Self, ConfigError> {
@@ -185,10 +196,18 @@ impl Profile {
 
     /// A shipped profile by name (see [`BUILTIN`]).
     pub fn builtin(name: &str) -> Result<Self, ConfigError> {
-        let (n, text) = BUILTIN
-            .iter()
+        let (n, text) = builtin_profiles()
             .find(|(n, _)| *n == name)
-            .ok_or_else(|| ConfigError::new(name, "(name)", "no built-in profile of that name"))?;
+            .ok_or_else(|| {
+                ConfigError::new(
+                    name,
+                    "(name)",
+                    format!(
+                        "no shipped profile of that name (shipped: {})",
+                        shipped_names().join(", ")
+                    ),
+                )
+            })?;
         Self::from_toml_str(text, &format!("profiles/{n}.toml"))
     }
 
@@ -230,7 +249,26 @@ impl Profile {
                 ));
             }
         }
+        if let Some(h) = &self.host {
+            h.validate(file)?;
+        }
+        match (&self.host, &self.nic) {
+            (Some(h), Some(n)) => n.validate(h, file)?,
+            (None, None) => {}
+            _ => {
+                return Err(ConfigError::new(
+                    file,
+                    "host",
+                    "a hardware profile needs both [host] and [nic.ingress]/[nic.egress]",
+                ))
+            }
+        }
         self.validate_provenance(file)
+    }
+
+    /// The machine, when the profile describes one (`[host]` and `[nic]`).
+    pub fn hardware(&self) -> Option<(&HostHardware, &NicHardware)> {
+        self.host.as_ref().zip(self.nic.as_ref())
     }
 
     /// Every parameter with its path and value, in file order.
@@ -332,9 +370,28 @@ impl Profile {
 mod tests {
     use super::*;
 
+    fn router_text() -> &'static str {
+        SHIPPED
+            .iter()
+            .find(|(n, _)| *n == "router-e3-1230-ixgbe")
+            .map(|(_, t)| *t)
+            .expect("shipped")
+    }
+
+    #[test]
+    fn every_file_is_shipped() {
+        let names = shipped_names();
+        for f in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/profiles")).expect("dir") {
+            let p = f.expect("entry").path();
+            let stem = p.file_stem().expect("stem").to_string_lossy().into_owned();
+            assert!(names.contains(&stem.as_str()), "{stem} not shipped");
+        }
+        assert!(names.len() >= 6, "{names:?}");
+    }
+
     #[test]
     fn builtin_profiles_parse() {
-        for (name, _) in BUILTIN {
+        for (name, _) in builtin_profiles() {
             let p = Profile::builtin(name).expect("builtin profile parses");
             assert!(p.cpu_ghz > 0.0);
         }
@@ -345,21 +402,15 @@ mod tests {
     /// comes from.
     #[test]
     fn every_shipped_parameter_has_a_source() {
-        let files: Vec<(&str, &str)> = BUILTIN
+        for (name, text) in SHIPPED
             .iter()
             .copied()
-            .chain([
-                (
-                    "ap-cortex-a72-w2e",
-                    include_str!("../profiles/ap-cortex-a72-w2e.toml"),
-                ),
-                ("veth-lab", include_str!("../profiles/veth-lab.toml")),
-            ])
-            .collect();
-        for (name, text) in files {
+            .filter(|(n, _)| *n != "veth-lab-server")
+        {
             let table: toml::Table = toml::from_str(text).expect("parses");
             let mut table = table;
             table.remove("testbed");
+            table.remove("fitted_on_host");
             let p: Profile = toml::Value::Table(table).try_into().expect("profile");
             p.validate(name).expect("valid");
             for (key, _, src) in p.provenance_rows() {
@@ -370,7 +421,7 @@ mod tests {
 
     #[test]
     fn provenance_is_checked() {
-        let (_, text) = BUILTIN[0];
+        let text = router_text();
         let bad = format!(
             "{text}\n[provenance.\"stage_cycles.nope\"]\nkind = \"assumed\"\ndetail = \"x\"\n"
         );
@@ -386,7 +437,7 @@ mod tests {
 
     #[test]
     fn bad_field_is_named() {
-        let (_, text) = BUILTIN[0];
+        let text = router_text();
         let bad = text.replacen("cpu_ghz = 3.2", "cpu_ghz = -1", 1);
         let e = Profile::from_toml_str(&bad, "p.toml").expect_err("must be rejected");
         assert_eq!((e.file.as_str(), e.field.as_str()), ("p.toml", "cpu_ghz"));

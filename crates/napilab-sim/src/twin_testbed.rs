@@ -11,9 +11,9 @@ use napilab_experiment::configuration::{self, Named, PointSpec, Testbed};
 use napilab_experiment::maximum::{MeasuredTrial, PacketTestbed};
 
 use crate::config::{ConfigError, SimConfig};
-use crate::from_scenario::{TwinConfiguration, TwinPlan};
 use crate::output::SimResult;
 use crate::profile::Profile;
+use crate::twin_plan::{TwinConfiguration, TwinPlan};
 
 impl Named for TwinConfiguration {
     fn name(&self) -> &str {

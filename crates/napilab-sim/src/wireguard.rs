@@ -5,8 +5,8 @@
 use crate::config::{NapiContext, SimConfig};
 use crate::output::SimResult;
 
-/// The baseline configuration as shipped (`scenarios/wg-softirq.toml`).
-pub const BASELINE: &str = include_str!("../scenarios/wg-softirq.toml");
+/// The study's scenario (its configuration `softirq` is the baseline).
+pub const SCENARIO: &str = crate::studies::WIREGUARD;
 
 /// Packets per second one client sends: 25 Mbit/s of 1,500-byte frames.
 pub const CLIENT_PPS: f64 = 25e6 / (1500.0 * 8.0);
@@ -45,9 +45,10 @@ impl Context {
 /// The study's server with `clients` clients (one peer each) at 25 Mbit/s, the peers'
 /// NAPI instances in `context`, measuring `duration_ms` after `warmup_ms`.
 pub fn config(clients: u32, context: Context, duration_ms: f64, warmup_ms: f64) -> SimConfig {
-    let mut cfg = match SimConfig::from_toml_str(BASELINE, "scenarios/wg-softirq.toml") {
-        Ok(c) => c,
-        Err(e) => panic!("shipped scenario does not parse: {e}"),
+    let mut cfg = match crate::studies::config(SCENARIO, "softirq") {
+        Ok((c, _)) => c,
+        // The scenario is compiled in and mapped by the tests.
+        Err(e) => panic!("shipped scenario {SCENARIO} does not map: {e}"),
     };
     cfg.name = format!("wg-{}-{clients}", context.name());
     cfg.traffic.rate_pps = clients as f64 * CLIENT_PPS;

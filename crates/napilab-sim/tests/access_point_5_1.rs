@@ -18,7 +18,7 @@ use napilab_sim::{Profile, SimConfig};
 #[test]
 fn e2w_single_core_rates_at_100_mbit() {
     let mut cfg = SimConfig::from_toml_str(
-        include_str!("../scenarios/ap-e2w-single-core.toml"),
+        include_str!("fixtures/legacy/ap-e2w-single-core.toml"),
         "scenarios/ap-e2w-single-core.toml",
     )
     .expect("shipped scenario parses");
@@ -52,8 +52,8 @@ fn ap(toml: &str, what: &str, pps: f64) -> napilab_sim::SimResult {
     napilab_sim::run(&cfg, &p, 1)
 }
 
-const SINGLE: &str = include_str!("../scenarios/ap-e2w-single-core.toml");
-const DUAL: &str = include_str!("../scenarios/ap-e2w-dual-core.toml");
+const SINGLE: &str = include_str!("fixtures/legacy/ap-e2w-single-core.toml");
+const DUAL: &str = include_str!("fixtures/legacy/ap-e2w-dual-core.toml");
 
 /// Dual-core (docs/studies.md AP-7: WiFi IRQ on core 0, Ethernet IRQ on core 1): "E2W is
 /// processed entirely on the Ethernet IRQ core because mac80211 bypasses the qdisc"
@@ -201,8 +201,8 @@ fn w2e_single_and_dual_core() {
     )
     .expect("shipped profile parses");
     let cfg = |toml: &str| SimConfig::from_toml_str(toml, "w2e").expect("parses");
-    let single = cfg(include_str!("../scenarios/ap-w2e-single-core.toml"));
-    let dual = cfg(include_str!("../scenarios/ap-w2e-dual-core.toml"));
+    let single = cfg(include_str!("fixtures/legacy/ap-w2e-single-core.toml"));
+    let dual = cfg(include_str!("fixtures/legacy/ap-w2e-dual-core.toml"));
     let (s, d) = (
         napilab_sim::run(&single, &p, 1),
         napilab_sim::run(&dual, &p, 1),

@@ -216,14 +216,23 @@ trace = "always"
 }
 
 #[test]
-fn input_kind_tells_scenarios_from_twin_configs() {
+fn input_kind_is_the_documented_rule() {
     let twin = std::fs::read_to_string(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios/router-sq.toml"),
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/legacy/router-sq.toml"),
     )
     .expect("twin config");
-    assert_eq!(from_scenario::input_kind(&twin), Ok(InputKind::TwinConfig));
-    let e = from_scenario::input_kind("[package]\nname = \"x\"\n").expect_err("neither");
-    assert!(e.contains("neither a lab scenario"), "{e}");
+    assert_eq!(
+        from_scenario::input_kind(&twin),
+        Ok(InputKind::LegacyTwinConfig)
+    );
+    // [host] with [topology]: a scenario (whose parse then names the stray table).
+    let both = format!("[topology]\nkind = \"router\"\n{twin}");
+    assert_eq!(from_scenario::input_kind(&both), Ok(InputKind::Scenario));
+    // Neither: a scenario, whose own errors say what is missing.
+    assert_eq!(
+        from_scenario::input_kind("[package]\nname = \"x\"\n"),
+        Ok(InputKind::Scenario)
+    );
     let e = from_scenario::input_kind("name = ").expect_err("not toml");
     assert!(e.contains("not TOML"), "{e}");
 }

@@ -1,44 +1,45 @@
-//! Every shipped scenario parses with every shipped profile and runs briefly.
+//! Every twin configuration of earlier releases (tests/fixtures/legacy/) parses with
+//! every shipped profile and runs briefly: the format is still read for one release.
 
-use napilab_sim::profile::BUILTIN;
+use napilab_sim::profile::builtin_profiles;
 use napilab_sim::{Profile, SimConfig};
 
 const SCENARIOS: &[(&str, &str)] = &[
     (
         "router-sq.toml",
-        include_str!("../scenarios/router-sq.toml"),
+        include_str!("fixtures/legacy/router-sq.toml"),
     ),
     (
         "ap-e2w-single-core.toml",
-        include_str!("../scenarios/ap-e2w-single-core.toml"),
+        include_str!("fixtures/legacy/ap-e2w-single-core.toml"),
     ),
     (
         "server-irq-suspend.toml",
-        include_str!("../scenarios/server-irq-suspend.toml"),
+        include_str!("fixtures/legacy/server-irq-suspend.toml"),
     ),
     (
         "ap-e2w-dual-core.toml",
-        include_str!("../scenarios/ap-e2w-dual-core.toml"),
+        include_str!("fixtures/legacy/ap-e2w-dual-core.toml"),
     ),
     (
         "ap-w2e-single-core.toml",
-        include_str!("../scenarios/ap-w2e-single-core.toml"),
+        include_str!("fixtures/legacy/ap-w2e-single-core.toml"),
     ),
     (
         "ap-w2e-dual-core.toml",
-        include_str!("../scenarios/ap-w2e-dual-core.toml"),
+        include_str!("fixtures/legacy/ap-w2e-dual-core.toml"),
     ),
     (
         "router-rr.toml",
-        include_str!("../scenarios/router-rr.toml"),
+        include_str!("fixtures/legacy/router-rr.toml"),
     ),
     (
         "router-ll-rr.toml",
-        include_str!("../scenarios/router-ll-rr.toml"),
+        include_str!("fixtures/legacy/router-ll-rr.toml"),
     ),
     (
         "router-ll-wfq.toml",
-        include_str!("../scenarios/router-ll-wfq.toml"),
+        include_str!("fixtures/legacy/router-ll-wfq.toml"),
     ),
 ];
 
@@ -53,8 +54,8 @@ fn shipped_scenarios_run() {
             "profiles/ap-cortex-a72-w2e.toml",
         )
         .expect("shipped profile parses");
-        let profiles = BUILTIN
-            .iter()
+        let profiles = builtin_profiles()
+            .filter(|(n, _)| *n != "ap-cortex-a72-w2e")
             .map(|(n, _)| (n.to_string(), Profile::builtin(n).expect("profile")))
             .chain([("ap-cortex-a72-w2e".to_string(), w2e)]);
         for (pname, p) in profiles {

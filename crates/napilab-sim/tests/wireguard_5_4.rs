@@ -86,15 +86,21 @@ fn baseline_piles_the_polls_onto_one_core_with_big_batches() {
 #[test]
 fn shipped_wireguard_scenarios_parse() {
     for (file, text) in [
-        ("wg-softirq", include_str!("../scenarios/wg-softirq.toml")),
-        ("wg-threaded", include_str!("../scenarios/wg-threaded.toml")),
+        (
+            "wg-softirq",
+            include_str!("fixtures/legacy/wg-softirq.toml"),
+        ),
+        (
+            "wg-threaded",
+            include_str!("fixtures/legacy/wg-threaded.toml"),
+        ),
         (
             "wg-threaded-pinned",
-            include_str!("../scenarios/wg-threaded-pinned.toml"),
+            include_str!("fixtures/legacy/wg-threaded-pinned.toml"),
         ),
         (
             "wg-workqueue",
-            include_str!("../scenarios/wg-workqueue.toml"),
+            include_str!("fixtures/legacy/wg-workqueue.toml"),
         ),
     ] {
         let cfg = SimConfig::from_toml_str(text, file).expect("parses");
@@ -106,11 +112,11 @@ fn shipped_wireguard_scenarios_parse() {
 /// Bad tunnel input is refused with the field named.
 #[test]
 fn bad_tunnel_fields_are_named() {
-    let base = include_str!("../scenarios/wg-threaded.toml");
+    let base = include_str!("fixtures/legacy/wg-threaded.toml");
     let bad = base.replace("peers = 1000", "peers = 0");
     let e = SimConfig::from_toml_str(&bad, "x.toml").expect_err("0 peers");
     assert_eq!(e.field, "tunnel.peers");
-    let bad = include_str!("../scenarios/wg-softirq.toml")
+    let bad = include_str!("fixtures/legacy/wg-softirq.toml")
         .replace("napi = \"softirq\"", "napi = \"softirq\"\npinned = true");
     let e = SimConfig::from_toml_str(&bad, "x.toml").expect_err("pinned softirq");
     assert_eq!(e.field, "tunnel.pinned");

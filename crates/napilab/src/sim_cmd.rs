@@ -15,10 +15,10 @@ use napilab_core::{
 use napilab_experiment::configuration;
 use napilab_sim::calibrate::{self, LabProfile};
 use napilab_sim::calibrate_server::{self, ServerProfile};
-use napilab_sim::from_scenario::{self, TwinPlan};
+use napilab_sim::from_scenario::{self, InputKind, TwinPlan};
 use napilab_sim::from_server_scenario;
 use napilab_sim::twin_testbed::{self, provenance_pairs, run_side_by_side, TwinPackets};
-use napilab_sim::{max_throughput, Profile, SimConfig, SimResult};
+use napilab_sim::{max_throughput, studies, Profile, SimConfig, SimResult};
 
 #[derive(clap::Args)]
 pub struct SimArgs {
@@ -28,10 +28,11 @@ pub struct SimArgs {
 
 #[derive(clap::Subcommand)]
 enum SimCommand {
-    /// Run the twin on a lab scenario (scenarios/*.toml, docs/lab.md: every
-    /// configuration with its sweep, repeats and search, as `napilab lab run` does) or
-    /// on a twin configuration (crates/napilab-sim/scenarios/, docs/sim.md): one point
-    /// per offered load, run in parallel across CPUs.
+    /// Run the twin on a scenario (scenarios/*.toml and the studies'
+    /// scenarios/studies/*.toml, docs/lab.md: every configuration with its sweep,
+    /// repeats and search, as `napilab lab run` does) with a hardware profile; a twin
+    /// configuration file of earlier releases is still read, with a notice naming its
+    /// replacement.
     Run(RunArgs),
     /// Fit a lab profile (per-packet, per-wake-up and testbed costs, the poller's
     /// wake-up delay) on a lab run: jointly over every searched configuration (the
@@ -125,16 +126,15 @@ struct CalibrateArgs {
 
 #[derive(clap::Args)]
 struct RunArgs {
-    /// A lab scenario (TOML with [traffic] classes, docs/lab.md) or a twin
-    /// configuration (TOML with [host] and [ingress], docs/sim.md); told apart by
-    /// content.
+    /// A scenario (docs/lab.md; scenarios/, scenarios/studies/). A file with [host]
+    /// and no [topology] is a twin configuration of earlier releases (read for one more
+    /// release, with a notice naming the scenario that replaces it).
     config: PathBuf,
-    /// Platform profile: a shipped name (veth-lab, veth-lab-server,
-    /// router-e3-1230-ixgbe, ap-cortex-a72-bcmgenet, wg-xeon-gold-5220 for the
-    /// WireGuard configurations crates/napilab-sim/scenarios/wg-*.toml) or a TOML file.
-    /// Default for lab scenarios: veth-lab; for server scenarios veth-lab-server (its
-    /// [server] table holds the server costs fitted by `napilab sim calibrate` on a
-    /// server run); required for twin configurations.
+    /// Hardware profile: a shipped name (every file of crates/napilab-sim/profiles/) or
+    /// a TOML file. Default: the scenario's [twin] profile (the studies name theirs),
+    /// else veth-lab, or veth-lab-server for server scenarios (its [server] table holds
+    /// the server costs fitted by `napilab sim calibrate`); required for a legacy twin
+    /// configuration.
     #[arg(long)]
     profile: Option<String>,
     /// Seed of the random traffic; the same seed gives the same result. Default: the
@@ -187,8 +187,8 @@ pub fn run(args: SimArgs) -> Result<()> {
             let text = std::fs::read_to_string(&a.config)
                 .with_context(|| format!("cannot read {}", a.config.display()))?;
             match input_kind(&text, &a.config)? {
-                Input::Scenario => run_scenario(&a, &text),
-                Input::Twin => run_twin(&a),
+                InputKind::Scenario => run_scenario(&a, &text),
+                InputKind::LegacyTwinConfig => run_twin(&a),
             }
         }
         SimCommand::Calibrate(a) => run_calibrate(&a),
@@ -313,23 +313,72 @@ fn run_advise_ring_budget(args: &RingBudgetArgs) -> Result<()> {
     Ok(())
 }
 
-enum Input {
-    Scenario,
-    Twin,
+fn input_kind(text: &str, path: &Path) -> Result<InputKind> {
+    from_scenario::input_kind(text).map_err(|why| anyhow::anyhow!("{}: {why}", path.display()))
 }
 
-fn input_kind(text: &str, path: &Path) -> Result<Input> {
-    match from_scenario::input_kind(text) {
-        Ok(from_scenario::InputKind::Scenario) => Ok(Input::Scenario),
-        Ok(from_scenario::InputKind::TwinConfig) => Ok(Input::Twin),
-        Err(why) => bail!("{}: {why}", path.display()),
-    }
+/// What `--profile` may name: every shipped profile (from the files compiled in) and
+/// the profile each shipped study expects.
+fn profile_help() -> String {
+    let studies = studies::expected_profiles()
+        .into_iter()
+        .map(|(study, profile)| format!("{study} expects {profile}"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    format!(
+        "name a shipped profile ({}) or a profile file; the study scenarios name their own ({studies})",
+        napilab_sim::profile::shipped_names().join(", ")
+    )
 }
 
 fn load_profile(name: &str) -> Result<LabProfile> {
-    LabProfile::load(name).map_err(|e| {
-        anyhow::anyhow!("{e}: name a shipped profile (veth-lab, router-e3-1230-ixgbe, ap-cortex-a72-bcmgenet) or a profile file")
-    })
+    LabProfile::load(name).map_err(|e| anyhow::anyhow!("{e}: {}", profile_help()))
+}
+
+/// A scenario's plan and profile: `--profile`, else the scenario's `[twin] profile`,
+/// else the veth lab's (veth-lab-server for the server topology). A profile with
+/// `[host]` and `[nic]` is a NIC machine (napilab_sim::from_study); without them it
+/// is the veth lab (from_scenario).
+fn load_plan(
+    args: &RunArgs,
+    scenario: &napilab_core::scenario::Scenario,
+    file: &str,
+) -> Result<(TwinPlan, LabProfile, String)> {
+    let server = scenario.topology.kind == napilab_core::scenario::TopologyKind::Server;
+    let profile_name = args
+        .profile
+        .clone()
+        .or_else(|| scenario.twin.profile.clone())
+        .unwrap_or_else(|| {
+            if server {
+                calibrate_server::VETH_LAB_SERVER_NAME.to_string()
+            } else {
+                calibrate::VETH_LAB_NAME.to_string()
+            }
+        });
+    if server {
+        let mut plan = from_scenario::plan(scenario, file).map_err(|e| anyhow::anyhow!("{e}"))?;
+        // A profile with a [server] table replaces the assumed costs.
+        let server = ServerProfile::load(&profile_name)
+            .map_err(|e| anyhow::anyhow!("{e}: {}", profile_help()))?;
+        if let (Some(costs), Some(sp)) = (&server.costs, plan.requests.as_mut()) {
+            sp.costs = costs.clone();
+            for n in plan.notices.iter_mut().filter(|n| n.what == "server costs") {
+                n.why = format!(
+                    "the server's per-request costs and the TCP receive cost are profile {profile_name}'s [server] table (see each configuration's source: server.* settings)"
+                );
+            }
+        }
+        return Ok((plan, server.lab, profile_name));
+    }
+    let lab = load_profile(&profile_name)?;
+    let plan = if lab.profile.hardware().is_some() {
+        napilab_sim::from_study::plan(scenario, &lab.profile, file)
+    } else {
+        from_scenario::plan(scenario, file)
+    }
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok((plan, lab, profile_name))
 }
 
 /// Runs `configs` on the twin, spread over the machine's CPUs; results keep their order.
@@ -344,12 +393,37 @@ fn run_batch(batch: &[(SimConfig, u64)], profile: &Profile) -> Result<Vec<SimRes
     run_side_by_side(batch, profile).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
+/// The notice a legacy twin configuration gets: what replaces it.
+fn legacy_notice(config: &SimConfig, path: &Path) -> napilab_core::Notice {
+    let stem = path
+        .file_stem()
+        .map_or(String::new(), |s| s.to_string_lossy().into_owned());
+    let name = if config.name.is_empty() {
+        stem
+    } else {
+        config.name.clone()
+    };
+    let why = match studies::replacement(&name) {
+        Some((study, configuration)) => format!(
+            "the twin configuration format is read for one more release; this file is replaced by scenario {study}, configuration {configuration:?} (napilab sim run {study}, which names its hardware profile)"
+        ),
+        None => "the twin configuration format is read for one more release: write it as a scenario with a hardware profile ([host], [nic]; docs/sim.md \"Scenarios and hardware profiles\")".into(),
+    };
+    napilab_core::Notice {
+        what: format!("{} (legacy twin configuration)", path.display()),
+        why,
+    }
+}
+
 fn run_twin(args: &RunArgs) -> Result<()> {
     let config = SimConfig::from_file(&args.config).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let legacy = legacy_notice(&config, &args.config);
+    eprintln!("notice: {}: {}", legacy.what, legacy.why);
     let Some(profile_name) = args.profile.clone() else {
         bail!(
-            "{}: a twin configuration needs --profile (a shipped name: veth-lab, router-e3-1230-ixgbe, ap-cortex-a72-bcmgenet, or a profile file)",
-            args.config.display()
+            "{}: a legacy twin configuration needs --profile: {}",
+            args.config.display(),
+            profile_help()
         );
     };
     let profile = load_profile(&profile_name)?.profile;
@@ -447,7 +521,7 @@ fn run_twin(args: &RunArgs) -> Result<()> {
             max_throughput: max,
             requests: None,
         }],
-        notices: Vec::new(),
+        notices: vec![legacy],
         twin: None,
     };
     if args.json {
@@ -568,35 +642,7 @@ fn run_scenario(args: &RunArgs, text: &str) -> Result<()> {
     let file = args.config.display().to_string();
     let scenario =
         napilab_core::scenario::parse(text, &file, None).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut plan: TwinPlan =
-        from_scenario::plan(&scenario, &file).map_err(|e| anyhow::anyhow!("{e}"))?;
-    // A server scenario's default profile carries the server costs fitted on a server
-    // run; a profile with a [server] table replaces the assumed costs.
-    let profile_name = args.profile.clone().unwrap_or_else(|| {
-        if plan.requests.is_some() {
-            calibrate_server::VETH_LAB_SERVER_NAME.to_string()
-        } else {
-            calibrate::VETH_LAB_NAME.to_string()
-        }
-    });
-    let lab = if let Some(sp) = plan.requests.as_mut() {
-        let server = ServerProfile::load(&profile_name).map_err(|e| {
-            anyhow::anyhow!(
-                "{e}: name a shipped profile (veth-lab-server, veth-lab) or a profile file"
-            )
-        })?;
-        if let Some(costs) = &server.costs {
-            sp.costs = costs.clone();
-            for n in plan.notices.iter_mut().filter(|n| n.what == "server costs") {
-                n.why = format!(
-                    "the server's per-request costs and the TCP receive cost are profile {profile_name}'s [server] table (see each configuration's source: server.* settings)"
-                );
-            }
-        }
-        server.lab
-    } else {
-        load_profile(&profile_name)?
-    };
+    let (mut plan, lab, profile_name) = load_plan(args, &scenario, &file)?;
     if let Some(seed) = args.seed {
         plan.seeds = (0..plan.seeds.len() as u64)
             .map(|r| seed.wrapping_add(r))

@@ -211,7 +211,7 @@ fn sim_run_gives_a_deterministic_model_run_record() {
 fn config_path_str() -> &'static str {
     concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../napilab-sim/scenarios/router-sq.toml"
+        "/../../scenarios/studies/router-sq.toml"
     )
 }
 
@@ -273,8 +273,7 @@ fn a_closed_pipe_ends_a_read_only_command_without_a_panic() {
     use std::io::Read;
     use std::os::unix::process::ExitStatusExt;
     use std::process::Stdio;
-    let sim =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../napilab-sim/scenarios/router-sq.toml");
+    let sim = PathBuf::from(config_path_str());
     let mut child = Command::new(env!("CARGO_BIN_EXE_napilab"))
         .args(["sim", "run"])
         .arg(&sim)

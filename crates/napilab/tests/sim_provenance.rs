@@ -5,8 +5,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn scenario() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../napilab-sim/scenarios/ap-e2w-single-core.toml")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/studies/ap-e2w.toml")
 }
 
 #[test]

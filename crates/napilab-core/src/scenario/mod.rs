@@ -17,12 +17,14 @@ mod measurement;
 #[cfg(test)]
 mod tests;
 mod traffic;
+mod twin;
 mod validate;
 
 pub use dut::*;
 pub use locate::*;
 pub use measurement::*;
 pub use traffic::*;
+pub use twin::*;
 pub use validate::*;
 
 pub use crate::requests::{RequestWorkload, ServerEngine, ServerMode};
@@ -65,6 +67,20 @@ pub struct Scenario {
     /// `value1/value2/...`, after the explicit `configurations`.
     #[serde(default)]
     pub axes: Vec<Axis>,
+    /// The twin's side (`napilab sim run`): the hardware profile the scenario was
+    /// written for.
+    #[serde(default)]
+    pub twin: TwinSection,
+}
+
+/// `[twin]`: what `napilab sim run` uses when the command line does not say.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TwinSection {
+    /// The hardware profile (a shipped name, crates/napilab-sim/profiles/) the
+    /// scenario describes; `--profile` overrides it. Absent: the veth lab's profile.
+    #[serde(default)]
+    pub profile: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -150,6 +166,14 @@ pub struct ConfigurationSpec {
     pub name: String,
     #[serde(default)]
     pub set: DutPatch,
+    /// Why only the twin can run this configuration (a mechanism no stock kernel or
+    /// no veth lab has); the lab refuses the scenario and says so. Required when
+    /// `twin` sets anything.
+    #[serde(default)]
+    pub twin_only: Option<String>,
+    /// Settings of mechanisms only the twin models.
+    #[serde(default)]
+    pub twin: TwinPatch,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -166,6 +190,10 @@ pub struct Configuration {
     pub settings: DutSettings,
     /// The settings the configuration (or its axis values) set over the baseline.
     pub overrides: Vec<(String, String)>,
+    /// Why only the twin can run it (see [`ConfigurationSpec::twin_only`]).
+    pub twin_only: Option<String>,
+    /// Its twin-only settings.
+    pub twin: TwinPatch,
 }
 
 impl Scenario {
@@ -207,6 +235,8 @@ fn expand_with_origin(s: &Scenario) -> (Vec<Configuration>, Vec<String>) {
             name: c.name.clone(),
             settings: s.dut.overlay(&c.set).resolve(),
             overrides: c.set.pairs(),
+            twin_only: c.twin_only.clone(),
+            twin: c.twin.clone(),
         });
         origin.push(format!("configurations[{i}]"));
     }
@@ -215,15 +245,22 @@ fn expand_with_origin(s: &Scenario) -> (Vec<Configuration>, Vec<String>) {
         let mut idx = vec![0usize; axes.len()];
         loop {
             let mut patch = DutPatch::default();
+            let mut twin = TwinPatch::default();
+            let mut twin_only = None;
             let mut names = Vec::new();
             for (a, &j) in axes.iter().zip(&idx) {
-                patch = patch.overlay(&a.values[j].set);
-                names.push(a.values[j].name.clone());
+                let v = &a.values[j];
+                patch = patch.overlay(&v.set);
+                twin = twin.overlay(&v.twin);
+                twin_only = twin_only.or_else(|| v.twin_only.clone());
+                names.push(v.name.clone());
             }
             out.push(Configuration {
                 name: names.join("/"),
                 settings: s.dut.overlay(&patch).resolve(),
                 overrides: patch.pairs(),
+                twin_only,
+                twin,
             });
             origin.push("axes".into());
             // Odometer: the last axis varies fastest.
@@ -246,6 +283,8 @@ fn expand_with_origin(s: &Scenario) -> (Vec<Configuration>, Vec<String>) {
             name: "baseline".into(),
             settings: s.dut.resolve(),
             overrides: Vec::new(),
+            twin_only: None,
+            twin: TwinPatch::default(),
         });
         origin.push("dut".into());
     }

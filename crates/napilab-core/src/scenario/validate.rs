@@ -85,7 +85,7 @@ pub(super) struct Validator<'a> {
 }
 
 impl Validator<'_> {
-    fn err(&mut self, field: &str, message: impl Into<String>) {
+    pub(super) fn err(&mut self, field: &str, message: impl Into<String>) {
         let line = self
             .locator
             .span_of(field)
@@ -288,10 +288,14 @@ pub(super) fn validate(s: &Scenario, v: &mut Validator<'_>, host_cpus: Option<u3
     }
     // Measurement.
     let m = &s.measurement;
-    if !(m.duration_s >= 0.2 && m.duration_s <= 3600.0) {
+    // The lab's minimum window is checked with the lab's host (`check_twin`).
+    if !(m.duration_s >= 0.001 && m.duration_s <= 3600.0) {
         v.err(
             "measurement.duration_s",
-            format!("{} is out of range: use 0.2 to 3600 s", m.duration_s),
+            format!(
+                "{} is out of range: use 0.2 to 3600 s (the twin: from 0.001 s)",
+                m.duration_s
+            ),
         );
     }
     if !(m.warmup_s >= 0.0 && m.warmup_s <= 600.0) {
@@ -337,6 +341,7 @@ pub(super) fn validate(s: &Scenario, v: &mut Validator<'_>, host_cpus: Option<u3
         v.err("measurement.drain_ms", "use at most 10000 ms");
     }
     check_search(m, v);
+    check_twin(s, v, host_cpus);
     // Configurations and axes.
     let mut config_names = std::collections::BTreeSet::new();
     for (i, c) in s.configurations.iter().enumerate() {

@@ -3,7 +3,7 @@
 
 use napilab_sim::{Profile, SimConfig, SimResult};
 
-pub const ROUTER_SQ: &str = include_str!("../../scenarios/router-sq.toml");
+pub const ROUTER_SQ: &str = include_str!("../fixtures/legacy/router-sq.toml");
 
 pub fn router_profile() -> Profile {
     Profile::builtin("router-e3-1230-ixgbe").expect("shipped profile parses")

@@ -1,0 +1,118 @@
+//! What a server scenario adds to a twin plan: the request workload, the server's costs
+//! and each configuration's mode. crate::from_server_scenario builds it.
+
+use std::collections::BTreeMap;
+
+use napilab_core::scenario::{RequestWorkload, ServerEngine, ServerMode};
+
+use crate::profile::{ParamSource, SourceKind};
+
+/// What a request costs the server, cycles at the profile's clock (veth-lab: 1 GHz,
+/// so cycles are ns), and where each number comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerCosts {
+    /// The server's own work per request (parse, key lookup, reply): user time.
+    pub app_user_cycles: f64,
+    /// Kernel work per request in the server's thread: `epoll_wait`, `recv`, the TCP
+    /// send of the reply and `veth_xmit`, and the client namespace's receive of the
+    /// reply, which on veth runs in the server CPU's softirq at bh-enable.
+    pub app_kernel_cycles: f64,
+    /// TCP receive of the request segment (`tcp_v4_rcv`, socket queue, the server's
+    /// wake-up) beyond the profile's per-packet UDP forwarding stages; charged on the
+    /// CPU that polls the request (the profile's `stage_cycles.unmapped`).
+    pub receive_cycles: f64,
+    /// Per call of the veth poll, whoever calls it (the profile's `fixed_cycles.poll`,
+    /// which the veth-lab profile leaves at 0): the poll's entry and its look at the
+    /// ring. It is also the length of one pass of a busy-polling loop that finds
+    /// nothing, so it must not be 0 (a busy-wait server would loop in zero time).
+    pub poll_cycles: f64,
+    /// By key (`server.app_user_cycles`, ...).
+    pub provenance: BTreeMap<String, ParamSource>,
+}
+
+impl ServerCosts {
+    /// The costs before any fit. ASSUMED from the lab's `make bench-kv` figures
+    /// (docs/results/lab.md, "kv-bench": the server's worker CPU per request 12-16 us on a
+    /// loaded machine, user and kernel together), split about 1:2 between the
+    /// application and the kernel, and a TCP receive of about 1.5 us.
+    pub fn assumed() -> ServerCosts {
+        let mut provenance = BTreeMap::new();
+        let why = |d: &str| ParamSource {
+            kind: SourceKind::Assumed,
+            reference: String::new(),
+            detail: d.to_string(),
+        };
+        provenance.insert(
+            "server.app_user_cycles".into(),
+            why("no lab fit yet: a third of the ~10 us per request that docs/lab.md's kv benchmark shows for the server's worker (user and system together, a loaded machine); run napilab sim calibrate on a server run"),
+        );
+        provenance.insert(
+            "server.app_kernel_cycles".into(),
+            why("no lab fit yet: two thirds of that ~10 us (recv, TCP send, veth_xmit, and the client namespace's receive of the reply in the server CPU's softirq)"),
+        );
+        provenance.insert(
+            "server.receive_cycles".into(),
+            why("no lab fit yet: TCP receive of a request segment beyond the veth-lab profile's UDP forwarding stages, about 1.5 us on this VM"),
+        );
+        provenance.insert(
+            "server.poll_cycles".into(),
+            why("no lab fit yet: an empty veth poll plus the epoll_wait system call around a busy-poll pass, about 0.5 us on this VM"),
+        );
+        ServerCosts {
+            app_user_cycles: 3_000.0,
+            app_kernel_cycles: 7_000.0,
+            receive_cycles: 1_500.0,
+            poll_cycles: 500.0,
+            provenance,
+        }
+    }
+
+    /// Every cost with its value.
+    pub fn parameters(&self) -> Vec<(&'static str, f64)> {
+        vec![
+            ("server.app_user_cycles", self.app_user_cycles),
+            ("server.app_kernel_cycles", self.app_kernel_cycles),
+            ("server.receive_cycles", self.receive_cycles),
+            ("server.poll_cycles", self.poll_cycles),
+        ]
+    }
+
+    /// `source: <key>` = `<value> (<kind>: <reference>; <detail>)` settings, as the
+    /// profile's parameters are recorded.
+    pub fn provenance_pairs(&self) -> Vec<(String, String)> {
+        self.parameters()
+            .into_iter()
+            .map(|(k, v)| {
+                let text = match self.provenance.get(k) {
+                    Some(p) if p.reference.is_empty() => {
+                        format!("{v} ({}: {})", p.kind.as_str(), p.detail)
+                    }
+                    Some(p) => format!("{v} ({}: {}; {})", p.kind.as_str(), p.reference, p.detail),
+                    None => format!("{v} (source not given)"),
+                };
+                (format!("source: {k}"), text)
+            })
+            .collect()
+    }
+}
+
+/// One server configuration beside its [`TwinConfiguration`] (same index).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerConfiguration {
+    pub name: String,
+    pub mode: ServerMode,
+    pub engine: ServerEngine,
+    pub server_cpus: Vec<u32>,
+    /// Why the lab cannot run it (memcached without epoll parameters); then no points.
+    pub not_runnable: Option<String>,
+}
+
+/// What a server scenario adds to a [`TwinPlan`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerPlan {
+    pub workload: RequestWorkload,
+    pub search_repeats: u32,
+    pub confidence: f64,
+    pub costs: ServerCosts,
+    pub configurations: Vec<ServerConfiguration>,
+}
