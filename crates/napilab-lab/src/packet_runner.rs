@@ -17,7 +17,7 @@ use napilab_experiment::maximum::{MeasuredTrial, PacketTestbed};
 use crate::counters;
 use crate::disturbance;
 use crate::linerate::{self, LineRate, LrClass, LrGenResult, LrGenSpec, Pacing, PACED_NICE};
-use crate::runner::{notice, now_ms, Ctx, Observer, SysctlGuard};
+use crate::run_context::{notice, now_ms, Ctx, Observer, SysctlGuard};
 use crate::topology::{Lab, SINK_ADDR};
 use crate::traffic::{start_generator, ClassSpec, GenResult, GenSpec, Sink};
 

@@ -15,9 +15,8 @@ use napilab_core::scenario::{self, SearchMethod};
 use napilab_core::{RunKind, RunRecord, RUN_SCHEMA};
 
 use crate::netns::{self, new_run_id, pid_file, RUN_DIR};
+use crate::run_context::{notice, now_ms, Ctx};
 pub use crate::run_context::{RunOptions, JOURNAL_PREFIX};
-// packet_runner.rs still names these through this module; they live in run_context.
-pub(crate) use crate::run_context::{notice, now_ms, Ctx, Observer, SysctlGuard};
 
 pub struct RunOutcome {
     pub record: RunRecord,
