@@ -22,6 +22,9 @@ APT_PACKAGES += prometheus prometheus-node-exporter curl
 # bpftrace: the per-packet benchmark's peer arm (one tracepoint counted into a map);
 # prometheus-node-exporter: the sampling benchmark's second baseline (bench/sampling-cost.sh).
 APT_PACKAGES += bpftrace
+# tmux: `napilab top`'s tests drive the view in a detached tmux session (send-keys,
+# capture-pane; crates/napilab/tests/top_tmux.rs).
+APT_PACKAGES += tmux
 # Best effort: `perf kwork` is the independent check of measured softirq time in the
 # trace tests (skipped with a printed reason without it); Ubuntu names it differently.
 APT_OPTIONAL := linux-perf
@@ -29,7 +32,7 @@ APT_OPTIONAL := linux-perf
 RESULTS ?= results
 FUZZ_SECONDS ?= 10
 
-.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-export bench-sampling bench-ingress bench-sim bench-trace bench-trace-packets bench-lab bench-linerate bench-kv bench-server-modes bench-many-napi flake-audit code-shape clean
+.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-export bench-sampling bench-ingress bench-sim bench-trace bench-trace-packets bench-lab bench-linerate bench-kv bench-server-modes bench-many-napi soak-export flake-audit code-shape clean
 
 all: build
 
@@ -173,6 +176,17 @@ bench-server-modes: build
 bench-many-napi: build
 	@bash bench/host-line.sh
 	RESULTS=$(RESULTS) bash bench/many-napi.sh
+
+# The exporter soak (docs/export.md, "Soak"): napilab export at 1 s and 100 ms sampling for
+# HOURS while veth pairs and namespaces come and go, a 30% busy loop runs and 50 scrapers
+# poll each; RSS and CPU per second to $(RESULTS)/soak-export/soak.csv, plotted, and a
+# verdict (bench/soak-export.py; root). SOAK_ARGS passes more options (e.g. --trace).
+HOURS ?= 2
+SOAK_ARGS ?=
+soak-export: deps
+	@bash bench/host-line.sh
+	$(CARGO) build --release -p napilab --bin napilab --example soak_plot
+	python3 bench/soak-export.py --hours $(HOURS) --out $(RESULTS)/soak-export $(SOAK_ARGS)
 
 # Flake audit of the root tests (each must pass every run): each test of the namespace, BPF and lab
 # targets RUNS times on its own, a table of passes and wall time per test, the host

@@ -14,7 +14,8 @@ pub mod many_napi_page;
 mod markup;
 mod metrics;
 mod openmetrics;
-mod plot;
+// Public for the exporter soak's plot (crates/napilab/examples/soak_plot.rs).
+pub mod plot;
 mod series;
 mod server_page;
 mod store;

@@ -53,6 +53,9 @@ pub enum Event {
     Begin { steps: u64, interval: Duration },
     /// One interval closed.
     Step,
+    /// The interval that just closed, with its trace tier when traced (sent before its
+    /// `Step`), for callers that show the observation while it runs (`napilab top`).
+    Interval(Box<napilab_core::Interval>),
     /// The sampling loop ended (before the flame graph and the cost are reported).
     End,
     /// A line for the user (`napilab observe` prints it as `napilab: <line>`).
@@ -159,9 +162,13 @@ pub fn observe(
         let closed = analysis
             .push(&raw)
             .map(|i| i.host.rx_bits.as_ref().map(|m| m.value / 1e6));
+        let closed_now = closed.is_some();
         if let (Some(rx_mbps), Some(mut trace)) = (closed, traced) {
             tracer.add_stages(&mut trace, rx_mbps);
             analysis.attach_trace(trace);
+        }
+        if let (true, Some(last)) = (closed_now, analysis.intervals().last()) {
+            events(Event::Interval(Box::new(last.clone())));
         }
         if step > 0 {
             events(Event::Step);

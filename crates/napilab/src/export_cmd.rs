@@ -30,6 +30,16 @@ const THREAD_RESCAN: Duration = Duration::from_secs(10);
 /// How often the map (devices, NAPI instances, settings) is read again, so devices and
 /// instances that appear or vanish show up without a restart.
 const MAP_REFRESH: Duration = Duration::from_secs(30);
+/// The map is also read again when the sampled links differ from it (a device appeared
+/// or vanished), at most this often, so a vanished device's info series goes within a
+/// second instead of a full MAP_REFRESH, and a churning host does not cost a map read per
+/// sample.
+const MAP_REFRESH_ON_CHANGE: Duration = Duration::from_secs(1);
+/// A traced NAPI instance the map does not know (another namespace's, or a deleted
+/// device's: the BPF counters keep both) whose polls stopped changing this long ago is
+/// left out of the export, so the series of vanished instances go and cardinality stays
+/// bounded on a host that creates and deletes devices. It comes back when it polls again.
+const NAPI_IDLE_EXPIRY: Duration = Duration::from_secs(300);
 /// HTTP worker threads: scrapes only copy a pre-rendered body, so a few suffice.
 const HTTP_WORKERS: usize = 4;
 
@@ -163,11 +173,28 @@ pub fn options(args: ExportArgs) -> Result<Options> {
     })
 }
 
-/// What every scrape serves: both formats of the latest sample.
+/// What every scrape serves: both formats of the latest sample. Shared, not copied, by
+/// the answers: a scrape allocates no body-sized buffer, so fifty scrapers do not churn
+/// the allocator with fifty copies per interval.
 struct Rendered {
-    text: String,
-    openmetrics: String,
+    text: Arc<[u8]>,
+    openmetrics: Arc<[u8]>,
     sampled: Instant,
+}
+
+/// An answer's body: a shared rendering or a small message.
+enum Body {
+    Shared(Arc<[u8]>),
+    Owned(Vec<u8>),
+}
+
+impl AsRef<[u8]> for Body {
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            Body::Shared(b) => b,
+            Body::Owned(b) => b,
+        }
+    }
 }
 
 type Latest = Arc<RwLock<Arc<Rendered>>>;
@@ -331,7 +358,7 @@ fn serve(server: &tiny_http::Server, latest: &Latest, stop: &AtomicBool, stale_a
     }
 }
 
-type Response = tiny_http::Response<std::io::Cursor<Vec<u8>>>;
+type Response = tiny_http::Response<std::io::Cursor<Body>>;
 
 fn with_header(response: Response, name: &str, value: &str) -> Response {
     // Names and values are ASCII constants of this module, which tiny_http accepts.
@@ -341,12 +368,20 @@ fn with_header(response: Response, name: &str, value: &str) -> Response {
     }
 }
 
+fn body_response(code: u16, body: Body, content_type: &str) -> Response {
+    let len = body.as_ref().len();
+    let response = tiny_http::Response::new(
+        tiny_http::StatusCode(code),
+        Vec::new(),
+        std::io::Cursor::new(body),
+        Some(len),
+        None,
+    );
+    with_header(response, "Content-Type", content_type)
+}
+
 fn text_response(code: u16, body: String, content_type: &str) -> Response {
-    with_header(
-        tiny_http::Response::from_data(body.into_bytes()).with_status_code(code),
-        "Content-Type",
-        content_type,
-    )
+    body_response(code, Body::Owned(body.into_bytes()), content_type)
 }
 
 /// Whether the Accept header asks for OpenMetrics (Prometheus sends it first).
@@ -386,9 +421,13 @@ fn respond(request: &tiny_http::Request, latest: &Latest, stale_after: Duration)
                 .find(|h| h.field.equiv("Accept"))
                 .map(|h| h.value.as_str());
             if wants_openmetrics(accept) {
-                text_response(200, current.openmetrics.clone(), OPENMETRICS_TYPE)
+                body_response(
+                    200,
+                    Body::Shared(current.openmetrics.clone()),
+                    OPENMETRICS_TYPE,
+                )
             } else {
-                text_response(200, current.text.clone(), TEXT_TYPE)
+                body_response(200, Body::Shared(current.text.clone()), TEXT_TYPE)
             }
         }
         "/healthz" => {
@@ -441,6 +480,9 @@ struct Exporter {
     last_map: Instant,
     limits: Limits,
     cost: SelfCost,
+    napi_activity: NapiActivity,
+    /// The links when the map was last read: a difference means a device came or went.
+    map_links: Option<Vec<u32>>,
 }
 
 impl Exporter {
@@ -502,6 +544,8 @@ impl Exporter {
             last_map: Instant::now(),
             limits: options.limits,
             cost: SelfCost::default(),
+            napi_activity: NapiActivity::default(),
+            map_links: None,
         }
     }
 
@@ -512,11 +556,28 @@ impl Exporter {
             self.sampler.refresh_threads();
             self.last_rescan = Instant::now();
         }
-        if self.last_map.elapsed() >= MAP_REFRESH {
+        self.sampler.sample_into(&mut self.raw);
+        let links = link_indexes(self.raw.links.as_deref());
+        let changed = match (&self.map_links, &links) {
+            (Some(mapped), Some(now)) => mapped != now,
+            (None, _) => {
+                self.map_links = links.clone();
+                false
+            }
+            (Some(_), None) => false,
+        };
+        if self.last_map.elapsed() >= MAP_REFRESH
+            || (changed && self.last_map.elapsed() >= MAP_REFRESH_ON_CHANGE)
+        {
             self.header = describe_host(&self.root, self.use_netlink);
             self.last_map = Instant::now();
+            self.map_links = links;
+            if changed {
+                // New devices may bring NAPI kthreads.
+                self.sampler.refresh_threads();
+                self.last_rescan = Instant::now();
+            }
         }
-        self.sampler.sample_into(&mut self.raw);
         let sample = self
             .parser
             .parse(&self.raw, &self.header.online_cpus, &mut self.notices);
@@ -526,11 +587,15 @@ impl Exporter {
             .map(|t| t.snapshot(&self.header.online_cpus));
         self.push_interval(&sample, snapshot.as_ref());
         let findings = self.findings();
+        let exported = snapshot.as_ref().map(|snap| {
+            self.napi_activity
+                .expire(snap, &self.header.topology.devices, Instant::now())
+        });
         let (mut families, dropped) = export_metrics::packet_path_families(
             &PacketPath {
                 header: &self.header,
                 sample: &sample,
-                trace: snapshot.as_ref(),
+                trace: exported.as_deref(),
                 findings: &findings,
             },
             self.limits,
@@ -567,8 +632,8 @@ impl Exporter {
         // The next sample reports how long this one took, rendering included.
         self.cost.last_sample_seconds = began.elapsed().as_secs_f64();
         Ok(Rendered {
-            text,
-            openmetrics,
+            text: text.into_bytes().into(),
+            openmetrics: openmetrics.into_bytes().into(),
             sampled: Instant::now(),
         })
     }
@@ -622,6 +687,57 @@ impl Exporter {
     }
 }
 
+/// The sampled links' (rtnetlink) indexes, sorted; None without netlink (--root), where
+/// the map refresh timer alone applies.
+fn link_indexes(links: Option<&[napilab_probe::netlink::LinkStats]>) -> Option<Vec<u32>> {
+    let mut indexes: Vec<u32> = links?.iter().map(|l| l.ifindex).collect();
+    indexes.sort_unstable();
+    Some(indexes)
+}
+
+/// When each traced NAPI instance last polled, to leave idle unknown instances out.
+#[derive(Default)]
+struct NapiActivity {
+    /// (napi_id, unnamed_ifindex) -> (polls summed over CPUs and contexts, when they last
+    /// changed). Holds only instances of the latest snapshot: bounded by the BPF map.
+    seen: std::collections::HashMap<(u32, u32), (u64, Instant)>,
+}
+
+impl NapiActivity {
+    /// The snapshot to export: without the instances the map does not know that have not
+    /// polled for NAPI_IDLE_EXPIRY. Borrowed when nothing is left out.
+    fn expire<'a>(
+        &mut self,
+        snap: &'a napilab_trace::Snapshot,
+        devices: &[napilab_core::topology::Device],
+        now: Instant,
+    ) -> std::borrow::Cow<'a, napilab_trace::Snapshot> {
+        let mut polls: std::collections::HashMap<(u32, u32), u64> = Default::default();
+        for (key, counts) in &snap.napi {
+            *polls.entry((key.napi_id, key.unnamed_ifindex)).or_default() += counts.polls;
+        }
+        self.seen.retain(|key, _| polls.contains_key(key));
+        let known = |id: u32| id == 0 || devices.iter().any(|d| d.napis.iter().any(|n| n.id == id));
+        let mut idle = Vec::new();
+        for (key, total) in polls {
+            let entry = self.seen.entry(key).or_insert((total, now));
+            if entry.0 != total {
+                *entry = (total, now);
+            }
+            if !known(key.0) && now.saturating_duration_since(entry.1) >= NAPI_IDLE_EXPIRY {
+                idle.push(key);
+            }
+        }
+        if idle.is_empty() {
+            return std::borrow::Cow::Borrowed(snap);
+        }
+        let mut kept = snap.clone();
+        kept.napi
+            .retain(|key, _| !idle.contains(&(key.napi_id, key.unnamed_ifindex)));
+        std::borrow::Cow::Owned(kept)
+    }
+}
+
 fn own_cpu_seconds() -> Option<f64> {
     let text = std::fs::read_to_string("/proc/self/stat").ok()?;
     let task = napilab_probe::procfs::parse_task_stat(&text).ok()?;
@@ -650,6 +766,54 @@ mod tests {
             "application/openmetrics-text; q=0"
         )));
         assert!(!wants_openmetrics(None));
+    }
+
+    #[test]
+    fn idle_napi_instances_the_map_does_not_know_are_left_out_until_they_poll_again() {
+        use napilab_core::trace::ExecContext;
+        use napilab_trace::snapshot::{NapiCounts, NapiKey};
+        let key = |napi_id| NapiKey {
+            napi_id,
+            unnamed_ifindex: 0,
+            cpu: 0,
+            context: ExecContext::Hardirq,
+        };
+        let counts = |polls| NapiCounts {
+            polls,
+            ..NapiCounts::default()
+        };
+        let mut snap = napilab_trace::Snapshot::default();
+        // 0: the backlog, never expired; 7: an instance of another namespace or a
+        // deleted device; 9: one the map knows (below).
+        for id in [0, 7, 9] {
+            snap.napi.insert(key(id), counts(5));
+        }
+        let devices = vec![napilab_core::topology::Device {
+            name: "eth0".into(),
+            ifindex: 2,
+            napis: vec![napilab_core::topology::Napi {
+                id: 9,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }];
+        let mut activity = NapiActivity::default();
+        let t0 = Instant::now();
+        let ids = |s: &napilab_trace::Snapshot| -> Vec<u32> {
+            let mut v: Vec<u32> = s.napi.keys().map(|k| k.napi_id).collect();
+            v.dedup();
+            v
+        };
+        assert_eq!(ids(&activity.expire(&snap, &devices, t0)), [0, 7, 9]);
+        let later = t0 + NAPI_IDLE_EXPIRY;
+        assert_eq!(ids(&activity.expire(&snap, &devices, later)), [0, 9]);
+        // It polls again: back.
+        snap.napi.insert(key(7), counts(6));
+        assert_eq!(ids(&activity.expire(&snap, &devices, later)), [0, 7, 9]);
+        // Gone from the BPF map: forgotten, so what is tracked stays bounded.
+        snap.napi.remove(&key(7));
+        activity.expire(&snap, &devices, later);
+        assert_eq!(activity.seen.len(), 2);
     }
 
     #[test]

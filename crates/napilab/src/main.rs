@@ -15,6 +15,8 @@ mod report_cmd;
 mod sim_calibrate_server;
 mod sim_cmd;
 mod timed_run;
+mod top;
+mod top_cmd;
 mod tune_cmd;
 mod tunnel_cmd;
 mod twin_table;
@@ -42,6 +44,10 @@ enum Command {
     /// Sample this host's packet-path counters, derive per-CPU, per-device and per-IRQ
     /// rates, and name misreadings and bottlenecks.
     Observe(ObserveArgs),
+    /// A full-screen live view: the NAPI map with who polls each instance, polls/s and
+    /// packets per poll by context (--trace), per-CPU measured vs tick-sampled softirq
+    /// and IRQ time, softnet drops and squeezes, findings as they fire; `?` for keys.
+    Top(top_cmd::TopArgs),
     /// Plan, apply (with a journal) and revert packet-path settings from profiles.
     Tune(tune_cmd::TuneArgs),
     /// Run experiment scenarios on the real kernel in network namespaces (gen -> DUT ->
@@ -213,6 +219,7 @@ fn main() -> ExitCode {
             replay: args.replay,
             show_map: !args.no_map,
         }),
+        Command::Top(args) => top_cmd::run(args),
         Command::Tune(args) => tune_cmd::run(args),
         Command::Lab(args) => lab_cmd::run(args),
         Command::Sim(args) => sim_cmd::run(args),
