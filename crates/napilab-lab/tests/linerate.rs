@@ -341,8 +341,12 @@ fn rate_held_and_attachments_removed(gro: bool) -> Outcome {
             ));
         }
         // Every frame that left is counted: by the sink, or by the kernel as refused
-        // at the DUT's ring (the DUT's loss, not the back end's; at most 1%).
-        if d.sink[0] + dropped != sent || dropped as f64 > 0.01 * sent as f64 {
+        // at the DUT's ring (the DUT's loss, not the back end's; at most 1%). The ring's
+        // counter also counts refused warm-up frames, which the sink does not count as
+        // the point's (seen in CI: 49,999 of 49,999 at the sink and 1 refused), so the
+        // refusals cover the point's missing frames rather than equal them.
+        let missing = sent.saturating_sub(d.sink[0]);
+        if d.sink[0] > sent || missing > dropped || dropped as f64 > 0.01 * sent as f64 {
             return Err(format!(
                 "sink counted {} of {sent}, the DUT's ring dropped {dropped}",
                 d.sink[0]
