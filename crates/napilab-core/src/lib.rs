@@ -19,7 +19,6 @@ pub mod stats;
 pub mod time;
 pub mod topology;
 pub mod trace;
-pub mod tunnel_workload;
 pub mod twin_vs_lab;
 pub mod uncertainty;
 pub mod units;

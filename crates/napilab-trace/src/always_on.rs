@@ -9,7 +9,6 @@
 //! everything with the last file descriptor even if the process is killed.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::mem::MaybeUninit;
 use std::path::Path;
 
@@ -18,6 +17,7 @@ use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 use napilab_core::trace::ExecContext;
 
 use crate::loader::{c_string, load_error, words32, words64, Attach};
+pub use crate::loader::{StartError, VMLINUX_BTF};
 use crate::snapshot::{
     IrqCounts, NapiCounts, NapiKey, NetRxCounts, Snapshot, SoftirqCounts, IRQ_ARRAY, LOG2_SLOTS,
     NAPI_SLOTS, NR_SOFTIRQS, WORK_SLOTS,
@@ -27,9 +27,6 @@ use crate::windows::{WindowDriver, WindowProgram, Windows};
 crate::bpf_skeleton!("napi_trace");
 
 use skel::{NapiTraceSkel, NapiTraceSkelBuilder, OpenNapiTraceSkel};
-
-/// Where the kernel publishes its own BTF; CO-RE needs it to relocate field accesses.
-pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 #[derive(Clone, Debug, Default)]
 pub struct TraceOptions {
@@ -77,35 +74,6 @@ impl Default for RaiseTiming {
 
 /// The hook `RaiseTiming` is about.
 const RAISE_HOOK: &str = "softirq_raise";
-
-/// Why the tracing tier could not start; the message names what is missing.
-#[derive(Debug)]
-pub enum StartError {
-    /// No kernel BTF: CO-RE relocations cannot be resolved.
-    NoBtf,
-    /// The kernel refused to load BPF programs (needs root or CAP_BPF + CAP_PERFMON).
-    NoPrivilege(String),
-    /// Any other load failure, with libbpf's message.
-    Load(String),
-}
-
-impl fmt::Display for StartError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StartError::NoBtf => write!(
-                f,
-                "{VMLINUX_BTF} is missing: the BPF programs are CO-RE and need the kernel's BTF (CONFIG_DEBUG_INFO_BTF=y)"
-            ),
-            StartError::NoPrivilege(e) => write!(
-                f,
-                "the kernel refused to load BPF programs ({e}): run as root, or grant CAP_BPF and CAP_PERFMON"
-            ),
-            StartError::Load(e) => write!(f, "cannot load the BPF programs: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for StartError {}
 
 /// One hook: the tracepoint, and what is lost without it.
 struct Hook {

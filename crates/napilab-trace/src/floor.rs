@@ -9,7 +9,7 @@ use std::mem::MaybeUninit;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, OpenObject};
 
-use crate::always_on::StartError;
+use crate::loader::StartError;
 
 crate::bpf_skeleton!("floor");
 

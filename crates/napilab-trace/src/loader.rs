@@ -4,9 +4,40 @@
 //! load error is classified, what a loaded program cost, and the decoding of map
 //! values (native-endian words and NUL-terminated names).
 
+use std::fmt;
 use std::os::fd::{AsFd as _, AsRawFd as _};
 
-use crate::always_on::StartError;
+/// Where the kernel publishes its own BTF; CO-RE needs it to relocate field accesses.
+pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+/// Why the tracing tier could not start; the message names what is missing.
+#[derive(Debug)]
+pub enum StartError {
+    /// No kernel BTF: CO-RE relocations cannot be resolved.
+    NoBtf,
+    /// The kernel refused to load BPF programs (needs root or CAP_BPF + CAP_PERFMON).
+    NoPrivilege(String),
+    /// Any other load failure, with libbpf's message.
+    Load(String),
+}
+
+impl fmt::Display for StartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StartError::NoBtf => write!(
+                f,
+                "{VMLINUX_BTF} is missing: the BPF programs are CO-RE and need the kernel's BTF (CONFIG_DEBUG_INFO_BTF=y)"
+            ),
+            StartError::NoPrivilege(e) => write!(
+                f,
+                "the kernel refused to load BPF programs ({e}): run as root, or grant CAP_BPF and CAP_PERFMON"
+            ),
+            StartError::Load(e) => write!(f, "cannot load the BPF programs: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
 
 /// Declares `mod skel` with the skeleton libbpf-cargo generated for `$name.bpf.c`
 /// (`$OUT_DIR/$name.skel.rs`, written by the calling crate's build.rs through
@@ -63,7 +94,7 @@ pub fn load_error(e: libbpf_rs::Error) -> StartError {
 /// Per loaded program of `object`: (name, runs, total run time in ns), from the
 /// program's fdinfo. The kernel counts run time only while BPF statistics are enabled
 /// (`sysctl kernel.bpf_stats_enabled=1`, or
-/// [`enable_run_time_stats`](crate::always_on::enable_run_time_stats)).
+/// `always_on::enable_run_time_stats`).
 pub fn program_costs(object: &libbpf_rs::Object) -> Vec<(String, u64, u64)> {
     let mut out = Vec::new();
     for prog in object.progs() {

@@ -18,8 +18,8 @@ use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 use napilab_core::trace::{DropReasonCount, LatencyBucket, StageLatency};
 use napilab_core::{Metric, Source, Unit};
 
-use crate::always_on::{StartError, VMLINUX_BTF};
 use crate::loader::{c_string, load_error, words32, words64, Attach};
+use crate::loader::{StartError, VMLINUX_BTF};
 use crate::windows::{windowed_rate, WindowDriver, WindowProgram, WindowReading, Windows};
 
 crate::bpf_skeleton!("packets");

@@ -17,6 +17,7 @@ mod measurement;
 #[cfg(test)]
 mod tests;
 mod traffic;
+mod tunnel;
 mod twin;
 mod validate;
 
@@ -28,7 +29,7 @@ pub use twin::*;
 pub use validate::*;
 
 pub use crate::requests::{RequestWorkload, ServerEngine, ServerMode};
-pub use crate::tunnel_workload::TunnelWorkload;
+pub use tunnel::TunnelWorkload;
 
 /// The built-in scenario (`napilab lab run` without a file).
 pub const DEFAULT_SCENARIO: &str = include_str!("../../../../scenarios/default.toml");

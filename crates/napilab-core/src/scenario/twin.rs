@@ -138,13 +138,13 @@ pub(super) fn check_twin(s: &Scenario, v: &mut Validator<'_>, host_cpus: Option<
         );
     }
     if let Some(t) = &s.tunnel {
-        if t.peers > crate::tunnel_workload::MAX_PEERS {
+        if t.peers > super::tunnel::MAX_PEERS {
             v.err(
                 "tunnel.peers",
                 format!(
                     "{} peers: the lab's TUN device allows {} queues (MAX_TAP_QUEUES), one per peer; only the twin runs more (napilab sim run FILE)",
                     t.peers,
-                    crate::tunnel_workload::MAX_PEERS
+                    super::tunnel::MAX_PEERS
                 ),
             );
         }

@@ -32,7 +32,7 @@ pub struct TunnelWorkload {
     /// Arrivals of the peers' datagrams: `cbr` (the lab's peers) or `poisson` (the
     /// twin only).
     #[serde(default)]
-    pub pattern: crate::scenario::Pattern,
+    pub pattern: super::traffic::Pattern,
 }
 
 fn d_peers() -> usize {
