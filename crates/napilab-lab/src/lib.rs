@@ -26,6 +26,7 @@ pub mod disturbance;
 pub mod linerate;
 pub mod many_napi;
 pub mod netns;
+mod packet_point;
 pub mod packet_runner;
 pub mod request;
 mod run_context;
