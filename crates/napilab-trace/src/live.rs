@@ -103,20 +103,7 @@ pub fn observe(
         options.trace_raise_always,
         &header,
     );
-    if let Some(at) = options.start_at_unix_ms {
-        let now = napilab_probe::observe::unix_ms_now();
-        let wait = Duration::from_millis(at.saturating_sub(now));
-        if wait > MAX_START_DELAY {
-            anyhow::bail!(
-                "--start-at {at} is {} s ahead: give a time at most {} s from now (milliseconds since the Unix epoch)",
-                wait.as_secs(),
-                MAX_START_DELAY.as_secs()
-            );
-        }
-        if wait_until(Instant::now() + wait, stop) {
-            return Err(Interrupted.into());
-        }
-    }
+    wait_for_start(options.start_at_unix_ms, stop)?;
     // The observation starts with its first sample, now: loading the BPF programs can
     // take seconds, and a caller lining its own window up with ours (the lab) needs
     // the time our window opened, not the time we started.
@@ -212,6 +199,39 @@ pub fn observe(
         )));
     }
     let mut observation = analysis.finish(OriginKind::Live);
+    note_lost_polls(&mut observation);
+    if let Some(cost) = cost {
+        let cost = crate::cost::WithPackets::with_packets(cost, received_packets(&observation));
+        events(Event::Message(describe_cost(&cost)));
+        observation.trace_cost = Some(cost);
+    }
+    Ok(observation)
+}
+
+/// Waits until `start_at_unix_ms` (the caller's window opening, `--start-at`), at most
+/// [`MAX_START_DELAY`] ahead; fails with [`Interrupted`] when stopped first.
+fn wait_for_start(start_at_unix_ms: Option<u64>, stop: &mpsc::Receiver<()>) -> Result<()> {
+    let Some(at) = start_at_unix_ms else {
+        return Ok(());
+    };
+    let now = napilab_probe::observe::unix_ms_now();
+    let wait = Duration::from_millis(at.saturating_sub(now));
+    if wait > MAX_START_DELAY {
+        anyhow::bail!(
+            "--start-at {at} is {} s ahead: give a time at most {} s from now (milliseconds since the Unix epoch)",
+            wait.as_secs(),
+            MAX_START_DELAY.as_secs()
+        );
+    }
+    if wait_until(Instant::now() + wait, stop) {
+        return Err(Interrupted.into());
+    }
+    Ok(())
+}
+
+/// Says when the trace tier's per-CPU table of (NAPI instance, context) pairs was full:
+/// the per-instance poll counts are then low.
+fn note_lost_polls(observation: &mut Observation) {
     let lost_polls: u64 = observation
         .intervals
         .iter()
@@ -227,12 +247,6 @@ pub fn observe(
             ),
         });
     }
-    if let Some(cost) = cost {
-        let cost = crate::cost::WithPackets::with_packets(cost, received_packets(&observation));
-        events(Event::Message(describe_cost(&cost)));
-        observation.trace_cost = Some(cost);
-    }
-    Ok(observation)
 }
 
 /// Packets the observation's devices received over all its intervals.

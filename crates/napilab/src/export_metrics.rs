@@ -337,9 +337,13 @@ struct NapiTotals {
     device: String,
 }
 
-/// Per-NAPI families; returns how many instances the cap left out.
-fn napi_families(input: &PacketPath<'_>, limits: Limits, out: &mut Vec<Family>) -> usize {
-    let names = napi_names(input.header);
+/// `napilab_napi_info`: each NAPI instance of the map, at most
+/// `limits.max_napi_instances`; returns the family and how many the cap left out.
+fn napi_info_family(
+    input: &PacketPath<'_>,
+    names: &BTreeMap<u32, NapiName>,
+    limits: Limits,
+) -> (Family, usize) {
     let mut info = Family::new(
         "napilab_napi_info",
         "Per-NAPI-instance settings and poller as labels, value 1 (source=map: netdev netlink napi-get, sysfs, /proc/irq).",
@@ -380,7 +384,13 @@ fn napi_families(input: &PacketPath<'_>, limits: Limits, out: &mut Vec<Family>) 
             );
         }
     }
-    let mut dropped = info_count.saturating_sub(limits.max_napi_instances);
+    (info, info_count.saturating_sub(limits.max_napi_instances))
+}
+
+/// Per-NAPI families; returns how many instances the cap left out.
+fn napi_families(input: &PacketPath<'_>, limits: Limits, out: &mut Vec<Family>) -> usize {
+    let names = napi_names(input.header);
+    let (info, mut dropped) = napi_info_family(input, &names, limits);
 
     let mut polls = Family::new(
         "napilab_napi_polls",
