@@ -8,6 +8,8 @@
 //!   the RFC 2544 bisection, as the scenario says) on a [`maximum::PacketTestbed`].
 //! - [`mlrsearch`]: MLRsearch itself (goals, trials, conditional throughput).
 //! - [`bisection`]: the bisection between a passing and a failing load.
+//! - [`configuration`], [`requests`]: one configuration's sweep, search and findings.
+//! - [`record`]: a run's configurations in order and its record, for every testbed.
 //! - [`request_search`]: the request workload's maximum-rate search (a raised range,
 //!   then the bisection).
 //!
@@ -17,5 +19,6 @@ pub mod bisection;
 pub mod configuration;
 pub mod maximum;
 pub mod mlrsearch;
+pub mod record;
 pub mod request_search;
 pub mod requests;

@@ -8,11 +8,11 @@
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::Ordering;
 
 use anyhow::{bail, Context, Result};
 use napilab_core::scenario::{self, SearchMethod};
-use napilab_core::{RunKind, RunRecord, RUN_SCHEMA};
+use napilab_core::{RunKind, RunRecord};
+use napilab_experiment::record::{self, RunStart};
 
 use crate::netns::{self, new_run_id, pid_file, RUN_DIR};
 use crate::run_context::{notice, now_ms, Ctx};
@@ -117,16 +117,16 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
             "observation of the DUT namespace was turned off (--no-observe): points carry no Observation",
         );
     }
-    let mut results = Vec::new();
-    let mut interrupted = false;
-    let mut error = None;
-    for cfg in &configs {
-        if opts.stop.load(Ordering::Relaxed) {
-            interrupted = true;
-            break;
-        }
+    let start = RunStart {
+        run_id: run_id.clone(),
+        kind: RunKind::Lab,
+        scenario_name: scenario.name.clone(),
+        scenario_toml: opts.scenario_text.clone(),
+        started_unix_ms: started,
+    };
+    let done = record::each_configuration(&configs, &opts.stop, |cfg| {
         ctx.bar.set_message(cfg.name.clone());
-        let outcome = match scenario.topology.kind {
+        match scenario.topology.kind {
             scenario::TopologyKind::Server => {
                 crate::server_runner::run_configuration(&mut ctx, &run_id, cfg)
             }
@@ -138,37 +138,12 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
             | scenario::TopologyKind::ManyNapi => {
                 crate::packet_runner::run_configuration(&mut ctx, &run_id, cfg, per_config)
             }
-        };
-        match outcome {
-            Ok((r, stopped)) => {
-                results.push(r);
-                if stopped {
-                    interrupted = true;
-                    break;
-                }
-            }
-            Err(e) => {
-                error = Some(e.context(format!("configuration {}", cfg.name)));
-                break;
-            }
         }
-    }
+        .map_err(|e| e.context(format!("configuration {}", cfg.name)))
+    });
     ctx.bar.finish_and_clear();
-    let record = RunRecord {
-        schema: RUN_SCHEMA.into(),
-        run_id: run_id.clone(),
-        kind: RunKind::Lab,
-        scenario_name: scenario.name.clone(),
-        scenario_toml: opts.scenario_text.clone(),
-        started_unix_ms: started,
-        finished_unix_ms: now_ms(),
-        host,
-        napilab_version: env!("CARGO_PKG_VERSION").into(),
-        interrupted: interrupted || error.is_some(),
-        configurations: results,
-        notices: ctx.notices,
-        twin: None,
-    };
+    let error = done.error;
+    let record = start.finish(now_ms(), host, done.results, done.interrupted, ctx.notices);
     let dir = opts.out_dir.join(&run_id);
     let path = dir.join("run.json");
     if opts.write_record || error.is_some() {

@@ -10,9 +10,9 @@ use anyhow::{bail, Context, Result};
 use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
 use napilab_core::{
     ConfigurationResult, CpuAccounting, HostFacts, Hz, PointResult, PointRole, RunKind, RunRecord,
-    RUN_SCHEMA,
 };
 use napilab_experiment::configuration;
+use napilab_experiment::record::{self, RunStart};
 use napilab_sim::calibrate::{self, LabProfile};
 use napilab_sim::calibrate_server::{self, ServerProfile};
 use napilab_sim::from_scenario::{self, InputKind, TwinPlan};
@@ -384,13 +384,7 @@ fn load_plan(
 /// Runs `configs` on the twin, spread over the machine's CPUs; results keep their order.
 fn run_parallel(configs: &[SimConfig], profile: &Profile, seed: u64) -> Result<Vec<SimResult>> {
     let batch: Vec<(SimConfig, u64)> = configs.iter().map(|c| (c.clone(), seed)).collect();
-    run_batch(&batch, profile)
-}
-
-/// Runs (config, seed) pairs on the twin, spread over the machine's CPUs; results keep
-/// their order.
-fn run_batch(batch: &[(SimConfig, u64)], profile: &Profile) -> Result<Vec<SimResult>> {
-    run_side_by_side(batch, profile).map_err(|e| anyhow::anyhow!("{e}"))
+    run_side_by_side(&batch, profile).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// The notice a legacy twin configuration gets: what replaces it.
@@ -494,36 +488,30 @@ fn run_twin(args: &RunArgs) -> Result<()> {
     } else {
         config.name.clone()
     };
-    let record = RunRecord {
-        schema: RUN_SCHEMA.into(),
+    let start = RunStart {
         run_id: napilab_core::experiment::run_id(started, std::process::id()),
         kind: RunKind::Model,
         scenario_name: name.clone(),
         scenario_toml,
         started_unix_ms: started,
-        finished_unix_ms: unix_ms(),
-        host,
-        napilab_version: env!("CARGO_PKG_VERSION").into(),
-        interrupted: false,
-        configurations: vec![ConfigurationResult {
-            name: format!("{name} on {profile_name}"),
-            settings: [
-                ("profile".to_string(), profile_name.clone()),
-                ("seed".to_string(), seed.to_string()),
-            ]
-            .into_iter()
-            .chain(provenance_pairs(&profile))
-            .collect(),
-            findings: napilab_core::explain::findings_of(
-                points.iter().filter_map(|p| p.observation.as_ref()),
-            ),
-            points,
-            max_throughput: max,
-            requests: None,
-        }],
-        notices: vec![legacy],
-        twin: None,
     };
+    let configuration = ConfigurationResult {
+        name: format!("{name} on {profile_name}"),
+        settings: [
+            ("profile".to_string(), profile_name.clone()),
+            ("seed".to_string(), seed.to_string()),
+        ]
+        .into_iter()
+        .chain(provenance_pairs(&profile))
+        .collect(),
+        findings: napilab_core::explain::findings_of(
+            points.iter().filter_map(|p| p.observation.as_ref()),
+        ),
+        points,
+        max_throughput: max,
+        requests: None,
+    };
+    let record = start.finish(unix_ms(), host, vec![configuration], false, vec![legacy]);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&record)?);
     } else {
@@ -679,50 +667,59 @@ fn run_scenario(args: &RunArgs, text: &str) -> Result<()> {
         });
     }
     let started = unix_ms();
-    let mut configurations = Vec::new();
-    // A server scenario's configurations run their request load instead.
-    let packet_configurations = if plan.requests.is_some() {
-        configurations =
-            run_server_configurations(&plan, &lab.profile, &profile_name, &file, &mut notices)?;
-        &[][..]
-    } else {
-        &plan.configurations[..]
+    let start = RunStart {
+        run_id: napilab_core::experiment::run_id(started, std::process::id()),
+        kind: RunKind::Model,
+        scenario_name: scenario.name.clone(),
+        scenario_toml: text.to_string(),
+        started_unix_ms: started,
     };
-    let experiment_plan = twin_testbed::plan_of(&plan);
-    for conf in packet_configurations {
-        let profile = conf.profile_for(&lab.profile, lab.testbed.as_ref());
-        for n in &conf.notices {
-            notices.push(napilab_core::Notice {
-                what: format!("configuration {}: {}", conf.name, n.what),
-                why: n.why.clone(),
-            });
+    // A server scenario's configurations run their request load instead.
+    let configurations = if plan.requests.is_some() {
+        run_server_configurations(&plan, &lab.profile, &profile_name, &file, &mut notices)?
+    } else {
+        let experiment_plan = twin_testbed::plan_of(&plan);
+        // The twin's runs are short and not interruptible part way: nothing stops them.
+        let never = std::sync::atomic::AtomicBool::new(false);
+        let done = record::each_configuration(&plan.configurations, &never, |conf| {
+            let profile = conf.profile_for(&lab.profile, lab.testbed.as_ref());
+            for n in &conf.notices {
+                notices.push(napilab_core::Notice {
+                    what: format!("configuration {}: {}", conf.name, n.what),
+                    why: n.why.clone(),
+                });
+            }
+            let mut settings = vec![("profile".to_string(), profile_name.clone())];
+            settings.extend(provenance_pairs(&profile));
+            settings.push((
+                "seeds".into(),
+                plan.seeds
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ));
+            let mut testbed = TwinPackets::new(&plan, |batch: &[(SimConfig, u64, PointRole)]| {
+                let pairs: Vec<(SimConfig, u64)> =
+                    batch.iter().map(|(c, s, _)| (c.clone(), *s)).collect();
+                let results = run_side_by_side(&pairs, &profile)
+                    .map_err(|e| napilab_sim::ConfigError::new(&file, "(run)", e.to_string()))?;
+                Ok(results
+                    .iter()
+                    .zip(batch)
+                    .map(|(r, (c, _, role))| r.to_point(*role, c.traffic.rate_pps, 0))
+                    .collect())
+            })
+            .with_settings(settings);
+            let outcome = configuration::run(&mut testbed, conf, &experiment_plan)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            anyhow::Ok((outcome.result, outcome.stopped))
+        });
+        if let Some(e) = done.error {
+            return Err(e);
         }
-        let mut settings = vec![("profile".to_string(), profile_name.clone())];
-        settings.extend(provenance_pairs(&profile));
-        settings.push((
-            "seeds".into(),
-            plan.seeds
-                .iter()
-                .map(u64::to_string)
-                .collect::<Vec<_>>()
-                .join(","),
-        ));
-        let mut testbed = TwinPackets::new(&plan, |batch: &[(SimConfig, u64, PointRole)]| {
-            let pairs: Vec<(SimConfig, u64)> =
-                batch.iter().map(|(c, s, _)| (c.clone(), *s)).collect();
-            let results = run_side_by_side(&pairs, &profile)
-                .map_err(|e| napilab_sim::ConfigError::new(&file, "(run)", e.to_string()))?;
-            Ok(results
-                .iter()
-                .zip(batch)
-                .map(|(r, (c, _, role))| r.to_point(*role, c.traffic.rate_pps, 0))
-                .collect())
-        })
-        .with_settings(settings);
-        let outcome = configuration::run(&mut testbed, conf, &experiment_plan)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        configurations.push(outcome.result);
-    }
+        done.results
+    };
     let cpus = plan
         .configurations
         .first()
@@ -744,21 +741,7 @@ fn run_scenario(args: &RunArgs, text: &str) -> Result<()> {
     if host.cpus.is_empty() {
         host.cpus = (0..cpus).collect();
     }
-    let record = RunRecord {
-        schema: RUN_SCHEMA.into(),
-        run_id: napilab_core::experiment::run_id(started, std::process::id()),
-        kind: RunKind::Model,
-        scenario_name: scenario.name.clone(),
-        scenario_toml: text.to_string(),
-        started_unix_ms: started,
-        finished_unix_ms: unix_ms(),
-        host,
-        napilab_version: env!("CARGO_PKG_VERSION").into(),
-        interrupted: false,
-        configurations,
-        notices,
-        twin: None,
-    };
+    let record = start.finish(unix_ms(), host, configurations, false, notices);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&record)?);
     } else {
@@ -804,7 +787,7 @@ fn run_server_configurations(
         }
         let profile = sp.costs.profile(&conf.profile_for(base, None));
         let requests = from_server_scenario::run_configuration(plan, i, &mut |batch| {
-            run_batch(batch, &profile)
+            run_side_by_side(batch, &profile)
                 .map_err(|e| napilab_sim::ConfigError::new(file, "(run)", e.to_string()))
         })
         .map_err(|e| anyhow::anyhow!("{e}"))?;
