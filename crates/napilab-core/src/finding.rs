@@ -84,6 +84,19 @@ pub struct Evidence {
     pub metric: Metric,
 }
 
+impl Evidence {
+    /// `name=value (source)`, the value shortened (12.3k): how a terminal line shows a
+    /// finding's evidence.
+    pub fn brief(&self) -> String {
+        format!(
+            "{}={} ({})",
+            self.name,
+            crate::units::short(self.metric.value),
+            self.metric.source.as_str()
+        )
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Finding {
     pub rule: RuleId,

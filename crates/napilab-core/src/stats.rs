@@ -56,16 +56,7 @@ pub fn cpus(observation: &Observation) -> Vec<u32> {
     cpus
 }
 
-/// Formats a number for titles and tables: 12345.6 -> "12.3k".
-pub fn short(value: f64) -> String {
-    if value >= 1e6 {
-        format!("{:.2}M", value / 1e6)
-    } else if value >= 1e3 {
-        format!("{:.1}k", value / 1e3)
-    } else {
-        format!("{value:.1}")
-    }
-}
+pub use crate::units::short;
 
 /// Sum starting from +0.0. `Iterator::sum` for f64 starts from -0.0, so an empty sum
 /// would print as "-0.0".

@@ -35,3 +35,14 @@ impl Unit {
         }
     }
 }
+
+/// Formats a number for titles and tables: 12345.6 -> "12.3k".
+pub fn short(value: f64) -> String {
+    if value >= 1e6 {
+        format!("{:.2}M", value / 1e6)
+    } else if value >= 1e3 {
+        format!("{:.1}k", value / 1e3)
+    } else {
+        format!("{value:.1}")
+    }
+}

@@ -761,6 +761,18 @@ fn thread_intervals(sim: &Sim, k: &Counts, secs: f64) -> Vec<ThreadInterval> {
 /// The tracing tier's view of an interval. `tunnel_device`: with a tunnel, the per-poll,
 /// per-softirq and per-IRQ rows are filled too (per CPU and context), under that
 /// device name; other configurations carry only the time rows.
+/// A CPU's time by execution context, the three softirq contexts first (a softirq after
+/// an interrupt, at bh-enable, in ksoftirqd), then the NAPI kthread and busy polling.
+fn context_times(r: &CpuReport) -> [(ExecContext, f64); 5] {
+    [
+        (ExecContext::Hardirq, r.softirq_inline - r.softirq_bh_enable),
+        (ExecContext::BhEnable, r.softirq_bh_enable),
+        (ExecContext::Ksoftirqd, r.ksoftirqd),
+        (ExecContext::NapiThread, r.napi_thread),
+        (ExecContext::BusyPoll, r.busy_poll),
+    ]
+}
+
 fn trace_interval(mi: &ModelInterval, tunnel_device: Option<&str>) -> TraceInterval {
     let share = |v: f64| m(v, Unit::CpuFraction);
     let cpus = mi
@@ -780,14 +792,7 @@ fn trace_interval(mi: &ModelInterval, tunnel_device: Option<&str>) -> TraceInter
         .cpus
         .iter()
         .flat_map(|r| {
-            [
-                (ExecContext::Hardirq, r.softirq_inline - r.softirq_bh_enable),
-                (ExecContext::BhEnable, r.softirq_bh_enable),
-                (ExecContext::Ksoftirqd, r.ksoftirqd),
-                (ExecContext::NapiThread, r.napi_thread),
-                (ExecContext::BusyPoll, r.busy_poll),
-            ]
-            .map(|(context, v)| ContextShare {
+            context_times(r).map(|(context, v)| ContextShare {
                 cpu: r.cpu,
                 context,
                 samples: 0,
@@ -830,26 +835,24 @@ fn trace_interval(mi: &ModelInterval, tunnel_device: Option<&str>) -> TraceInter
         .cpus
         .iter()
         .flat_map(|r| {
-            [
-                (ExecContext::Hardirq, r.softirq_inline - r.softirq_bh_enable),
-                (ExecContext::BhEnable, r.softirq_bh_enable),
-                (ExecContext::Ksoftirqd, r.ksoftirqd),
-            ]
-            .into_iter()
-            .filter(|(_, v)| *v > 0.0)
-            .map(|(context, v)| SoftirqTrace {
-                cpu: r.cpu,
-                vector: 3,
-                name: "NET_RX".into(),
-                context,
-                count: 0,
-                total_ns: (v * secs * 1e9) as u64,
-                share: share(v),
-                log2_ns: Vec::new(),
-                raised_runs: 0,
-                raise_to_entry_ns: 0,
-            })
-            .collect::<Vec<_>>()
+            // The softirq contexts: the first three.
+            context_times(r)
+                .into_iter()
+                .take(3)
+                .filter(|(_, v)| *v > 0.0)
+                .map(|(context, v)| SoftirqTrace {
+                    cpu: r.cpu,
+                    vector: 3,
+                    name: "NET_RX".into(),
+                    context,
+                    count: 0,
+                    total_ns: (v * secs * 1e9) as u64,
+                    share: share(v),
+                    log2_ns: Vec::new(),
+                    raised_runs: 0,
+                    raise_to_entry_ns: 0,
+                })
+                .collect::<Vec<_>>()
         })
         .collect();
     let irqs = mi

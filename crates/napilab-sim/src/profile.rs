@@ -215,32 +215,9 @@ impl Profile {
         if !(self.cpu_ghz > 0.0 && self.cpu_ghz.is_finite()) {
             return Err(ConfigError::new(file, "cpu_ghz", "must be positive"));
         }
-        let s = &self.stage_cycles;
-        let f = &self.fixed_cycles;
-        let checks = [
-            ("stage_cycles.poll", s.poll),
-            ("stage_cycles.ip_stack", s.ip_stack),
-            ("stage_cycles.xmit", s.xmit),
-            ("stage_cycles.qdisc", s.qdisc),
-            ("stage_cycles.tx_reclaim", s.tx_reclaim),
-            ("stage_cycles.rps", s.rps),
-            ("stage_cycles.unmapped", s.unmapped),
-            ("fixed_cycles.hardirq", f.hardirq),
-            ("fixed_cycles.softirq", f.softirq),
-            ("fixed_cycles.poll", f.poll),
-            ("fixed_cycles.tx_softirq", f.tx_softirq),
-            ("fixed_cycles.context_switch", f.context_switch),
-            ("fixed_cycles.idle_exit", f.idle_exit),
-            ("fixed_cycles.after_interrupt", f.after_interrupt),
-        ];
-        let tunnel = self.tunnel_cycles.iter().flat_map(|t| {
-            [
-                ("tunnel_cycles.decap", t.decap),
-                ("tunnel_cycles.decrypt", t.decrypt),
-                ("tunnel_cycles.gro", t.gro),
-            ]
-        });
-        for (field, v) in checks.into_iter().chain(tunnel) {
+        // The cycle costs (the latencies are whole nanoseconds, cpu_ghz is checked above).
+        let cycles = self.parameters().into_iter();
+        for (field, v) in cycles.filter(|(k, _)| k.contains("_cycles.")) {
             if !(v >= 0.0 && v.is_finite()) {
                 return Err(ConfigError::new(
                     file,

@@ -621,52 +621,49 @@ pub struct SelfCost {
 }
 
 pub fn exporter_families(cost: &SelfCost) -> Vec<Family> {
-    let mut cpu = Family::new(
+    let flag = |on: bool| f64::from(u8::from(on));
+    let cpu = Family::single(
         "napilab_exporter_cpu_seconds",
         "CPU seconds used by this exporter process, user + system (/proc/self/stat).",
         Kind::Counter,
+        Some(cost.cpu_seconds),
     );
-    cpu.push(&[], cost.cpu_seconds);
-    let mut rss = Family::new(
+    let rss = Family::single(
         "napilab_exporter_resident_memory_bytes",
         "Resident memory of this exporter process (/proc/self/statm).",
         Kind::Gauge,
+        cost.resident_bytes.map(|b| b as f64),
     );
-    if let Some(bytes) = cost.resident_bytes {
-        rss.push(&[], bytes as f64);
-    }
-    let mut samples = Family::new(
+    let samples = Family::single(
         "napilab_exporter_samples",
         "Samples taken by the background sampler (scrapes never read the kernel).",
         Kind::Counter,
+        Some(cost.samples as f64),
     );
-    samples.push(&[], cost.samples as f64);
-    let mut duration = Family::new(
+    let duration = Family::single(
         "napilab_exporter_sample_duration_seconds",
         "Wall time the last sample took (kernel reads, analysis and rendering).",
         Kind::Gauge,
+        Some(cost.last_sample_seconds),
     );
-    duration.push(&[], cost.last_sample_seconds);
-    let mut at = Family::new(
+    let at = Family::single(
         "napilab_exporter_last_sample_timestamp_seconds",
         "Unix time of the last sample.",
         Kind::Gauge,
+        Some(cost.last_sample_unix_seconds),
     );
-    at.push(&[], cost.last_sample_unix_seconds);
-    let mut tier = Family::new(
+    let tier = Family::single(
         "napilab_exporter_trace_active",
         "1 when the BPF tracing tier runs (source=trace metrics present), 0 on the /proc tier (no --trace, or BPF unavailable: see the exporter's log).",
         Kind::Gauge,
+        Some(flag(cost.trace_active)),
     );
-    tier.push(&[], f64::from(u8::from(cost.trace_active)));
-    let mut stats = Family::new(
+    let stats = Family::single(
         "napilab_exporter_bpf_stats_enabled",
         "kernel.bpf_stats_enabled: 1 when the kernel counts BPF program runs and run time (napilab export --bpf-stats turns it on while it runs).",
         Kind::Gauge,
+        cost.bpf_stats_enabled.map(flag),
     );
-    if let Some(on) = cost.bpf_stats_enabled {
-        stats.push(&[], f64::from(u8::from(on)));
-    }
     let mut runs = Family::new(
         "napilab_exporter_bpf_program_runs",
         "Runs of each of the exporter's BPF programs (kernel BPF statistics; counted only while they are enabled).",

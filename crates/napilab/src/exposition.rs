@@ -48,6 +48,15 @@ impl Family {
         }
     }
 
+    /// A family of one unlabelled sample, or none when the value is unknown.
+    pub fn single(name: &str, help: &str, kind: Kind, value: Option<f64>) -> Family {
+        let mut family = Family::new(name, help, kind);
+        if let Some(v) = value {
+            family.push(&[], v);
+        }
+        family
+    }
+
     pub fn push(&mut self, labels: &[(&str, String)], value: f64) {
         let labels = labels
             .iter()

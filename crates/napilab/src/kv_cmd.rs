@@ -16,8 +16,6 @@ use napilab_lab::request::loadgen::{self, LoadConfig, ETC_GET_FRACTION};
 use napilab_lab::request::results::{LoadResult, LoopKind, ServerStats};
 use napilab_lab::request::server::{KvServer, ServerConfig};
 
-use crate::Interrupted;
-
 fn cpus(s: &str) -> Result<Vec<u32>> {
     napilab_tune::model::parse_cpus(s).map_err(|e| anyhow!("--cpus {s:?}: {e}"))
 }
@@ -268,17 +266,15 @@ pub fn run_load(a: LoadArgs) -> Result<()> {
         .map_err(|e| anyhow!("kv-load: {e}"))?;
     }
     let total = a.warmup + a.duration;
-    let result =
-        crate::timed_run::with_progress("kv-load", total, a.json, || loadgen::run(&cfg, &stop));
-    let r = result.map_err(|e| anyhow!("kv-load: {e}"))?;
-    print_load(&r, a.json)?;
-    if stop.load(Ordering::Relaxed) {
-        return Err(Interrupted(
-            "kv-load stopped early; the numbers above cover a shortened window",
-        )
-        .into());
-    }
-    Ok(())
+    crate::timed_run::run_and_print(
+        "kv-load",
+        "kv-load stopped early; the numbers above cover a shortened window",
+        total,
+        a.json,
+        &stop,
+        || loadgen::run(&cfg, &stop),
+        print_load,
+    )
 }
 
 fn print_load(r: &LoadResult, json: bool) -> Result<()> {

@@ -389,14 +389,7 @@ pub fn findings(findings: &[Finding]) -> String {
         let evidence: Vec<String> = f
             .evidence
             .iter()
-            .map(|e| {
-                format!(
-                    "{}={} ({})",
-                    e.name,
-                    short(e.metric.value),
-                    e.metric.source.as_str()
-                )
-            })
+            .map(napilab_core::Evidence::brief)
             .collect();
         let _ = writeln!(out, "    evidence: {}", evidence.join(", "));
         let _ = writeln!(out, "    rule: {}", f.threshold);

@@ -1,7 +1,31 @@
 //! A blocking run of known length on a scoped thread, with an elapsed-time progress bar
 //! unless the output is JSON (the load generators of `kv-load` and `tunnel-peers`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+use anyhow::anyhow;
+
+/// A load generator's run from a command: [`with_progress`], then its result printed by
+/// `print` (JSON or text), then an [`Interrupted`](crate::Interrupted) error saying
+/// `stopped_early` when `stop` cut the window short, so the exit status says the
+/// numbers cover less than asked.
+pub fn run_and_print<T: Send>(
+    label: &str,
+    stopped_early: &'static str,
+    total: Duration,
+    json: bool,
+    stop: &AtomicBool,
+    work: impl FnOnce() -> Result<T, String> + Send,
+    print: impl FnOnce(&T, bool) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let result = with_progress(label, total, json, work).map_err(|e| anyhow!("{label}: {e}"))?;
+    print(&result, json)?;
+    if stop.load(Ordering::Relaxed) {
+        return Err(crate::Interrupted(stopped_early).into());
+    }
+    Ok(())
+}
 
 /// Runs `work` on a scoped thread and draws a bar labelled `label` over `total` while it
 /// runs (none when `quiet`); a panic of `work` becomes an error naming `label`.

@@ -16,8 +16,6 @@ use napilab_lab::tunnel::endpoint::{
 use napilab_lab::tunnel::peers::{self, PeersConfig, PeersStats};
 use napilab_lab::tunnel::{detect, tun_device};
 
-use crate::Interrupted;
-
 /// The key seed both ends use unless told otherwise (a lab tunnel, not a secret).
 const DEFAULT_KEY_SEED: &str = "6e6170696c61622d6c61622d74756e6e656c2d6b65792d736565642d30303031";
 
@@ -288,18 +286,15 @@ pub fn run_peers(a: PeersArgs) -> Result<()> {
         key_seed: key_seed(&a.key_seed)?,
         corrupt_every: a.corrupt_every,
     };
-    let result = crate::timed_run::with_progress("tunnel-peers", a.duration, a.json, || {
-        peers::run(&cfg, &stop)
-    });
-    let r = result.map_err(|e| anyhow!("tunnel-peers: {e}"))?;
-    print_peers(&r, a.json)?;
-    if stop.load(Ordering::Relaxed) {
-        return Err(Interrupted(
-            "tunnel-peers stopped early; the numbers above cover a shortened window",
-        )
-        .into());
-    }
-    Ok(())
+    crate::timed_run::run_and_print(
+        "tunnel-peers",
+        "tunnel-peers stopped early; the numbers above cover a shortened window",
+        a.duration,
+        a.json,
+        &stop,
+        || peers::run(&cfg, &stop),
+        print_peers,
+    )
 }
 
 fn print_peers(r: &PeersStats, json: bool) -> Result<()> {

@@ -206,23 +206,9 @@ fn measure(per_cpu: &BTreeMap<u32, CpuSums>, seconds: f64) -> Option<Imbalance> 
 }
 
 fn finding(m: &Imbalance, intervals: Vec<usize>) -> Finding {
-    let Imbalance {
-        seconds,
-        hot_cpu,
-        hot_time,
-        cool_time,
-        bh_share,
-        bh_polls,
-        total_polls,
-        hot_batch,
-        cool_batch,
-        cool_polls,
-        cool_empty,
-        hot_irq_rate,
-        cool_irq_rate,
-        ref device_list,
-    } = *m;
-    let cool_empty_share = cool_empty as f64 / cool_polls as f64;
+    // Named for the messages' inline captures.
+    let (hot_cpu, device_list) = (m.hot_cpu, &m.device_list);
+    let cool_empty_share = m.cool_empty as f64 / m.cool_polls as f64;
     let trace = |v: f64, unit: Unit, how: &str| Metric::derived(v, unit, Source::Trace, how);
     Finding {
         rule: RuleId::NapiLoadImbalance,
@@ -230,50 +216,50 @@ fn finding(m: &Imbalance, intervals: Vec<usize>) -> Finding {
         subject: Subject::Cpu(hot_cpu),
         title: format!(
             "cpu{hot_cpu} carries {:.0}% NET_RX softirq time against {:.0}% on the other CPUs, with NAPI polls scheduled from threads ({:.0}% at bh-enable)",
-            hot_time * 100.0,
-            cool_time * 100.0,
-            bh_share * 100.0
+            m.hot_time * 100.0,
+            m.cool_time * 100.0,
+            m.bh_share * 100.0
         ),
         evidence: vec![
             Evidence {
                 name: format!("cpu{hot_cpu}.net_rx_softirq_time"),
-                metric: trace(hot_time, Unit::CpuFraction, "NET_RX softirq_entry/exit time / interval"),
+                metric: trace(m.hot_time, Unit::CpuFraction, "NET_RX softirq_entry/exit time / interval"),
             },
             Evidence {
                 name: "other_cpus.net_rx_softirq_time".into(),
-                metric: trace(cool_time, Unit::CpuFraction, "mean over the other traced CPUs"),
+                metric: trace(m.cool_time, Unit::CpuFraction, "mean over the other traced CPUs"),
             },
             Evidence {
                 name: format!("cpu{hot_cpu}.packets_per_poll"),
-                metric: trace(hot_batch, Unit::PacketsPerEvent, "softirq napi_poll work / polls"),
+                metric: trace(m.hot_batch, Unit::PacketsPerEvent, "softirq napi_poll work / polls"),
             },
             Evidence {
                 name: "other_cpus.packets_per_poll".into(),
-                metric: trace(cool_batch, Unit::PacketsPerEvent, "softirq napi_poll work / polls"),
+                metric: trace(m.cool_batch, Unit::PacketsPerEvent, "softirq napi_poll work / polls"),
             },
             Evidence {
                 name: "other_cpus.empty_polls".into(),
-                metric: trace(cool_empty as f64 / seconds, Unit::PerSecond, "softirq napi_poll that returned 0, summed over the other CPUs"),
+                metric: trace(m.cool_empty as f64 / m.seconds, Unit::PerSecond, "softirq napi_poll that returned 0, summed over the other CPUs"),
             },
             Evidence {
                 name: "other_cpus.polls".into(),
-                metric: trace(cool_polls as f64 / seconds, Unit::PerSecond, "softirq napi_poll, summed over the other CPUs"),
+                metric: trace(m.cool_polls as f64 / m.seconds, Unit::PerSecond, "softirq napi_poll, summed over the other CPUs"),
             },
             Evidence {
                 name: "napi_polls.bh_enable".into(),
-                metric: trace(bh_polls as f64 / seconds, Unit::PerSecond, "napi_poll in a softirq run at local_bh_enable, all CPUs"),
+                metric: trace(m.bh_polls as f64 / m.seconds, Unit::PerSecond, "napi_poll in a softirq run at local_bh_enable, all CPUs"),
             },
             Evidence {
                 name: "napi_polls.softirq".into(),
-                metric: trace(total_polls as f64 / seconds, Unit::PerSecond, "napi_poll in any softirq context, all CPUs"),
+                metric: trace(m.total_polls as f64 / m.seconds, Unit::PerSecond, "napi_poll in any softirq context, all CPUs"),
             },
             Evidence {
                 name: format!("cpu{hot_cpu}.device_irqs"),
-                metric: trace(hot_irq_rate, Unit::PerSecond, "irq_handler_entry per second"),
+                metric: trace(m.hot_irq_rate, Unit::PerSecond, "irq_handler_entry per second"),
             },
             Evidence {
                 name: "other_cpus.device_irqs".into(),
-                metric: trace(cool_irq_rate, Unit::PerSecond, "mean over the other traced CPUs"),
+                metric: trace(m.cool_irq_rate, Unit::PerSecond, "mean over the other traced CPUs"),
             },
         ],
         threshold: format!(

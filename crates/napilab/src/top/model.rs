@@ -358,14 +358,7 @@ fn finding_rows(
             evidence: f
                 .evidence
                 .iter()
-                .map(|e| {
-                    format!(
-                        "{}={} ({})",
-                        e.name,
-                        napilab_core::stats::short(e.metric.value),
-                        e.metric.source.as_str()
-                    )
-                })
+                .map(napilab_core::Evidence::brief)
                 .collect::<Vec<_>>()
                 .join(", "),
             since_s: fired_s.get(&finding_key(f)).copied().unwrap_or(at_s),
