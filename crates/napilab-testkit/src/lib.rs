@@ -14,6 +14,34 @@ pub struct VethPair {
 /// The one root check (effective uid 0), re-exported for the tests' skips.
 pub use napilab_probe::kernel::is_root;
 
+/// Whether a root test can run; when it cannot, prints `SKIPPED <test>: <why>` so the
+/// log says which test did not run and what it needs.
+pub fn root_or_skip(test: &str, why: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    println!("SKIPPED {test}: {why}");
+    false
+}
+
+/// An empty scratch directory `name` under `tmp` (the test's `CARGO_TARGET_TMPDIR`),
+/// emptied first so that a run never reads an earlier run's files.
+pub fn scratch_dir(tmp: &str, name: &str) -> std::path::PathBuf {
+    let dir = std::path::Path::new(tmp).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    dir
+}
+
+/// A router scenario's text: one class `be` of 64-byte packets to port 9000, the
+/// generator and the sink on CPU 0; `topology`, `traffic` and `measurement` are added
+/// to their tables and `rest` (configurations, axes) follows.
+pub fn router_scenario(name: &str, traffic: &str, measurement: &str, rest: &str) -> String {
+    format!(
+        "name = \"{name}\"\n[topology]\nkind = \"router\"\n[dut]\ngenerator_cpus = [0]\nsink_cpus = [0]\n[traffic]\n{traffic}\n[[traffic.classes]]\nname = \"be\"\nshare = 1.0\nsize = 64\nport = 9000\n[measurement]\n{measurement}\n{rest}\n"
+    )
+}
+
 fn run(cmd: &mut Command) -> Result<Output, String> {
     let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
     if out.status.success() {

@@ -15,11 +15,10 @@ fn napilab(args: &[&str]) -> std::process::Output {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let dir =
-        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("napilab-compare-cli-{name}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch directory");
-    dir
+    napilab_testkit::scratch_dir(
+        env!("CARGO_TARGET_TMPDIR"),
+        &format!("napilab-compare-cli-{name}"),
+    )
 }
 
 fn s(path: &Path) -> &str {

@@ -7,7 +7,6 @@
 //! skipped.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
@@ -36,13 +35,6 @@ search_method = "bisection"
 search_max_pps = 200000
 search_iterations = 3
 "#;
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch directory");
-    dir
-}
 
 fn run_json(args: &[&str]) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_napilab"))
@@ -131,11 +123,13 @@ fn point_keys(c: &Value) -> Vec<(String, f64, u64)> {
 
 #[test]
 fn a_scenario_gives_records_of_one_shape_on_the_lab_and_on_the_twin() {
-    if !napilab_testkit::is_root() {
-        eprintln!("skipped: the lab's namespaces need root (run the tests as root: make test)");
+    if !napilab_testkit::root_or_skip(
+        "a_scenario_gives_records_of_one_shape_on_the_lab_and_on_the_twin",
+        "the lab's namespaces need root (run the tests as root: make test)",
+    ) {
         return;
     }
-    let dir = scratch("experiment-shape");
+    let dir = napilab_testkit::scratch_dir(env!("CARGO_TARGET_TMPDIR"), "experiment-shape");
     let scenario = dir.join("shape.toml");
     std::fs::write(&scenario, SCENARIO).expect("writing the scenario");
     let scenario = scenario.to_str().expect("a UTF-8 path");

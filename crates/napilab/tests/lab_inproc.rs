@@ -18,22 +18,15 @@ use serde_json::Value;
 /// The lab runs of this file take one at a time: each loads both CPUs.
 static ONE_LAB_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-const PACKET_SCENARIO: &str = r#"
-name = "inproc-packet"
-[dut]
-generator_cpus = [0]
-sink_cpus = [0]
-[traffic]
-loads_pps = [2000]
-[[traffic.classes]]
-name = "be"
-share = 1.0
-size = 64
-port = 9000
-[measurement]
-duration_s = 1.0
-warmup_s = 0.3
-"#;
+fn packet_scenario() -> String {
+    napilab_testkit::router_scenario(
+        "inproc-packet",
+        "loads_pps = [2000]",
+        r#"duration_s = 1.0
+warmup_s = 0.3"#,
+        "",
+    )
+}
 
 /// One mode (applied with napilab tune), napilab's server, one load.
 fn server_scenario(loads: &str, duration_s: f64) -> String {
@@ -66,10 +59,7 @@ fn napilab_exe() -> PathBuf {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch directory");
-    dir
+    napilab_testkit::scratch_dir(env!("CARGO_TARGET_TMPDIR"), name)
 }
 
 /// (pid, parent pid, start time) of every process, from /proc/*/stat.
@@ -164,8 +154,10 @@ fn run_watched(dir: &Path, scenario: &str) -> (Value, Vec<String>) {
 
 #[test]
 fn lab_runs_start_no_napilab_process_and_still_observe() {
-    if !napilab_testkit::is_root() {
-        println!("SKIPPED lab_runs_start_no_napilab_process_and_still_observe: needs root for network namespaces");
+    if !napilab_testkit::root_or_skip(
+        "lab_runs_start_no_napilab_process_and_still_observe",
+        "needs root for network namespaces",
+    ) {
         return;
     }
     let _one = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -196,7 +188,7 @@ fn lab_runs_start_no_napilab_process_and_still_observe() {
         "the watcher missed a napilab child: {seen:?}"
     );
     let dir = scratch("napilab-lab-inproc-packet");
-    let (record, offenders) = run_watched(&dir, PACKET_SCENARIO);
+    let (record, offenders) = run_watched(&dir, &packet_scenario());
     assert!(
         offenders.is_empty(),
         "the packet run started napilab processes: {offenders:?}"
@@ -248,8 +240,10 @@ fn kill9(child: &mut Child) {
 
 #[test]
 fn kill_9_of_a_server_run_leaves_no_napilab_process_and_clean_removes_the_rest() {
-    if !napilab_testkit::is_root() {
-        println!("SKIPPED kill_9_of_a_server_run_leaves_no_napilab_process_and_clean_removes_the_rest: needs root for network namespaces");
+    if !napilab_testkit::root_or_skip(
+        "kill_9_of_a_server_run_leaves_no_napilab_process_and_clean_removes_the_rest",
+        "needs root for network namespaces",
+    ) {
         return;
     }
     let _one = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());

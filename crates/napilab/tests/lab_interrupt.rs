@@ -3,46 +3,32 @@
 //! the test prints why it was skipped.
 
 use std::io::Read;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use napilab_probe::kernel::is_root;
 use napilab_testkit::{lab_namespaces, lab_run_id_of, LabRunGuard};
 use std::time::{Duration, Instant};
 
-const SCENARIO: &str = r#"
-name = "interrupt-me"
-[dut]
-generator_cpus = [0]
-sink_cpus = [0]
-[traffic]
-loads_pps = [2000, 2000]
-[[traffic.classes]]
-name = "be"
-share = 1.0
-size = 64
-port = 9000
-[measurement]
-duration_s = 30.0
-warmup_s = 0.2
-"#;
-
-fn scratch() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("napilab-lab-interrupt");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch directory");
-    dir
+fn scenario_text() -> String {
+    napilab_testkit::router_scenario(
+        "interrupt-me",
+        "loads_pps = [2000, 2000]",
+        r#"duration_s = 30.0
+warmup_s = 0.2"#,
+        "",
+    )
 }
 
 #[test]
 fn ctrl_c_exits_130_keeps_the_record_and_removes_the_namespaces() {
-    if !is_root() {
-        println!("SKIPPED ctrl_c_exits_130_keeps_the_record_and_removes_the_namespaces: needs root for network namespaces");
+    if !napilab_testkit::root_or_skip(
+        "ctrl_c_exits_130_keeps_the_record_and_removes_the_namespaces",
+        "needs root for network namespaces",
+    ) {
         return;
     }
-    let dir = scratch();
+    let dir = napilab_testkit::scratch_dir(env!("CARGO_TARGET_TMPDIR"), "napilab-lab-interrupt");
     let scenario = dir.join("interrupt.toml");
-    std::fs::write(&scenario, SCENARIO).expect("scenario");
+    std::fs::write(&scenario, scenario_text()).expect("scenario");
     let out = dir.join("results");
     let mut run = LabRunGuard(
         Command::new(env!("CARGO_BIN_EXE_napilab"))

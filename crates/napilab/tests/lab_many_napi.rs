@@ -44,10 +44,7 @@ set = { napi = "threaded", napi_cpus = [1] }
 const LONG: &str = "[measurement]\nduration_s = 30.0\nwarmup_s = 0.2\n";
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch directory");
-    dir
+    napilab_testkit::scratch_dir(env!("CARGO_TARGET_TMPDIR"), name)
 }
 
 /// Links (root namespace) and NAPI kthreads named after the run: its devices are
@@ -102,8 +99,10 @@ fn run_lab(dir: &Path, scenario_text: &str) -> Command {
 
 #[test]
 fn many_napi_spreads_over_the_instances_counts_kthreads_and_cleans_up() {
-    if !napilab_testkit::is_root() {
-        println!("SKIPPED many_napi_spreads_over_the_instances_counts_kthreads_and_cleans_up: needs root for namespaces and BPF");
+    if !napilab_testkit::root_or_skip(
+        "many_napi_spreads_over_the_instances_counts_kthreads_and_cleans_up",
+        "needs root for namespaces and BPF",
+    ) {
         return;
     }
     let dir = scratch("napilab-lab-many-napi");
@@ -177,8 +176,10 @@ fn many_napi_spreads_over_the_instances_counts_kthreads_and_cleans_up() {
 
 #[test]
 fn an_interrupted_many_napi_run_removes_its_links_and_kthreads() {
-    if !napilab_testkit::is_root() {
-        println!("SKIPPED an_interrupted_many_napi_run_removes_its_links_and_kthreads: needs root for namespaces");
+    if !napilab_testkit::root_or_skip(
+        "an_interrupted_many_napi_run_removes_its_links_and_kthreads",
+        "needs root for namespaces",
+    ) {
         return;
     }
     let dir = scratch("napilab-lab-many-napi-interrupted");

@@ -6,7 +6,6 @@
 //! why it was skipped.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
@@ -49,13 +48,13 @@ set = { napi = "threaded", napi_cpus = [1] }
 
 #[test]
 fn a_short_mlrsearch_gives_bounded_answers_with_their_trials() {
-    if !napilab_testkit::is_root() {
-        println!("SKIPPED a_short_mlrsearch_gives_bounded_answers_with_their_trials: needs root for network namespaces and BPF");
+    if !napilab_testkit::root_or_skip(
+        "a_short_mlrsearch_gives_bounded_answers_with_their_trials",
+        "needs root for network namespaces and BPF",
+    ) {
         return;
     }
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("napilab-lab-search");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch directory");
+    let dir = napilab_testkit::scratch_dir(env!("CARGO_TARGET_TMPDIR"), "napilab-lab-search");
     let scenario = dir.join("search-short.toml");
     std::fs::write(&scenario, SCENARIO).expect("scenario");
     let out = Command::new(env!("CARGO_BIN_EXE_napilab"))

@@ -7,7 +7,6 @@
 //! run is reported as not runnable with its reason, which the test accepts and prints.
 //! Needs root (namespaces); without it the test prints why it was skipped.
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Mutex;
 
@@ -52,14 +51,14 @@ set = { mode = "busy-wait", server = "memcached" }
 
 #[test]
 fn a_server_scenario_runs_every_mode_end_to_end_and_leaves_nothing() {
-    if !napilab_testkit::is_root() {
-        println!("SKIPPED a_server_scenario_runs_every_mode_end_to_end_and_leaves_nothing: needs root for network namespaces");
+    if !napilab_testkit::root_or_skip(
+        "a_server_scenario_runs_every_mode_end_to_end_and_leaves_nothing",
+        "needs root for network namespaces",
+    ) {
         return;
     }
     let _one = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("napilab-lab-server");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch directory");
+    let dir = napilab_testkit::scratch_dir(env!("CARGO_TARGET_TMPDIR"), "napilab-lab-server");
     let scenario = dir.join("server-short.toml");
     std::fs::write(&scenario, SCENARIO).expect("scenario");
     let journals = dir.join("journal");
@@ -268,14 +267,15 @@ fn polls_per_reply_where(point: &Value, keep: impl Fn(&str) -> bool) -> f64 {
 /// under load below every light one), not a ratio fitted on one machine.
 #[test]
 fn under_load_application_polling_replaces_receive_path_scheduling() {
-    if !napilab_testkit::is_root() {
-        println!("SKIPPED under_load_application_polling_replaces_receive_path_scheduling: needs root for network namespaces");
+    if !napilab_testkit::root_or_skip(
+        "under_load_application_polling_replaces_receive_path_scheduling",
+        "needs root for network namespaces",
+    ) {
         return;
     }
     let _one = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("napilab-lab-server-polling");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch directory");
+    let dir =
+        napilab_testkit::scratch_dir(env!("CARGO_TARGET_TMPDIR"), "napilab-lab-server-polling");
     let scenario = dir.join("server-polling.toml");
     std::fs::write(&scenario, POLLING_SCENARIO).expect("scenario");
     let out = Command::new(env!("CARGO_BIN_EXE_napilab"))

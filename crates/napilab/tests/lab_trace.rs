@@ -5,44 +5,35 @@
 //! Observation (3 s at 400 kpps make about 135 KB of it). Needs root (namespaces, BPF, perf events); without it the test prints
 //! why it was skipped.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
 
-const SCENARIO: &str = r#"
-name = "trace-stages"
-[dut]
-generator_cpus = [0]
-sink_cpus = [0]
-[traffic]
-backend = "line-rate"
-loads_pps = [400000]
-[[traffic.classes]]
-name = "be"
-share = 1.0
-size = 64
-port = 9000
-[measurement]
-duration_s = 3.0
+fn scenario_text() -> String {
+    napilab_testkit::router_scenario(
+        "trace-stages",
+        r#"backend = "line-rate"
+loads_pps = [400000]"#,
+        r#"duration_s = 3.0
 warmup_s = 1.0
-trace = "stages"
-[[configurations]]
+trace = "stages""#,
+        r#"[[configurations]]
 name = "threaded"
-set = { napi = "threaded", napi_cpus = [1] }
-"#;
+set = { napi = "threaded", napi_cpus = [1] }"#,
+    )
+}
 
 #[test]
 fn traced_points_carry_their_stage_profile() {
-    if !napilab_testkit::is_root() {
-        println!("SKIPPED traced_points_carry_their_stage_profile: needs root for network namespaces, BPF and perf events");
+    if !napilab_testkit::root_or_skip(
+        "traced_points_carry_their_stage_profile",
+        "needs root for network namespaces, BPF and perf events",
+    ) {
         return;
     }
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("napilab-lab-trace");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch directory");
+    let dir = napilab_testkit::scratch_dir(env!("CARGO_TARGET_TMPDIR"), "napilab-lab-trace");
     let scenario = dir.join("trace-stages.toml");
-    std::fs::write(&scenario, SCENARIO).expect("scenario");
+    std::fs::write(&scenario, scenario_text()).expect("scenario");
     let out = Command::new(env!("CARGO_BIN_EXE_napilab"))
         .args(["lab", "run", "--json", "--out"])
         .arg(&dir)

@@ -6,7 +6,6 @@
 //! mode, in NAPI kthreads in threaded mode. Needs root; skipped with the reason printed
 //! otherwise.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
@@ -59,17 +58,17 @@ fn polls_by_context(point: &Value, dev: &str) -> Vec<(String, u64)> {
 
 #[test]
 fn vpn_points_are_decrypted_and_polled_where_the_context_says() {
-    if !napilab_testkit::is_root() {
-        println!("SKIPPED vpn_points_are_decrypted_and_polled_where_the_context_says: needs root for namespaces, TUN and BPF");
+    if !napilab_testkit::root_or_skip(
+        "vpn_points_are_decrypted_and_polled_where_the_context_says",
+        "needs root for namespaces, TUN and BPF",
+    ) {
         return;
     }
     if !std::path::Path::new("/dev/net/tun").exists() {
         println!("SKIPPED vpn_points_are_decrypted_and_polled_where_the_context_says: no /dev/net/tun (CONFIG_TUN)");
         return;
     }
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("napilab-lab-vpn");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch directory");
+    let dir = napilab_testkit::scratch_dir(env!("CARGO_TARGET_TMPDIR"), "napilab-lab-vpn");
     let scenario = dir.join("vpn-short.toml");
     std::fs::write(&scenario, SCENARIO).expect("scenario");
     let record = napilab_testkit::stdout_json(

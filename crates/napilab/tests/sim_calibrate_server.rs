@@ -21,9 +21,8 @@ fn napilab_json(args: &[&std::ffi::OsStr]) -> Value {
 
 #[test]
 fn a_server_run_is_calibrated_and_its_profile_drives_the_twin() {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("napilab-sim-calibrate-server");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch directory");
+    let dir =
+        napilab_testkit::scratch_dir(env!("CARGO_TARGET_TMPDIR"), "napilab-sim-calibrate-server");
     let profile = dir.join("fitted.toml");
     let lab = fixture();
     let v = napilab_json(&[
