@@ -24,14 +24,14 @@ fn flood(ns: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     })
 }
 
-#[test]
-fn observe_trace_reports_contexts_and_accounting_truth() {
-    let name = "observe_trace_reports_contexts_and_accounting_truth";
-    let pair = match VethPair::create("napilab-test", "cli", true) {
+/// `napilab ARGS` (JSON out) run in vb's namespace of a fresh veth pair `tag` while a
+/// flood crosses it; None (with a SKIPPED line) when the pair cannot be made.
+fn json_during_flood(name: &str, tag: &str, args: &[&str]) -> Option<Value> {
+    let pair = match VethPair::create("napilab-test", tag, true) {
         Ok(p) => p,
         Err(e) => {
             println!("SKIPPED {name}: {e}");
-            return;
+            return None;
         }
     };
     let stop = Arc::new(AtomicBool::new(false));
@@ -39,7 +39,7 @@ fn observe_trace_reports_contexts_and_accounting_truth() {
     std::thread::sleep(Duration::from_millis(300));
     let out = pair
         .command(&pair.b, env!("CARGO_BIN_EXE_napilab"))
-        .args(["observe", "--trace", "--for", "3s", "--json"])
+        .args(args)
         .output()
         .expect("run napilab");
     stop.store(true, Ordering::Relaxed);
@@ -49,7 +49,19 @@ fn observe_trace_reports_contexts_and_accounting_truth() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let obs: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    Some(serde_json::from_slice(&out.stdout).expect("JSON"))
+}
+
+#[test]
+fn observe_trace_reports_contexts_and_accounting_truth() {
+    let name = "observe_trace_reports_contexts_and_accounting_truth";
+    let Some(obs) = json_during_flood(
+        name,
+        "cli",
+        &["observe", "--trace", "--for", "3s", "--json"],
+    ) else {
+        return;
+    };
     let traced: Vec<&Value> = obs["intervals"]
         .as_array()
         .expect("intervals")
@@ -86,29 +98,10 @@ fn observe_trace_reports_contexts_and_accounting_truth() {
 #[test]
 fn map_trace_shows_the_kthread_polling_the_instance() {
     let name = "map_trace_shows_the_kthread_polling_the_instance";
-    let pair = match VethPair::create("napilab-test", "map", true) {
-        Ok(p) => p,
-        Err(e) => {
-            println!("SKIPPED {name}: {e}");
-            return;
-        }
+    let Some(map) = json_during_flood(name, "map", &["map", "--trace", "--for", "1s", "--json"])
+    else {
+        return;
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    let sender = flood(pair.a.clone(), stop.clone());
-    std::thread::sleep(Duration::from_millis(300));
-    let out = pair
-        .command(&pair.b, env!("CARGO_BIN_EXE_napilab"))
-        .args(["map", "--trace", "--for", "1s", "--json"])
-        .output()
-        .expect("run napilab");
-    stop.store(true, Ordering::Relaxed);
-    let _ = sender.join();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let map: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let vb = map["topology"]["devices"]
         .as_array()
         .expect("devices")
@@ -145,29 +138,13 @@ fn map_trace_shows_the_kthread_polling_the_instance() {
 #[test]
 fn observe_stages_finds_napi_kthread_time_inside_system() {
     let name = "observe_stages_finds_napi_kthread_time_inside_system";
-    let pair = match VethPair::create("napilab-test", "ctx", true) {
-        Ok(p) => p,
-        Err(e) => {
-            println!("SKIPPED {name}: {e}");
-            return;
-        }
+    let Some(obs) = json_during_flood(
+        name,
+        "ctx",
+        &["observe", "--trace", "--stages", "--for", "3s", "--json"],
+    ) else {
+        return;
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    let sender = flood(pair.a.clone(), stop.clone());
-    std::thread::sleep(Duration::from_millis(300));
-    let out = pair
-        .command(&pair.b, env!("CARGO_BIN_EXE_napilab"))
-        .args(["observe", "--trace", "--stages", "--for", "3s", "--json"])
-        .output()
-        .expect("run napilab");
-    stop.store(true, Ordering::Relaxed);
-    let _ = sender.join();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let obs: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let shares: Vec<Value> = obs["intervals"]
         .as_array()
         .expect("intervals")
@@ -198,30 +175,14 @@ fn observe_stages_finds_napi_kthread_time_inside_system() {
 #[test]
 fn observe_trace_packets_shows_stage_latency_and_drop_reasons() {
     let name = "observe_trace_packets_shows_stage_latency_and_drop_reasons";
-    let pair = match VethPair::create("napilab-test", "pkt", true) {
-        Ok(p) => p,
-        Err(e) => {
-            println!("SKIPPED {name}: {e}");
-            return;
-        }
-    };
     // The flood goes to a port nobody listens on: every datagram is a NO_SOCKET drop.
-    let stop = Arc::new(AtomicBool::new(false));
-    let sender = flood(pair.a.clone(), stop.clone());
-    std::thread::sleep(Duration::from_millis(300));
-    let out = pair
-        .command(&pair.b, env!("CARGO_BIN_EXE_napilab"))
-        .args(["observe", "--trace-packets", "--for", "2s", "--json"])
-        .output()
-        .expect("run napilab");
-    stop.store(true, Ordering::Relaxed);
-    let _ = sender.join();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let obs: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let Some(obs) = json_during_flood(
+        name,
+        "pkt",
+        &["observe", "--trace-packets", "--for", "2s", "--json"],
+    ) else {
+        return;
+    };
     let traced: Vec<&Value> = obs["intervals"]
         .as_array()
         .expect("intervals")
