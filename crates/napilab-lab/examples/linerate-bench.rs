@@ -171,17 +171,7 @@ fn repeated_searches(trials: u32, secs: f64) -> Result<(), String> {
     text.push_str("]\n");
     text = text.replace("duration_s = 2.0", &format!("duration_s = {secs}"));
     let out = std::env::temp_dir().join(format!("napilab-linerate-bench-{}", std::process::id()));
-    let opts = napilab_lab::RunOptions {
-        scenario_text: text,
-        scenario_file: "scenarios/line-rate.toml (x trials)".into(),
-        out_dir: out.clone(),
-        observe: false,
-        write_record: true,
-        journal_dir: out.join("journal"),
-        stop: Arc::new(AtomicBool::new(false)),
-        progress: false,
-        run_id: None,
-    };
+    let opts = napilab_lab::RunOptions::quiet(&text, "scenarios/line-rate.toml (x trials)", &out);
     let rec = napilab_lab::run(&opts)
         .map_err(|e| format!("{e:#}"))?
         .record;

@@ -9,9 +9,6 @@
 //!
 //! Arguments: `[rounds] [final trial seconds]` (defaults 5 and 2).
 
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
-
 use napilab_core::uncertainty::t_interval;
 use napilab_core::RunRecord;
 
@@ -31,17 +28,11 @@ fn search_once(method: &str, secs: f64, round: u32) -> Result<RunRecord, String>
         "napilab-search-bench-{}-{method}-{round}",
         std::process::id()
     ));
-    let opts = napilab_lab::RunOptions {
-        scenario_text: text,
-        scenario_file: format!("scenarios/line-rate.toml ({method})"),
-        out_dir: out.clone(),
-        observe: false,
-        write_record: true,
-        journal_dir: out.join("journal"),
-        stop: Arc::new(AtomicBool::new(false)),
-        progress: false,
-        run_id: None,
-    };
+    let opts = napilab_lab::RunOptions::quiet(
+        &text,
+        &format!("scenarios/line-rate.toml ({method})"),
+        &out,
+    );
     let rec = napilab_lab::run(&opts)
         .map_err(|e| format!("{e:#}"))?
         .record;

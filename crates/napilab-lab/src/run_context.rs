@@ -43,6 +43,28 @@ pub struct RunOptions {
     pub run_id: Option<String>,
 }
 
+impl RunOptions {
+    /// A run for a test or a benchmark: no observer, no progress bar, the record and
+    /// the journal under `out_dir`, a new run id, stopped by nothing but its own end.
+    pub fn quiet(
+        scenario_text: &str,
+        scenario_file: &str,
+        out_dir: &std::path::Path,
+    ) -> RunOptions {
+        RunOptions {
+            scenario_text: scenario_text.to_string(),
+            scenario_file: scenario_file.to_string(),
+            out_dir: out_dir.to_path_buf(),
+            write_record: true,
+            observe: false,
+            journal_dir: out_dir.join("journal"),
+            stop: Arc::new(AtomicBool::new(false)),
+            progress: false,
+            run_id: None,
+        }
+    }
+}
+
 pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -16,7 +16,6 @@ use napilab_lab::linerate::{LineRate, LrClass, LrGenSpec};
 use napilab_lab::netns::{self, new_run_id};
 use napilab_lab::topology::Lab;
 use napilab_lab::RunOptions;
-use napilab_probe::kernel::is_root;
 
 /// A test outcome: Err fails, Ok(Some(reason)) skips.
 type Outcome = Result<Option<String>, String>;
@@ -67,17 +66,7 @@ fn lab(gro: bool) -> Result<Lab, String> {
 /// Runs `text` through the runner (no observer, journal in a temporary directory).
 fn run_scenario(text: &str, tag: &str) -> Result<RunRecord, String> {
     let out = std::env::temp_dir().join(format!("napilab-{tag}-{}", std::process::id()));
-    let opts = RunOptions {
-        scenario_text: text.into(),
-        scenario_file: format!("{tag}.toml"),
-        out_dir: out.clone(),
-        observe: false,
-        write_record: true,
-        journal_dir: out.join("journal"),
-        stop: Arc::new(AtomicBool::new(false)),
-        progress: false,
-        run_id: None,
-    };
+    let opts = RunOptions::quiet(text, &format!("{tag}.toml"), &out);
     let r = napilab_lab::run(&opts)
         .map(|o| o.record)
         .map_err(|e| format!("{e:#}"));
@@ -415,68 +404,38 @@ fn rate_held_gro_off() -> Outcome {
 
 fn main() {
     type Test = fn() -> Outcome;
-    let tests: [(&str, Test); 5] = [
+    let tests: [(&str, Test, bool); 5] = [
         (
             "low_rate_run_delivers_exactly_what_was_sent",
             low_rate_run_delivers_exactly_what_was_sent,
+            true,
         ),
-        ("rate_held_and_attachments_removed_gro_on", rate_held_gro_on),
+        (
+            "rate_held_and_attachments_removed_gro_on",
+            rate_held_gro_on,
+            true,
+        ),
         (
             "rate_held_and_attachments_removed_gro_off",
             rate_held_gro_off,
+            true,
         ),
         (
             "paced_sweep_then_line_rate_search",
             paced_sweep_then_line_rate_search,
+            true,
         ),
         (
             "beside_a_threaded_dut_the_generator_paces_in_the_kernel",
             beside_a_threaded_dut_the_generator_paces_in_the_kernel,
+            true,
         ),
     ];
-    let filter: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let (mut passed, mut failed) = (0, 0);
-    for (name, f) in tests {
-        if !filter.is_empty() && !filter.iter().any(|x| name.contains(x.as_str())) {
-            continue;
-        }
-        if !is_root() {
-            println!("SKIPPED {name}: needs root (network namespaces, BPF)");
-            continue;
-        }
-        if let Err(e) = napilab_lab::runner::preflight() {
-            println!("SKIPPED {name}: {e}");
-            continue;
-        }
+    napilab_testkit::run_serially(&tests, || {
+        napilab_lab::runner::preflight().map_err(|e| e.to_string())?;
         if Command::new("ip").arg("-V").output().is_err() {
-            println!("SKIPPED {name}: iproute2 is not installed");
-            continue;
+            return Err("iproute2 is not installed".into());
         }
-        let t = Instant::now();
-        match std::panic::catch_unwind(f) {
-            Ok(Ok(None)) => {
-                passed += 1;
-                println!("test {name} ... ok ({:.1} s)", t.elapsed().as_secs_f64());
-            }
-            Ok(Ok(Some(reason))) => println!("SKIPPED {name}: {reason}"),
-            Ok(Err(e)) => {
-                failed += 1;
-                println!("test {name} ... FAILED: {e}");
-            }
-            Err(_) => {
-                failed += 1;
-                println!("test {name} ... FAILED (panicked)");
-            }
-        }
-    }
-    println!(
-        "test result: {}. {passed} passed; {failed} failed; 0 ignored",
-        if failed == 0 { "ok" } else { "FAILED" }
-    );
-    if failed > 0 {
-        std::process::exit(1);
-    }
+        Ok(())
+    });
 }

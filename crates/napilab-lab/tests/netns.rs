@@ -36,17 +36,7 @@ fn scenario_text(loads: &str, dut: &str, class: &str, duration: f64) -> String {
 
 fn run(text: &str, tag: &str) -> Result<RunRecord, String> {
     let out = tmpdir(tag);
-    let opts = RunOptions {
-        scenario_text: text.to_string(),
-        scenario_file: format!("{tag}.toml"),
-        out_dir: out.clone(),
-        observe: false,
-        write_record: true,
-        journal_dir: out.join("journal"),
-        stop: Arc::new(AtomicBool::new(false)),
-        progress: false,
-        run_id: None,
-    };
+    let opts = RunOptions::quiet(text, &format!("{tag}.toml"), &out);
     let r = napilab_lab::run(&opts)
         .map(|o| o.record)
         .map_err(|e| format!("{e:#}"));
@@ -623,46 +613,7 @@ fn main() {
             true,
         ),
     ];
-    let filter: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let (mut passed, mut failed) = (0, 0);
-    for (name, f, needs_root) in tests {
-        if !filter.is_empty() && !filter.iter().any(|x| name.contains(x.as_str())) {
-            continue;
-        }
-        if needs_root && !is_root() {
-            println!("SKIPPED {name}: needs root (network namespaces)");
-            continue;
-        }
-        if needs_root {
-            if let Err(e) = napilab_lab::runner::preflight() {
-                println!("SKIPPED {name}: {e}");
-                continue;
-            }
-        }
-        let t = Instant::now();
-        match std::panic::catch_unwind(f) {
-            Ok(Ok(())) => {
-                passed += 1;
-                println!("test {name} ... ok ({:.1} s)", t.elapsed().as_secs_f64());
-            }
-            Ok(Err(e)) => {
-                failed += 1;
-                println!("test {name} ... FAILED: {e}");
-            }
-            Err(_) => {
-                failed += 1;
-                println!("test {name} ... FAILED (panicked)");
-            }
-        }
-    }
-    println!(
-        "test result: {}. {passed} passed; {failed} failed; 0 ignored",
-        if failed == 0 { "ok" } else { "FAILED" }
-    );
-    if failed > 0 {
-        std::process::exit(1);
-    }
+    napilab_testkit::run_serially(&tests, || {
+        napilab_lab::runner::preflight().map_err(|e| e.to_string())
+    });
 }

@@ -213,3 +213,79 @@ pub fn stdout_json(cmd: &mut Command) -> serde_json::Value {
     );
     serde_json::from_slice(&out.stdout).expect("JSON on standard output")
 }
+
+/// What a test of a `harness = false` target returns: `Ok(())` or `Ok(None)` passed,
+/// `Ok(Some(why))` skipped (printed as `SKIPPED name: why`), `Err` failed.
+pub trait TestOutcome {
+    fn outcome(self) -> Result<Option<String>, String>;
+}
+
+impl TestOutcome for Result<(), String> {
+    fn outcome(self) -> Result<Option<String>, String> {
+        self.map(|()| None)
+    }
+}
+
+impl TestOutcome for Result<Option<String>, String> {
+    fn outcome(self) -> Result<Option<String>, String> {
+        self
+    }
+}
+
+/// A test of [`run_serially`]: its name, the test, whether it needs root.
+pub type SerialTest<'a, R> = (&'a str, fn() -> R, bool);
+
+/// The test loop of a `harness = false` target whose tests must run one at a time
+/// (they load both CPUs or share device names): `(name, test, needs_root)` in order,
+/// filtered by the command line's words, printed as libtest prints them (CI's summary
+/// reads the `test result:` line). A root test runs only as root and when
+/// `root_ready` says the machine can (else it prints why it was skipped). Exits 1 when
+/// any test failed or panicked.
+pub fn run_serially<R: TestOutcome>(
+    tests: &[SerialTest<'_, R>],
+    root_ready: impl Fn() -> Result<(), String>,
+) {
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let (mut passed, mut failed) = (0, 0);
+    for &(name, test, needs_root) in tests {
+        if !filter.is_empty() && !filter.iter().any(|x| name.contains(x.as_str())) {
+            continue;
+        }
+        if needs_root {
+            if !is_root() {
+                println!("SKIPPED {name}: needs root (network namespaces, BPF)");
+                continue;
+            }
+            if let Err(why) = root_ready() {
+                println!("SKIPPED {name}: {why}");
+                continue;
+            }
+        }
+        let t = std::time::Instant::now();
+        match std::panic::catch_unwind(test).map(TestOutcome::outcome) {
+            Ok(Ok(None)) => {
+                passed += 1;
+                println!("test {name} ... ok ({:.1} s)", t.elapsed().as_secs_f64());
+            }
+            Ok(Ok(Some(why))) => println!("SKIPPED {name}: {why}"),
+            Ok(Err(e)) => {
+                failed += 1;
+                println!("test {name} ... FAILED: {e}");
+            }
+            Err(_) => {
+                failed += 1;
+                println!("test {name} ... FAILED (panicked)");
+            }
+        }
+    }
+    println!(
+        "test result: {}. {passed} passed; {failed} failed; 0 ignored",
+        if failed == 0 { "ok" } else { "FAILED" }
+    );
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}
