@@ -289,3 +289,12 @@ pub fn run_serially<R: TestOutcome>(
         std::process::exit(1);
     }
 }
+
+/// Runs `bin` (a test's `env!("CARGO_BIN_EXE_napilab")`) with `args` and returns what
+/// it printed and its status.
+pub fn output_of(bin: &str, args: &[&str]) -> Output {
+    Command::new(bin)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {bin}: {e}"))
+}

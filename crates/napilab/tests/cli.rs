@@ -8,10 +8,7 @@ use std::process::Command;
 use serde_json::Value;
 
 fn napilab(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_napilab"))
-        .args(args)
-        .output()
-        .expect("run napilab")
+    napilab_testkit::output_of(env!("CARGO_BIN_EXE_napilab"), args)
 }
 
 fn fixture(rel: &str) -> PathBuf {

@@ -2,15 +2,11 @@
 //! without root, on this host and on the probe's fixture trees.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
 
 fn napilab(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_napilab"))
-        .args(args)
-        .output()
-        .expect("run napilab")
+    napilab_testkit::output_of(env!("CARGO_BIN_EXE_napilab"), args)
 }
 
 fn fixture(name: &str) -> PathBuf {

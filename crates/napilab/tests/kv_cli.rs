@@ -3,15 +3,11 @@
 //! generator in another, and prints its statistics as JSON on SIGTERM. Namespaces
 //! `nl-kv-cli-<pid>-*` from napilab-testkit, deleted on drop.
 
-use std::process::Command;
 
 use serde_json::Value;
 
 fn napilab(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_napilab"))
-        .args(args)
-        .output()
-        .expect("run napilab")
+    napilab_testkit::output_of(env!("CARGO_BIN_EXE_napilab"), args)
 }
 
 #[test]

@@ -1,17 +1,13 @@
 //! End-to-end tests of `napilab report` on a synthetic run.json.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use napilab_core::RunKind;
 use napilab_report::synthetic::SyntheticRun;
 use serde_json::Value;
 
 fn napilab(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_napilab"))
-        .args(args)
-        .output()
-        .expect("run napilab")
+    napilab_testkit::output_of(env!("CARGO_BIN_EXE_napilab"), args)
 }
 
 fn scratch(name: &str) -> PathBuf {

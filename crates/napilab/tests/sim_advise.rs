@@ -1,15 +1,11 @@
 //! `napilab sim advise ring-budget`: the ingress-QoS study's ring-budget rule and its
 //! twin check, end to end through the CLI (no root needed).
 
-use std::process::Command;
 
 use serde_json::Value;
 
 fn napilab(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_napilab"))
-        .args(args)
-        .output()
-        .expect("run napilab")
+    napilab_testkit::output_of(env!("CARGO_BIN_EXE_napilab"), args)
 }
 
 /// The study's own example (docs/studies.md#qos-7: m = 6, rho_RT 0.3 gives b = 4),

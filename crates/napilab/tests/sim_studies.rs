@@ -4,13 +4,10 @@
 //! wrong profile is answered with every shipped one.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn napilab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_napilab"))
-        .args(args)
-        .output()
-        .expect("run napilab")
+    napilab_testkit::output_of(env!("CARGO_BIN_EXE_napilab"), args)
 }
 
 fn root(rel: &str) -> String {
