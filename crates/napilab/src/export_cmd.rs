@@ -2,17 +2,18 @@
 //!
 //! One background thread samples the host every interval through the observe pipeline
 //! (the same Sampler, trace tier and rules as `napilab observe`) and renders both wire
-//! formats once; HTTP workers only hand out the latest rendering. A scrape therefore
-//! never reads the kernel, and fifty concurrent scrapers cost what one does.
+//! formats once; the HTTP server (export_http: hyper, with limits on heads, their time
+//! and connections) only hands out the latest rendering. A scrape therefore never reads
+//! the kernel, and fifty concurrent scrapers cost what one does.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
+use bytes::Bytes;
 use napilab_core::{Interval, Observation, OriginKind, OBSERVATION_SCHEMA};
 use napilab_probe::derive::{derive_interval, DeriveContext};
 use napilab_probe::observe::{describe_host, wait_until};
@@ -20,6 +21,7 @@ use napilab_probe::record::RecordingHeader;
 use napilab_probe::sample::{Notices, RawSample, Sample, SampleParser, Sampler};
 use serde::Deserialize;
 
+use crate::export_http::{self, Asked, HttpCounters, HttpLimits};
 use crate::export_metrics::{self, Dropped, Limits, PacketPath, SelfCost};
 use crate::exposition;
 
@@ -40,8 +42,6 @@ const MAP_REFRESH_ON_CHANGE: Duration = Duration::from_secs(1);
 /// left out of the export, so the series of vanished instances go and cardinality stays
 /// bounded on a host that creates and deletes devices. It comes back when it polls again.
 const NAPI_IDLE_EXPIRY: Duration = Duration::from_secs(300);
-/// HTTP worker threads: scrapes only copy a pre-rendered body, so a few suffice.
-const HTTP_WORKERS: usize = 4;
 
 pub const OPENMETRICS_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 pub const TEXT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -58,6 +58,7 @@ pub struct Options {
     pub json: bool,
     pub limits: Limits,
     pub findings_window: Duration,
+    pub http: HttpLimits,
 }
 
 /// The `--config` file (TOML); every key is optional, command-line flags win.
@@ -72,6 +73,8 @@ pub struct ConfigFile {
     pub max_napi_instances: Option<usize>,
     pub max_devices: Option<usize>,
     pub findings_window: Option<String>,
+    pub max_connections: Option<usize>,
+    pub header_timeout: Option<String>,
 }
 
 impl ConfigFile {
@@ -80,7 +83,7 @@ impl ConfigFile {
             .with_context(|| format!("cannot read the config file {}", path.display()))?;
         toml::from_str(&text).with_context(|| {
             format!(
-                "{} is not a valid napilab export config (keys: listen, allow_remote, interval, trace, bpf_stats, max_napi_instances, max_devices, findings_window; see docs/export.md)",
+                "{} is not a valid napilab export config (keys: listen, allow_remote, interval, trace, bpf_stats, max_napi_instances, max_devices, findings_window, max_connections, header_timeout; see docs/export.md)",
                 path.display()
             )
         })
@@ -122,8 +125,17 @@ pub struct ExportArgs {
     /// napilab_exporter_bpf_program_run_seconds counts (costs two clock reads per run).
     #[arg(long)]
     bpf_stats: bool,
+    /// At most this many HTTP connections open at once; more are closed as soon as they
+    /// are accepted, counted and logged (default 512).
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
+    /// Close an HTTP connection whose client has not sent a whole request head within
+    /// this time (slow clients; idle kept-alive connections) (default 10s).
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    header_timeout: Option<Duration>,
     /// TOML file with any of: listen, allow_remote, interval, trace, bpf_stats,
-    /// max_napi_instances, max_devices, findings_window. Flags override it.
+    /// max_napi_instances, max_devices, findings_window, max_connections,
+    /// header_timeout. Flags override it.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Read /proc and /sys under DIR instead of / (a copied tree); netlink and BPF off.
@@ -155,6 +167,12 @@ pub fn options(args: ExportArgs) -> Result<Options> {
         None => Duration::from_secs(10).max(interval),
     };
     let defaults = Limits::default();
+    let http_defaults = HttpLimits::default();
+    let header_timeout = match (args.header_timeout, &file.header_timeout) {
+        (Some(t), _) => t,
+        (None, Some(text)) => parse_duration("header_timeout", text, &path)?,
+        (None, None) => http_defaults.header_timeout,
+    };
     Ok(Options {
         listen,
         allow_remote: args.allow_remote || file.allow_remote.unwrap_or(false),
@@ -170,31 +188,23 @@ pub fn options(args: ExportArgs) -> Result<Options> {
             max_devices: file.max_devices.unwrap_or(defaults.max_devices),
         },
         findings_window,
+        http: HttpLimits {
+            max_connections: args
+                .max_connections
+                .or(file.max_connections)
+                .unwrap_or(http_defaults.max_connections),
+            header_timeout,
+        },
     })
 }
 
 /// What every scrape serves: both formats of the latest sample. Shared, not copied, by
-/// the answers: a scrape allocates no body-sized buffer, so fifty scrapers do not churn
-/// the allocator with fifty copies per interval.
+/// the answers (a `Bytes` clone is a reference count): a scrape allocates no body-sized
+/// buffer, so fifty scrapers do not churn the allocator with fifty copies per interval.
 struct Rendered {
-    text: Arc<[u8]>,
-    openmetrics: Arc<[u8]>,
+    text: Bytes,
+    openmetrics: Bytes,
     sampled: Instant,
-}
-
-/// An answer's body: a shared rendering or a small message.
-enum Body {
-    Shared(Arc<[u8]>),
-    Owned(Vec<u8>),
-}
-
-impl AsRef<[u8]> for Body {
-    fn as_ref(&self) -> &[u8] {
-        match self {
-            Body::Shared(b) => b,
-            Body::Owned(b) => b,
-        }
-    }
 }
 
 type Latest = Arc<RwLock<Arc<Rendered>>>;
@@ -208,17 +218,13 @@ pub fn run(options: &Options) -> Result<()> {
             root.display()
         );
     }
-    let server = tiny_http::Server::http(options.listen).map_err(|e| {
-        anyhow::anyhow!(
-            "cannot listen on {}: {e}; choose another --listen address or stop what uses it",
-            options.listen
-        )
-    })?;
-    let server = Arc::new(server);
-    let stop = Arc::new(AtomicBool::new(false));
-    let stop_rx = stop_on_signals(stop.clone())?;
+    let listener = export_http::bind(options.listen)?;
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let (stop_tx, stop_rx) = mpsc::channel();
+    stop_on_signals(stop.clone(), stop_tx.clone())?;
+    let http_counters = Arc::new(HttpCounters::default());
 
-    let mut exporter = Exporter::start(options, &root);
+    let mut exporter = Exporter::start(options, &root, http_counters.clone());
     let first = exporter.step()?;
     let latest: Latest = Arc::new(RwLock::new(Arc::new(first)));
     let (traced, tier_reason) = (exporter.tracer.is_some(), exporter.tier_reason.clone());
@@ -259,23 +265,19 @@ pub fn run(options: &Options) -> Result<()> {
     };
 
     let stale_after = options.interval * 3 + Duration::from_secs(1);
-    let workers: Vec<_> = (0..HTTP_WORKERS)
-        .map(|i| {
-            let (server, latest, stop) = (server.clone(), latest.clone(), stop.clone());
-            std::thread::Builder::new()
-                .name(format!("napilab-http-{i}"))
-                .spawn(move || serve(&server, &latest, &stop, stale_after))
-        })
-        .collect::<std::io::Result<_>>()
-        .context("cannot start the HTTP worker threads")?;
-    for worker in workers {
-        let _ = worker.join();
-    }
+    // This thread serves until a signal; the answers only read the latest rendering.
+    let served = export_http::serve(listener, options.http, http_counters, stop, {
+        let latest = latest.clone();
+        move |asked: &Asked| respond(asked, &latest, stale_after)
+    });
+    // After a signal the sampler has been told already; if the server failed, nothing
+    // is served, so the sampler stops too.
+    let _ = stop_tx.send(());
     let sampled = sampler
         .join()
         .map_err(|_| anyhow::anyhow!("the sampler thread panicked"))?;
     status(options.json, "stopped", options, traced, &tier_reason);
-    sampled
+    served.and(sampled)
 }
 
 fn validate(options: &Options) -> Result<()> {
@@ -296,6 +298,15 @@ fn validate(options: &Options) -> Result<()> {
     }
     if options.findings_window < options.interval {
         bail!("findings_window must be at least one --interval");
+    }
+    if options.http.max_connections == 0 {
+        bail!("--max-connections (max_connections) must be at least 1");
+    }
+    if options.http.header_timeout < Duration::from_millis(100) {
+        bail!(
+            "--header-timeout (header_timeout) {:?} is too short: use 100ms or more (a client needs a round trip or two to send its request)",
+            options.http.header_timeout
+        );
     }
     Ok(())
 }
@@ -327,61 +338,28 @@ fn status(json: bool, state: &str, options: &Options, trace: bool, reason: &str)
     }
 }
 
-/// Sets `stop` and wakes the sampler on SIGINT or SIGTERM.
-fn stop_on_signals(stop: Arc<AtomicBool>) -> Result<mpsc::Receiver<()>> {
+/// On SIGINT or SIGTERM, stops the HTTP server (`server`) and wakes the sampler
+/// (`sampler`).
+fn stop_on_signals(server: Arc<tokio::sync::Notify>, sampler: mpsc::Sender<()>) -> Result<()> {
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
     ])
     .context("cannot install the SIGTERM/Ctrl-C handler")?;
-    let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         if signals.forever().next().is_some() {
-            stop.store(true, Ordering::SeqCst);
-            let _ = tx.send(());
+            // notify_one keeps the wake-up if the server is not waiting yet.
+            server.notify_one();
+            let _ = sampler.send(());
         }
     });
-    Ok(rx)
+    Ok(())
 }
 
-/// One HTTP worker: answers until `stop`. Read-only: GET and HEAD only.
-fn serve(server: &tiny_http::Server, latest: &Latest, stop: &AtomicBool, stale_after: Duration) {
-    while !stop.load(Ordering::SeqCst) {
-        let request = match server.recv_timeout(Duration::from_millis(200)) {
-            Ok(Some(r)) => r,
-            Ok(None) => continue,
-            Err(_) => break,
-        };
-        let response = respond(&request, latest, stale_after);
-        // A client that went away is its own business.
-        let _ = request.respond(response);
-    }
-}
+const PLAIN: &str = "text/plain; charset=utf-8";
 
-type Response = tiny_http::Response<std::io::Cursor<Body>>;
-
-fn with_header(response: Response, name: &str, value: &str) -> Response {
-    // Names and values are ASCII constants of this module, which tiny_http accepts.
-    match tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()) {
-        Ok(h) => response.with_header(h),
-        Err(()) => response,
-    }
-}
-
-fn body_response(code: u16, body: Body, content_type: &str) -> Response {
-    let len = body.as_ref().len();
-    let response = tiny_http::Response::new(
-        tiny_http::StatusCode(code),
-        Vec::new(),
-        std::io::Cursor::new(body),
-        Some(len),
-        None,
-    );
-    with_header(response, "Content-Type", content_type)
-}
-
-fn text_response(code: u16, body: String, content_type: &str) -> Response {
-    body_response(code, Body::Owned(body.into_bytes()), content_type)
+fn text_answer(code: u16, body: String) -> export_http::Answer {
+    export_http::answer(code, Bytes::from(body), PLAIN, &[])
 }
 
 /// Whether the Accept header asks for OpenMetrics (Prometheus sends it first).
@@ -396,63 +374,46 @@ pub fn wants_openmetrics(accept: Option<&str>) -> bool {
     })
 }
 
-fn respond(request: &tiny_http::Request, latest: &Latest, stale_after: Duration) -> Response {
-    if !matches!(
-        request.method(),
-        tiny_http::Method::Get | tiny_http::Method::Head
-    ) {
-        let refused = text_response(
+/// The answer to one request. Read-only: GET and HEAD only (hyper leaves out a HEAD
+/// answer's body and keeps its Content-Length).
+fn respond(asked: &Asked, latest: &Latest, stale_after: Duration) -> export_http::Answer {
+    if !matches!(*asked.method, hyper::Method::GET | hyper::Method::HEAD) {
+        return export_http::answer(
             405,
-            "napilab export is read-only: use GET\n".into(),
-            "text/plain; charset=utf-8",
+            Bytes::from_static(b"napilab export is read-only: use GET\n"),
+            PLAIN,
+            &[("Allow", "GET, HEAD")],
         );
-        return with_header(refused, "Allow", "GET, HEAD");
     }
-    let path = request.url().split('?').next().unwrap_or("");
     let current = match latest.read() {
         Ok(guard) => guard.clone(),
         Err(poisoned) => poisoned.into_inner().clone(),
     };
-    match path {
+    match asked.path {
         "/metrics" => {
-            let accept = request
-                .headers()
-                .iter()
-                .find(|h| h.field.equiv("Accept"))
-                .map(|h| h.value.as_str());
-            if wants_openmetrics(accept) {
-                body_response(
-                    200,
-                    Body::Shared(current.openmetrics.clone()),
-                    OPENMETRICS_TYPE,
-                )
+            if wants_openmetrics(asked.accept) {
+                export_http::answer(200, current.openmetrics.clone(), OPENMETRICS_TYPE, &[])
             } else {
-                body_response(200, Body::Shared(current.text.clone()), TEXT_TYPE)
+                export_http::answer(200, current.text.clone(), TEXT_TYPE, &[])
             }
         }
         "/healthz" => {
             let age = current.sampled.elapsed();
             if age <= stale_after {
-                text_response(200, "ok\n".into(), "text/plain; charset=utf-8")
+                text_answer(200, "ok\n".into())
             } else {
-                text_response(
+                text_answer(
                     503,
                     format!("stale: the last sample is {:.1} s old\n", age.as_secs_f64()),
-                    "text/plain; charset=utf-8",
                 )
             }
         }
-        "/" => text_response(
+        "/" => text_answer(
             200,
             "napilab export: /metrics (Prometheus text or OpenMetrics by Accept), /healthz\n"
                 .into(),
-            "text/plain; charset=utf-8",
         ),
-        _ => text_response(
-            404,
-            "not found: try /metrics\n".into(),
-            "text/plain; charset=utf-8",
-        ),
+        _ => text_answer(404, "not found: try /metrics\n".into()),
     }
 }
 
@@ -483,10 +444,12 @@ struct Exporter {
     napi_activity: NapiActivity,
     /// The links when the map was last read: a difference means a device came or went.
     map_links: Option<Vec<u32>>,
+    /// The HTTP server's counts, exported with the exporter's own cost.
+    http: Arc<HttpCounters>,
 }
 
 impl Exporter {
-    fn start(options: &Options, root: &Path) -> Exporter {
+    fn start(options: &Options, root: &Path, http: Arc<HttpCounters>) -> Exporter {
         let use_netlink = options.root.is_none();
         let header = describe_host(root, use_netlink);
         let (tracer, tier_reason) = if !options.trace {
@@ -546,6 +509,7 @@ impl Exporter {
             cost: SelfCost::default(),
             napi_activity: NapiActivity::default(),
             map_links: None,
+            http,
         }
     }
 
@@ -621,6 +585,7 @@ impl Exporter {
             .as_ref()
             .map(|t| t.program_costs())
             .unwrap_or_default();
+        self.cost.http = self.http.counts();
         self.cost.last_sample_unix_seconds = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs_f64())
@@ -632,8 +597,8 @@ impl Exporter {
         // The next sample reports how long this one took, rendering included.
         self.cost.last_sample_seconds = began.elapsed().as_secs_f64();
         Ok(Rendered {
-            text: text.into_bytes().into(),
-            openmetrics: openmetrics.into_bytes().into(),
+            text: Bytes::from(text),
+            openmetrics: Bytes::from(openmetrics),
             sampled: Instant::now(),
         })
     }
@@ -830,6 +795,56 @@ mod tests {
         std::fs::write(&path, "listen = \"127.0.0.1:1\"\nmax_devices = 3\n").expect("write");
         let cfg = ConfigFile::read(&path).expect("valid");
         assert_eq!(cfg.max_devices, Some(3));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn config_sets_the_http_limits_and_names_a_bad_one() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            export: ExportArgs,
+        }
+        let dir = std::env::temp_dir().join(format!("napilab-export-http-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp");
+        let path = dir.join("export.toml");
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["export", "--config", path.to_str().expect("utf-8 path")];
+            argv.extend_from_slice(extra);
+            options(Cli::parse_from(argv).export)
+        };
+        std::fs::write(&path, "max_connections = 7\nheader_timeout = \"2s\"\n").expect("write");
+        let o = parse(&[]).expect("valid");
+        assert_eq!(o.http.max_connections, 7);
+        assert_eq!(o.http.header_timeout, Duration::from_secs(2));
+        // Flags win over the file.
+        let o = parse(&["--max-connections", "9", "--header-timeout", "5s"]).expect("valid");
+        assert_eq!(o.http.max_connections, 9);
+        assert_eq!(o.http.header_timeout, Duration::from_secs(5));
+        // Defaults without either.
+        std::fs::write(&path, "").expect("write");
+        let o = parse(&[]).expect("valid");
+        assert_eq!(o.http.max_connections, 512);
+        assert_eq!(o.http.header_timeout, Duration::from_secs(10));
+        std::fs::write(&path, "header_timeout = \"soon\"\n").expect("write");
+        let err = format!("{:#}", parse(&[]).expect_err("not a duration"));
+        assert!(
+            err.contains("export.toml") && err.contains("header_timeout"),
+            "{err}"
+        );
+        std::fs::write(&path, "max_connections = \"many\"\n").expect("write");
+        let err = format!("{:#}", parse(&[]).expect_err("not a number"));
+        assert!(
+            err.contains("export.toml") && err.contains("max_connections"),
+            "{err}"
+        );
+        std::fs::write(&path, "max_connections = 0\n").expect("write");
+        let err = format!(
+            "{:#}",
+            validate(&parse(&[]).expect("parsed")).expect_err("zero")
+        );
+        assert!(err.contains("max_connections"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -618,6 +618,8 @@ pub struct SelfCost {
     pub bpf_programs: Vec<(String, u64, u64)>,
     /// Cumulative series left out by the caps, per family.
     pub dropped: Dropped,
+    /// The HTTP server's connections.
+    pub http: crate::export_http::HttpCounts,
 }
 
 pub fn exporter_families(cost: &SelfCost) -> Vec<Family> {
@@ -689,8 +691,33 @@ pub fn exporter_families(cost: &SelfCost) -> Vec<Family> {
         cost.dropped.napi_instances as f64,
     );
     dropped.push(&[("family", "device".into())], cost.dropped.devices as f64);
+    let mut open = Family::new(
+        "napilab_exporter_http_connections",
+        "HTTP connections open now (at most max_connections).",
+        Kind::Gauge,
+    );
+    open.push(&[], cost.http.open as f64);
+    let mut accepted = Family::new(
+        "napilab_exporter_http_connections_accepted",
+        "HTTP connections accepted and served.",
+        Kind::Counter,
+    );
+    accepted.push(&[], cost.http.accepted as f64);
+    let mut closed = Family::new(
+        "napilab_exporter_http_connections_closed",
+        "HTTP connections the server closed on a limit: over_limit (max_connections were open: closed at once), header_timeout (no whole request head within header_timeout), header_too_large (a request head over 16 KiB: answered 431).",
+        Kind::Counter,
+    );
+    for (reason, n) in [
+        ("over_limit", cost.http.refused_over_limit),
+        ("header_timeout", cost.http.header_timeouts),
+        ("header_too_large", cost.http.header_too_large),
+    ] {
+        closed.push(&[("reason", reason.into())], n as f64);
+    }
     vec![
-        cpu, rss, samples, duration, at, tier, stats, runs, run_time, dropped,
+        cpu, rss, samples, duration, at, tier, stats, runs, run_time, dropped, open, accepted,
+        closed,
     ]
 }
 

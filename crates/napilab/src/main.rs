@@ -2,6 +2,7 @@
 
 mod compare_cmd;
 mod export_cmd;
+mod export_http;
 mod export_metrics;
 mod exposition;
 mod host_cmd;
