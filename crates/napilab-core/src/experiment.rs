@@ -381,8 +381,9 @@ pub struct PacketCapacityProbe {
     /// What reached the sink: the DUT's first capacity estimate.
     pub forwarded_pps: f64,
     /// The generator's capacity, when the probe measured it (the twin's traffic is
-    /// ideal: none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// ideal: none). Written also when none, as are the range's optional fields, so
+    /// that a lab record and a twin record have the same shape.
+    #[serde(default)]
     pub generator_capacity_pps: Option<f64>,
     /// The DUT forwarded (nearly) everything the generator offered: the estimate is
     /// the generator's capacity, a lower bound of the DUT's.
@@ -415,7 +416,7 @@ pub struct SearchRange {
     pub detail: String,
     /// The tops of earlier searches whose answer reached their top, lowest first: each
     /// was doubled (at most up to the caps) and searched again.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub raised_from: Vec<f64>,
     /// The capacity probe the range was derived from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -424,7 +425,7 @@ pub struct SearchRange {
     /// that could not go higher (the generator's capacity, the scenario's cap, the last
     /// raise), e.g. "the generator, not the DUT, set this maximum: ...". None: the DUT
     /// set it (it lost packets above it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub limited_by: Option<String>,
 }
 
