@@ -210,10 +210,13 @@ fn a_short_mlrsearch_gives_bounded_answers_with_their_trials() {
 }
 
 /// Fields whose presence depends on the values: optional answers (a search that found
-/// no lower bound has no conditional throughput, one search has no interval) and the
-/// findings' contents (none without an observation).
-const BY_VALUE: [&str; 8] = [
+/// no lower bound has no conditional throughput, one search has no interval), the
+/// findings' contents (none without an observation), the generator's capacity (the
+/// twin's traffic is ideal: none) and who set a maximum the DUT did not.
+const BY_VALUE: [&str; 10] = [
     "findings",
+    "generator_capacity_pps",
+    "limited_by",
     "conditional_throughput",
     "undisturbed_conditional_throughput",
     "relevant_lower_bound",
