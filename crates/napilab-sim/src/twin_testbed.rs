@@ -295,3 +295,62 @@ pub fn provenance_pairs(profile: &Profile) -> Vec<(String, String)> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use napilab_core::ClassResult;
+
+    /// The twin's probe doubles its load until the model loses more than 1%, and
+    /// takes what was forwarded there; the range above it is the experiment's.
+    #[test]
+    fn the_probe_doubles_until_overloaded_and_takes_the_forwarded_rate() {
+        let text = napilab_core::scenario::DEFAULT_SCENARIO;
+        let s = napilab_core::scenario::parse(text, "default.toml", Some(2)).expect("parses");
+        let plan = crate::from_scenario::plan(&s, "default.toml").expect("maps");
+        let capacity = 730_000.0;
+        let mut asked = Vec::new();
+        let run_many = |batch: &[(SimConfig, u64, PointRole)]| {
+            Ok(batch
+                .iter()
+                .map(|(c, _, role)| {
+                    let load = c.traffic.rate_pps;
+                    asked.push((load, c.measurement.duration_ms));
+                    let secs = c.measurement.duration_ms / 1e3;
+                    PointResult {
+                        role: *role,
+                        requested_pps: load,
+                        offered_pps: load,
+                        repeat: 0,
+                        duration_s: secs,
+                        classes: vec![ClassResult {
+                            name: "be".into(),
+                            packet_bytes: 64,
+                            sent: (load * secs) as u64,
+                            received: (load.min(capacity) * secs) as u64,
+                            reordered: 0,
+                            loss_counters: Vec::new(),
+                            latency: None,
+                        }],
+                        generator: Default::default(),
+                        sink: Default::default(),
+                        observation: None,
+                        many_napi: None,
+                    }
+                })
+                .collect())
+        };
+        let mut twin = TwinPackets::new(&plan, run_many);
+        twin.build(&plan.configurations[0]).expect("builds");
+        let Probed::Measured(p) = twin.probe_capacity().expect("probes") else {
+            panic!("the twin's probe is never stopped");
+        };
+        // 50k, 100k, 200k, 400k pass; 800k loses 8.75%.
+        assert_eq!(p.requested_pps, 800_000.0);
+        assert!((p.forwarded_pps - capacity).abs() < 1.0, "{p:?}");
+        assert_eq!(p.generator_capacity_pps, None);
+        drop(twin);
+        assert_eq!(asked.len(), 5);
+        assert!(asked.iter().all(|(_, ms)| *ms == PROBE_WINDOW_MS));
+    }
+}
