@@ -360,6 +360,73 @@ pub struct MaxThroughput {
     /// MLRsearch: per goal, the repeats summarised (mean, confidence interval).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub goals: Vec<GoalSummary>,
+    /// The range searched and where it came from; absent in runs made before the range
+    /// was derived from a capacity probe (their range was `search_max_pps`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range: Option<SearchRange>,
+}
+
+/// The capacity probe of a packet configuration: one short trial at a load above what
+/// the testbed can offer (the lab) or a few short runs at doubling loads (the twin).
+/// What the DUT forwarded is the first estimate of its capacity; what the generator
+/// offered, the generator's own capacity.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PacketCapacityProbe {
+    /// How it was measured, e.g. "one 1 s trial at 20000000 pkt/s requested, line-rate".
+    pub method: String,
+    pub requested_pps: f64,
+    /// What the generator offered: its capacity here when it fell short of the request
+    /// (`generator_capacity_pps`).
+    pub offered_pps: f64,
+    /// What reached the sink: the DUT's first capacity estimate.
+    pub forwarded_pps: f64,
+    /// The generator's capacity, when the probe measured it (the twin's traffic is
+    /// ideal: none). Written also when none, as are the range's optional fields, so
+    /// that a lab record and a twin record have the same shape.
+    #[serde(default)]
+    pub generator_capacity_pps: Option<f64>,
+    /// The DUT forwarded (nearly) everything the generator offered: the estimate is
+    /// the generator's capacity, a lower bound of the DUT's.
+    pub generator_limited: bool,
+}
+
+/// Where the top of a packet search's range came from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RangeSource {
+    /// Twice the DUT's forwarded rate in the capacity probe (raised while the answer
+    /// reached the top).
+    #[default]
+    Probe,
+    /// The scenario's `search_max_pps`.
+    ScenarioCap,
+    /// What the generator could offer in the capacity probe.
+    GeneratorCapacity,
+}
+
+/// The range of a packet search: derived from the capacity probe, capped by the
+/// generator's capacity and the scenario's `search_max_pps` when it gives one.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SearchRange {
+    pub min_pps: f64,
+    /// The top of the last search (after any raises).
+    pub max_pps: f64,
+    pub source: RangeSource,
+    /// How the top was derived, with the numbers.
+    pub detail: String,
+    /// The tops of earlier searches whose answer reached their top, lowest first: each
+    /// was doubled (at most up to the caps) and searched again.
+    #[serde(default)]
+    pub raised_from: Vec<f64>,
+    /// The capacity probe the range was derived from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<PacketCapacityProbe>,
+    /// Who set the maximum when the DUT did not: the answer reached the top of a range
+    /// that could not go higher (the generator's capacity, the scenario's cap, the last
+    /// raise), e.g. "the generator, not the DUT, set this maximum: ...". None: the DUT
+    /// set it (it lost packets above it).
+    #[serde(default)]
+    pub limited_by: Option<String>,
 }
 
 impl MaxThroughput {

@@ -25,9 +25,9 @@ pub mod units;
 
 pub use experiment::{
     CapacityProbe, ClassResult, ConfigurationResult, Disturbance, EngineStats, GoalResult,
-    GoalSummary, MaxQpsAtSlo, MaxThroughput, PointResult, PointRole, RequestPointResult,
-    RequestResults, RunKind, RunRecord, SearchRecord, ServerSummary, TrialRecord, TwinMaxQps,
-    RUN_SCHEMA,
+    GoalSummary, MaxQpsAtSlo, MaxThroughput, PacketCapacityProbe, PointResult, PointRole,
+    RangeSource, RequestPointResult, RequestResults, RunKind, RunRecord, SearchRange, SearchRecord,
+    ServerSummary, TrialRecord, TwinMaxQps, RUN_SCHEMA,
 };
 pub use finding::{Evidence, Finding, RuleId, Severity, Subject};
 pub use host_identity::{

@@ -8,7 +8,8 @@
 use napilab_core::scenario::{DisturbedTrials, Measurement, SearchMethod};
 use napilab_core::uncertainty::{mean_sd, t_interval};
 use napilab_core::{
-    Disturbance, GoalResult, GoalSummary, MaxThroughput, PointResult, SearchRecord, TrialRecord,
+    Disturbance, GoalResult, GoalSummary, MaxThroughput, PacketCapacityProbe, PointResult,
+    RangeSource, SearchRange, SearchRecord, TrialRecord,
 };
 
 use crate::bisection::{bisect, Probe};
@@ -55,20 +56,198 @@ pub fn recorded_method(max: &MaxThroughput) -> Option<SearchMethod> {
     }
 }
 
-/// Runs the scenario's search (`m.search_method`) on `testbed`. `known` are the
-/// sweep's (load, passed) verdicts (the bisection starts from them; MLRsearch has its
-/// own trials). Appends every trial's point to `points`; returns the maximum and
-/// whether the run was stopped.
+/// Runs the scenario's search (`m.search_method`) on `testbed` over [0, `top`]. `known`
+/// are the sweep's (load, passed) verdicts (the bisection starts from them; MLRsearch
+/// has its own trials). Appends every trial's point to `points`; returns the maximum
+/// and whether the run was stopped.
 pub fn max_throughput<T: PacketTestbed>(
     m: &Measurement,
+    top: f64,
     known: &[(f64, bool)],
     points: &mut Vec<PointResult>,
     testbed: &mut T,
 ) -> Result<(MaxThroughput, bool), T::Error> {
     match m.search_method {
-        SearchMethod::Mlrsearch => mlrsearch(m, points, testbed),
-        SearchMethod::Bisection => bisection(m, known, points, testbed),
+        SearchMethod::Mlrsearch => mlrsearch(m, top, points, testbed),
+        SearchMethod::Bisection => bisection(m, top, known, points, testbed),
     }
+}
+
+/// The top of a derived range as a multiple of the DUT's forwarded rate in the
+/// capacity probe: the probe overloads the DUT, and an overloaded DUT can forward less
+/// than its maximum at the loss threshold (receive livelock) or more (its queues were
+/// still filling), so the range reaches well above it.
+pub const TOP_OF_ESTIMATE: f64 = 2.0;
+
+/// The lowest top of a derived range: a DUT that forwarded almost nothing in the probe
+/// still gets a range to search.
+pub const MIN_TOP_PPS: f64 = 1_000.0;
+
+/// The highest load a search may try (the scenario's limit of `search_max_pps`).
+pub const MAX_TOP_PPS: f64 = 100e6;
+
+/// How often a search whose answer reached the top of its range doubles the range and
+/// searches again before it says the last raise, not the DUT, set the answer: up to
+/// 16x the first top.
+pub const RANGE_RAISES: u32 = 4;
+
+/// The range a search starts with, and how far it may be raised.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DerivedRange {
+    pub top: f64,
+    pub source: RangeSource,
+    pub detail: String,
+    /// The highest the top may be raised to, and what sets it.
+    pub ceiling: f64,
+    pub ceiling_source: RangeSource,
+}
+
+/// The search range from a capacity probe: [`TOP_OF_ESTIMATE`] x what the DUT
+/// forwarded (at least [`MIN_TOP_PPS`]), capped by what the generator could offer and
+/// by the scenario's `search_max_pps` when it gives one.
+pub fn derive_range(cap: Option<f64>, probe: &PacketCapacityProbe) -> DerivedRange {
+    // A probe that measured nothing (no window) gives no estimate: the lowest top.
+    let estimate = if probe.forwarded_pps.is_finite() {
+        probe.forwarded_pps.max(0.0)
+    } else {
+        0.0
+    };
+    let derived = (TOP_OF_ESTIMATE * estimate).clamp(MIN_TOP_PPS, MAX_TOP_PPS);
+    let mut r = DerivedRange {
+        top: derived.round(),
+        source: RangeSource::Probe,
+        detail: format!(
+            "{TOP_OF_ESTIMATE} x the {estimate:.0} pkt/s the DUT forwarded in the capacity probe ({})",
+            probe.method
+        ),
+        ceiling: MAX_TOP_PPS,
+        ceiling_source: RangeSource::Probe,
+    };
+    if let Some(g) = probe.generator_capacity_pps {
+        r.ceiling = g.round();
+        r.ceiling_source = RangeSource::GeneratorCapacity;
+        if g < r.top {
+            r.top = g.round();
+            r.source = RangeSource::GeneratorCapacity;
+            r.detail = format!(
+                "the {g:.0} pkt/s the generator offered in the capacity probe ({}), below {TOP_OF_ESTIMATE} x the {estimate:.0} pkt/s the DUT forwarded",
+                probe.method
+            );
+        }
+    }
+    if let Some(c) = cap {
+        if c < r.ceiling {
+            r.ceiling = c;
+            r.ceiling_source = RangeSource::ScenarioCap;
+        }
+        if c < r.top {
+            r.top = c;
+            r.source = RangeSource::ScenarioCap;
+            r.detail = format!(
+                "measurement.search_max_pps = {c:.0}, below the {derived:.0} pkt/s derived from the capacity probe ({}: the DUT forwarded {estimate:.0})",
+                probe.method
+            );
+        }
+    }
+    r
+}
+
+/// The width within which an answer "reached" the top of its range: the first goal's
+/// (MLRsearch) or the bisection's resolution.
+fn reach_width(m: &Measurement) -> f64 {
+    match m.search_method {
+        SearchMethod::Mlrsearch => m
+            .resolved_goals()
+            .first()
+            .map_or(m.search_resolution, |g| g.width),
+        SearchMethod::Bisection => m.search_resolution,
+    }
+}
+
+/// Runs the search over the range derived from `probe` (and the scenario's cap), and
+/// while its answer reaches the top of a range the caps allow to grow, doubles the
+/// range and searches again ([`RANGE_RAISES`] times at most): no answer is a ceiling
+/// nobody chose. The maximum's `range` says what was searched, where it came from, and
+/// who set the answer when the DUT did not.
+pub fn max_throughput_from_probe<T: PacketTestbed>(
+    m: &Measurement,
+    probe: &PacketCapacityProbe,
+    known: &[(f64, bool)],
+    points: &mut Vec<PointResult>,
+    testbed: &mut T,
+) -> Result<(MaxThroughput, bool), T::Error> {
+    let range = derive_range(m.search_max_pps, probe);
+    let width = reach_width(m);
+    let mut top = range.top;
+    let mut known: Vec<(f64, bool)> = known.to_vec();
+    let mut raised_from = Vec::new();
+    // Bounded: at most RANGE_RAISES + 1 searches.
+    loop {
+        let (mut max, stopped) = max_throughput(m, top, &known, points, testbed)?;
+        let reached = max.pps >= top * (1.0 - width) || max.stopped.contains("upper_bound_passed");
+        let can_raise = top < range.ceiling * (1.0 - width);
+        if !stopped && reached && can_raise && (raised_from.len() as u32) < RANGE_RAISES {
+            // What passed at this top still holds for the bisection.
+            known.push((max.pps, true));
+            raised_from.push(top);
+            top = (2.0 * top).min(range.ceiling).round();
+            continue;
+        }
+        let generator_said = max.stopped.contains("generator_limited");
+        let limited_by = if reached && !can_raise {
+            Some(match range.ceiling_source {
+                RangeSource::GeneratorCapacity => format!(
+                    "the generator, not the DUT, set this maximum: it reached the {:.0} pkt/s the generator offered in the capacity probe",
+                    range.ceiling
+                ),
+                RangeSource::ScenarioCap => format!(
+                    "the scenario's cap, not the DUT, set this maximum: it reached measurement.search_max_pps = {:.0} (leave it out to search above)",
+                    range.ceiling
+                ),
+                RangeSource::Probe => format!(
+                    "the search's limit of {MAX_TOP_PPS:.0} pkt/s, not the DUT, set this maximum"
+                ),
+            })
+        } else if reached && !stopped {
+            Some(format!(
+                "the range, not the DUT, set this maximum: it reached the top after {RANGE_RAISES} raises ({top:.0} pkt/s); the DUT forwards at least this much"
+            ))
+        } else if generator_said {
+            Some("the generator, not the DUT, set this maximum: the loads above it failed only because the generator could not offer them".to_string())
+        } else {
+            None
+        };
+        max.range = Some(SearchRange {
+            min_pps: min_load(top),
+            max_pps: top,
+            source: if raised_from.is_empty() {
+                range.source
+            } else if top >= range.ceiling {
+                range.ceiling_source
+            } else {
+                RangeSource::Probe
+            },
+            detail: if raised_from.is_empty() {
+                range.detail
+            } else {
+                format!(
+                    "{}; the answer reached the top, so it was doubled {} time(s) (at most to {:.0})",
+                    range.detail,
+                    raised_from.len(),
+                    range.ceiling
+                )
+            },
+            raised_from,
+            probe: Some(probe.clone()),
+            limited_by,
+        });
+        return Ok((max, stopped));
+    }
+}
+
+/// The lowest load of a range with top `top`.
+fn min_load(top: f64) -> f64 {
+    (top * MIN_LOAD_SHARE).max(1.0)
 }
 
 /// A load passes when loss is within the threshold and the generator offered it
@@ -81,6 +260,7 @@ pub fn passes(p: &PointResult, threshold: f64) -> bool {
 /// scenario's window.
 fn bisection<T: PacketTestbed>(
     m: &Measurement,
+    top: f64,
     known: &[(f64, bool)],
     all_points: &mut Vec<PointResult>,
     testbed: &mut T,
@@ -90,7 +270,7 @@ fn bisection<T: PacketTestbed>(
     let mut points = Vec::new();
     let mut failure = None;
     let outcome = bisect(
-        m.search_max_pps,
+        top,
         known,
         m.search_iterations,
         m.search_resolution,
@@ -155,13 +335,14 @@ const MIN_LOAD_SHARE: f64 = 0.001;
 /// The MLRsearch repeats (`search_method = "mlrsearch"`).
 fn mlrsearch<T: PacketTestbed>(
     m: &Measurement,
+    top: f64,
     points: &mut Vec<PointResult>,
     testbed: &mut T,
 ) -> Result<(MaxThroughput, bool), T::Error> {
     let goals = m.resolved_goals();
     let limits = Limits {
-        max_load: m.search_max_pps,
-        min_load: (m.search_max_pps * MIN_LOAD_SHARE).max(1.0),
+        max_load: top,
+        min_load: min_load(top),
         time_limit_s: m.search_time_limit_s,
         repeat_disturbed: match m.disturbed_trials {
             DisturbedTrials::Keep => None,
@@ -369,7 +550,7 @@ mod tests {
         Measurement {
             search: true,
             search_method: method,
-            search_max_pps: 2e6,
+            search_max_pps: None,
             search_repeats: 2,
             search_iterations: 12,
             search_resolution: 0.02,
@@ -389,7 +570,7 @@ mod tests {
             };
             let mut points = vec![point(1.0, 1.0, 0, 1, 1)];
             let (max, stopped) =
-                max_throughput(&m, &[], &mut points, &mut dut).expect("no testbed error");
+                max_throughput(&m, 2e6, &[], &mut points, &mut dut).expect("no testbed error");
             assert!(!stopped);
             assert_eq!(max.method, method_name(method));
             assert!(

@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use napilab_core::scenario::{self, Backend, Configuration, SearchMethod};
-use napilab_core::{ConfigurationResult, PointResult, PointRole};
-use napilab_experiment::configuration::{self, PointSpec, SearchSetup, Testbed};
+use napilab_core::{ConfigurationResult, PacketCapacityProbe, PointResult, PointRole};
+use napilab_experiment::configuration::{self, PointSpec, Probed, SearchSetup, Testbed};
 use napilab_experiment::maximum::{MeasuredTrial, PacketTestbed};
 
 use crate::disturbance;
@@ -19,6 +19,16 @@ use crate::packet_point::{measure_point, Engine, LR_GEN_FIFO};
 use crate::run_context::{notice, Ctx, SysctlGuard};
 use crate::topology::Lab;
 use crate::traffic::Sink;
+
+/// The load the capacity probe requests: above what either back end's generator offers
+/// on veth (the line-rate one offered 6.2-7.0 Mpps from one core at full speed,
+/// docs/results/lab.md "Line-rate benchmark"), so that the generator runs at its own
+/// capacity and the DUT is overloaded.
+pub const PROBE_REQUEST_PPS: f64 = 20e6;
+
+/// The capacity probe's window, seconds (after the scenario's warm-up): long enough
+/// for the DUT's queues to fill and its forwarded rate to settle, short beside a search.
+pub const PROBE_S: f64 = 1.0;
 
 /// One configuration on the lab through the experiment layer's loop
 /// ([`napilab_experiment::configuration::run`]): namespaces, sysctls and the traffic
@@ -121,6 +131,40 @@ impl Testbed for LabPackets<'_, '_> {
             lab_cpus: lab_cpus(&cfg.settings),
         });
         Ok(settings)
+    }
+
+    /// One [`PROBE_S`] trial at [`PROBE_REQUEST_PPS`] with the configuration's current
+    /// engine: what the generator offered is its capacity here (it falls short of the
+    /// request), what reached the sink the DUT's first estimate.
+    fn probe_capacity(&mut self) -> Result<Probed> {
+        let (ctx, b) = self.built()?;
+        let backend = match &b.engine {
+            Engine::LineRate { .. } => "line-rate",
+            Engine::Paced(_) => "paced",
+        };
+        ctx.bar
+            .set_message(format!("{} capacity probe ({backend})", b.cfg.name));
+        let spec = PointSpec {
+            load_pps: PROBE_REQUEST_PPS,
+            role: PointRole::Search,
+            repeat: 0,
+            duration_s: PROBE_S,
+        };
+        let Some(p) = measure_point(ctx, &b.lab, &mut b.engine, &b.cfg, spec)? else {
+            return Ok(Probed::Stopped);
+        };
+        let forwarded = p.delivered_pps();
+        let short = p.offered_pps < 0.99 * p.requested_pps;
+        Ok(Probed::Measured(PacketCapacityProbe {
+            method: format!(
+                "one {PROBE_S} s trial at {PROBE_REQUEST_PPS:.0} pkt/s requested, {backend} back end"
+            ),
+            requested_pps: p.requested_pps,
+            offered_pps: p.offered_pps,
+            forwarded_pps: forwarded,
+            generator_capacity_pps: short.then_some(p.offered_pps),
+            generator_limited: forwarded >= 0.99 * p.offered_pps,
+        }))
     }
 
     fn measure(&mut self, points: &[PointSpec]) -> Result<Vec<PointResult>> {

@@ -73,13 +73,14 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
     let _pid = PidFile(pid_file(&run_id));
     let started = now_ms();
     let configs = scenario.configurations();
-    let loads = scenario.loads();
+    // The fixed loads and those given as fractions of the probed capacity.
+    let loads = scenario.loads().len() + scenario.load_fractions().len();
     let m = &scenario.measurement;
     let per_config = match (&scenario.requests, &scenario.tunnel) {
         (Some(w), _) => crate::server_runner::points_per_configuration(w, m),
         (_, Some(t)) => t.loads_pps.len() as u64 * u64::from(m.repeats),
         _ => {
-            loads.len() as u64 * u64::from(m.repeats)
+            loads as u64 * u64::from(m.repeats)
                 + match (m.search, m.search_method) {
                     (false, _) => 0,
                     (true, SearchMethod::Bisection) => u64::from(m.search_iterations),

@@ -22,7 +22,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use napilab_core::scenario::{Configuration, NapiContext, Topology, TunnelWorkload};
 use napilab_core::{ClassResult, ConfigurationResult, EngineStats, PointResult, PointRole};
-use napilab_experiment::configuration::{self, PointSpec, Testbed};
+use napilab_experiment::configuration::{self, PointSpec, Probed, Testbed};
 use napilab_experiment::maximum::{MeasuredTrial, PacketTestbed};
 
 use crate::netns::{delete_namespace, linked_namespaces, ns_name, pin, sh_in, LinkEnd};
@@ -109,6 +109,7 @@ pub(crate) fn run_configuration(
         .context("the vpn topology needs [tunnel] (the scenario check should have said so)")?;
     let plan = configuration::Plan {
         loads: w.loads_pps.clone(),
+        loads_of_capacity: Vec::new(),
         search: None,
         ..configuration::Plan::of_scenario(s)
     };
@@ -236,6 +237,12 @@ impl Testbed for LabTunnel<'_, '_> {
             workload: w.clone(),
         });
         Ok(settings)
+    }
+
+    /// The tunnel workload's loads are its own rates and it has no search, so its plan
+    /// never asks for a capacity probe; asking is an internal error.
+    fn probe_capacity(&mut self) -> Result<Probed> {
+        anyhow::bail!("internal: the vpn topology's tunnel workload has no capacity probe")
     }
 
     fn measure(&mut self, points: &[PointSpec]) -> Result<Vec<PointResult>> {

@@ -260,6 +260,36 @@ fn max_throughput(out: &mut String, run: &RunRecord, l: &Labels) {
         );
     }
     out.push_str("</table>\n");
+    // Where each search's range came from (capacity probe, generator, scenario cap),
+    // and who set an answer the DUT did not.
+    let ranges: Vec<String> = run
+        .configurations
+        .iter()
+        .filter_map(|c| {
+            let range = c.max_throughput.as_ref()?.range.as_ref()?;
+            Some(format!(
+                "<li>{}: {} - {} pkt/s, {}{}</li>",
+                esc(&c.name),
+                grouped(range.min_pps),
+                grouped(range.max_pps),
+                esc(&range.detail),
+                range
+                    .limited_by
+                    .as_ref()
+                    .map_or(String::new(), |by| format!(
+                        "; <strong>{}</strong>",
+                        esc(by)
+                    ))
+            ))
+        })
+        .collect();
+    if !ranges.is_empty() {
+        let _ = writeln!(
+            out,
+            "<p class=\"sub\">Search ranges (docs/lab.md, \"The search range\"):</p>\n<ul id=\"search-ranges\">{}</ul>",
+            ranges.join("")
+        );
+    }
     let pairs = comparison::configuration_differences(run);
     if pairs.is_empty() {
         return;

@@ -121,7 +121,7 @@ pub fn plan(scenario: &Scenario, file: &str) -> Result<TwinPlan, ConfigError> {
         let top = loads
             .iter()
             .copied()
-            .chain(m.search.then_some(m.search_max_pps))
+            .chain(m.search_max_pps.filter(|_| m.search))
             .fold(0.0, f64::max);
         // Every packet of a point stays "in flight" on the egress (no TX completion):
         // the ring must hold them all.
@@ -142,13 +142,17 @@ pub fn plan(scenario: &Scenario, file: &str) -> Result<TwinPlan, ConfigError> {
             &c.settings,
             cpus,
             tx_ring,
-            loads.first().copied().unwrap_or(m.search_max_pps),
+            loads
+                .first()
+                .copied()
+                .unwrap_or(crate::twin_plan::UNSET_RATE_PPS),
             file,
         )?);
     }
     Ok(TwinPlan {
         name: s.name.clone(),
         loads,
+        load_fractions: s.load_fractions(),
         seeds: (0..m.repeats.max(1))
             .map(|r| s.traffic.seed.wrapping_add(u64::from(r)))
             .collect(),

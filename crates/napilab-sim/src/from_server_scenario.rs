@@ -245,6 +245,7 @@ pub fn plan(s: &Scenario, file: &str) -> Result<TwinPlan, ConfigError> {
     Ok(TwinPlan {
         name: s.name.clone(),
         loads: w.loads_qps.clone(),
+        load_fractions: Vec::new(),
         seeds: (0..m.repeats.max(1))
             .map(|r| s.traffic.seed.wrapping_add(u64::from(r)))
             .collect(),

@@ -77,7 +77,10 @@ pub fn plan(scenario: &Scenario, profile: &Profile, file: &str) -> Result<TwinPl
         Some(t) => t.loads_pps.clone(),
         None => s.loads(),
     };
-    let rate = loads.first().copied().unwrap_or(m.search_max_pps);
+    let rate = loads
+        .first()
+        .copied()
+        .unwrap_or(crate::twin_plan::UNSET_RATE_PPS);
     let mut configurations = Vec::new();
     for c in s.configurations() {
         configurations.push(map_configuration(
@@ -92,6 +95,10 @@ pub fn plan(scenario: &Scenario, profile: &Profile, file: &str) -> Result<TwinPl
     Ok(TwinPlan {
         name: s.name.clone(),
         loads,
+        load_fractions: match &s.tunnel {
+            Some(_) => Vec::new(),
+            None => s.load_fractions(),
+        },
         seeds: (0..m.repeats.max(1))
             .map(|r| s.traffic.seed.wrapping_add(u64::from(r)))
             .collect(),

@@ -62,12 +62,19 @@ pub struct TwinConfiguration {
     pub veth: bool,
 }
 
+/// The rate a configuration's model is mapped with before a point sets its own
+/// ([`TwinConfiguration::at`]), when the scenario gives no fixed load.
+pub const UNSET_RATE_PPS: f64 = 100_000.0;
+
 /// A whole scenario mapped for the twin.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TwinPlan {
     pub name: String,
     /// Offered loads of the sweep, in order.
     pub loads: Vec<f64>,
+    /// Further sweep loads as fractions of each configuration's probed capacity
+    /// (`traffic.sweep.fractions`), measured after `loads`.
+    pub load_fractions: Vec<f64>,
     /// One seed per repeat (`traffic.seed`, `traffic.seed + 1`, ...).
     pub seeds: Vec<u64>,
     pub loss_threshold: f64,

@@ -6,8 +6,8 @@
 //! findings are the lab's own, so a twin record and a lab record of one scenario have
 //! the same shape.
 
-use napilab_core::{MaxThroughput, PointResult, PointRole};
-use napilab_experiment::configuration::{self, Named, PointSpec, Testbed};
+use napilab_core::{MaxThroughput, PacketCapacityProbe, PointResult, PointRole};
+use napilab_experiment::configuration::{self, Named, PointSpec, Probed, Testbed};
 use napilab_experiment::maximum::{MeasuredTrial, PacketTestbed};
 
 use crate::config::{ConfigError, SimConfig};
@@ -80,6 +80,7 @@ pub fn plan_of(plan: &TwinPlan) -> configuration::Plan {
         .map_or(1.0, |c| c.config.measurement.duration_ms / 1e3);
     configuration::Plan {
         loads: plan.loads.clone(),
+        loads_of_capacity: plan.load_fractions.clone(),
         repeats: plan.seeds.len() as u32,
         duration_s,
         loss_threshold: plan.loss_threshold,
@@ -108,9 +109,11 @@ impl<F: RunMany> Testbed for TwinPackets<'_, F> {
                     format!("internal: no seed for repeat {}", spec.repeat),
                 )
             })?;
-            let mut config = conf.at(spec.load_pps);
-            config.measurement.duration_ms = spec.duration_s * 1e3;
-            batch.push((config, seed, spec.role));
+            batch.push((
+                at_for(conf, spec.load_pps, spec.duration_s),
+                seed,
+                spec.role,
+            ));
         }
         let mut out = (self.run_many)(&batch)?;
         for (p, spec) in out.iter_mut().zip(points) {
@@ -119,11 +122,83 @@ impl<F: RunMany> Testbed for TwinPackets<'_, F> {
         Ok(out)
     }
 
+    /// The twin's traffic is ideal (it offers any load), so its probe looks for the
+    /// DUT's limit instead of the generator's: short runs at doubling loads from
+    /// [`PROBE_FIRST_PPS`] until the model loses more than [`PROBE_OVERLOAD_LOSS`] of
+    /// them; what it forwarded there is the estimate. Doubling keeps the cost of the
+    /// probe at about twice that of its last run.
+    fn probe_capacity(&mut self) -> Result<Probed, ConfigError> {
+        let conf = self.current()?.clone();
+        let seed = self.seeds.first().copied().unwrap_or(1);
+        let mut load = PROBE_FIRST_PPS;
+        let mut last: Option<PointResult> = None;
+        for _ in 0..PROBE_DOUBLINGS {
+            // The window is set before `at`, which sizes the egress ring for it.
+            let mut short = conf.clone();
+            let m = &mut short.config.measurement;
+            m.warmup_ms = m.warmup_ms.min(PROBE_WARMUP_MS);
+            m.duration_ms = PROBE_WINDOW_MS;
+            let config = short.at(load);
+            let mut points = (self.run_many)(&[(config, seed, PointRole::Search)])?;
+            if points.is_empty() {
+                return Ok(Probed::Stopped);
+            }
+            let p = points.remove(0);
+            let overloaded = p.loss_ratio() > PROBE_OVERLOAD_LOSS;
+            last = Some(p);
+            if overloaded || load >= napilab_experiment::maximum::MAX_TOP_PPS {
+                break;
+            }
+            load = (2.0 * load).min(napilab_experiment::maximum::MAX_TOP_PPS);
+        }
+        let Some(p) = last else {
+            return Ok(Probed::Stopped);
+        };
+        let forwarded = p.delivered_pps();
+        Ok(Probed::Measured(PacketCapacityProbe {
+            method: format!(
+                "twin: {PROBE_WINDOW_MS} ms runs at loads doubling from {PROBE_FIRST_PPS:.0} pkt/s until more than {}% was lost, last at {:.0} pkt/s",
+                PROBE_OVERLOAD_LOSS * 100.0,
+                p.requested_pps
+            ),
+            requested_pps: p.requested_pps,
+            offered_pps: p.offered_pps,
+            forwarded_pps: forwarded,
+            // The twin's source is ideal: it has no capacity of its own.
+            generator_capacity_pps: None,
+            generator_limited: false,
+        }))
+    }
+
     fn teardown(&mut self) -> Result<(), ConfigError> {
         self.current = None;
         Ok(())
     }
 }
+
+/// The model of `conf` at `load_pps` for a window of `duration_s`: the window is set
+/// before [`TwinConfiguration::at`], which sizes the egress ring to hold every packet
+/// of it (set after, a window longer than the scenario's overflowed the ring: loss
+/// veth never has, e.g. 24% at every load of a search's 0.4 s trials beside a 0.2 s
+/// window).
+fn at_for(conf: &TwinConfiguration, load_pps: f64, duration_s: f64) -> crate::SimConfig {
+    let mut c = conf.clone();
+    c.config.measurement.duration_ms = duration_s * 1e3;
+    c.at(load_pps)
+}
+
+/// The first load of the twin's capacity probe, packets per second.
+pub const PROBE_FIRST_PPS: f64 = 50_000.0;
+/// Most loads the twin's probe tries (50 kpps doubled 12 times is 100 Mpps, the
+/// search's limit).
+const PROBE_DOUBLINGS: u32 = 12;
+/// Loss above which a probe run counts as overloaded.
+pub const PROBE_OVERLOAD_LOSS: f64 = 0.01;
+/// The window of a probe run: its queues fill within milliseconds at twice the
+/// capacity, so a short window gives the forwarded rate.
+const PROBE_WINDOW_MS: f64 = 100.0;
+/// The warm-up of a probe run, at most.
+const PROBE_WARMUP_MS: f64 = 50.0;
 
 /// Each search trial one run of the configuration at the load, for the trial's
 /// duration, with the plan's first seed plus the search's index (MLRsearch's repeats
@@ -137,8 +212,7 @@ impl<F: RunMany> PacketTestbed for TwinPackets<'_, F> {
         duration_s: f64,
         search: u32,
     ) -> Result<Option<MeasuredTrial>, ConfigError> {
-        let mut config = self.current()?.at(load_pps);
-        config.measurement.duration_ms = duration_s * 1000.0;
+        let config = at_for(self.current()?, load_pps, duration_s);
         let wall_s = (config.measurement.warmup_ms + config.measurement.duration_ms) / 1e3;
         let seed = self
             .seeds
@@ -220,4 +294,63 @@ pub fn provenance_pairs(profile: &Profile) -> Vec<(String, String)> {
             )
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use napilab_core::ClassResult;
+
+    /// The twin's probe doubles its load until the model loses more than 1%, and
+    /// takes what was forwarded there; the range above it is the experiment's.
+    #[test]
+    fn the_probe_doubles_until_overloaded_and_takes_the_forwarded_rate() {
+        let text = napilab_core::scenario::DEFAULT_SCENARIO;
+        let s = napilab_core::scenario::parse(text, "default.toml", Some(2)).expect("parses");
+        let plan = crate::from_scenario::plan(&s, "default.toml").expect("maps");
+        let capacity = 730_000.0;
+        let mut asked = Vec::new();
+        let run_many = |batch: &[(SimConfig, u64, PointRole)]| {
+            Ok(batch
+                .iter()
+                .map(|(c, _, role)| {
+                    let load = c.traffic.rate_pps;
+                    asked.push((load, c.measurement.duration_ms));
+                    let secs = c.measurement.duration_ms / 1e3;
+                    PointResult {
+                        role: *role,
+                        requested_pps: load,
+                        offered_pps: load,
+                        repeat: 0,
+                        duration_s: secs,
+                        classes: vec![ClassResult {
+                            name: "be".into(),
+                            packet_bytes: 64,
+                            sent: (load * secs) as u64,
+                            received: (load.min(capacity) * secs) as u64,
+                            reordered: 0,
+                            loss_counters: Vec::new(),
+                            latency: None,
+                        }],
+                        generator: Default::default(),
+                        sink: Default::default(),
+                        observation: None,
+                        many_napi: None,
+                    }
+                })
+                .collect())
+        };
+        let mut twin = TwinPackets::new(&plan, run_many);
+        twin.build(&plan.configurations[0]).expect("builds");
+        let Probed::Measured(p) = twin.probe_capacity().expect("probes") else {
+            panic!("the twin's probe is never stopped");
+        };
+        // 50k, 100k, 200k, 400k pass; 800k loses 8.75%.
+        assert_eq!(p.requested_pps, 800_000.0);
+        assert!((p.forwarded_pps - capacity).abs() < 1.0, "{p:?}");
+        assert_eq!(p.generator_capacity_pps, None);
+        drop(twin);
+        assert_eq!(asked.len(), 5);
+        assert!(asked.iter().all(|(_, ms)| *ms == PROBE_WINDOW_MS));
+    }
 }

@@ -137,7 +137,8 @@ pub fn compare_with(record: &RunRecord, lab: &LabProfile) -> Result<TwinVsLab, C
             .iter()
             .map(|&conf| {
                 let plan = &plan;
-                s.spawn(move || twin_of(plan, conf, lab, several_classes))
+                let lab_loads = lab_sweep_loads(record, &conf.name);
+                s.spawn(move || twin_of(plan, conf, lab, several_classes, lab_loads))
             })
             .collect();
         handles
@@ -257,14 +258,37 @@ type TwinFigures = (Option<f64>, Vec<PointResult>);
 /// only) run without the lab profile's wake-up delay: the delay stands for veth's
 /// ring overflowing while the poller waits at the maximum (docs/sim.md), and paid on
 /// every wake-up it would swamp the latencies the classes are compared by.
+/// The loads the lab's sweep of configuration `name` measured (its first repeat's, in
+/// order): fractions of the probed capacity are the lab's capacity's, not the twin's.
+fn lab_sweep_loads(record: &RunRecord, name: &str) -> Vec<f64> {
+    record
+        .configurations
+        .iter()
+        .find(|c| c.name == name)
+        .map(|c| {
+            c.points
+                .iter()
+                .filter(|p| p.role == napilab_core::PointRole::Sweep && p.repeat == 0)
+                .map(|p| p.requested_pps)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The twin at the lab's sweep loads `lab_loads` (when the lab measured any).
 fn twin_of(
     plan: &TwinPlan,
     conf: &TwinConfiguration,
     lab: &LabProfile,
     classes: bool,
+    lab_loads: Vec<f64>,
 ) -> Result<TwinFigures, ConfigError> {
     let mut plan = plan.clone();
     plan.seeds.truncate(1);
+    if !lab_loads.is_empty() {
+        plan.loads = lab_loads;
+        plan.load_fractions.clear();
+    }
     let mut max = None;
     if plan.search.is_some() {
         let profile = conf.profile_for(&lab.profile, lab.testbed.as_ref());

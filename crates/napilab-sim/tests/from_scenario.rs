@@ -142,7 +142,7 @@ fn default_scenario_places_the_poller_as_the_lab_does() {
     let m = plan.search.expect("default searches");
     assert_eq!(
         (m.search_method, m.search_max_pps, m.search_resolution),
-        (scenario::SearchMethod::Mlrsearch, 2e6, 0.06)
+        (scenario::SearchMethod::Mlrsearch, None, 0.06)
     );
 }
 
@@ -309,7 +309,7 @@ fn engines_on_the_pollers_cpu_lower_the_twins_maximum() {
         let m = m.expect("searched");
         assert_eq!(
             points.len(),
-            plan.loads.len() * plan.seeds.len() + m.probes.len()
+            (plan.loads.len() + plan.load_fractions.len()) * plan.seeds.len() + m.probes.len()
         );
         assert!(m
             .probes

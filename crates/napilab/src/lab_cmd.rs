@@ -434,6 +434,22 @@ fn maxima_table(r: &RunRecord) -> String {
         out.push_str("maximum throughput (RFC 2544 bisection; a load passes when loss <= threshold and the generator offered >= 99% of it)\n");
     }
     out.push_str(&format!("{m}\n"));
+    // Where each search's range came from, and who set an answer the DUT did not.
+    for c in &r.configurations {
+        if let Some(range) = c.max_throughput.as_ref().and_then(|m| m.range.as_ref()) {
+            out.push_str(&format!(
+                "  {}: searched {} - {} ({}){}\n",
+                c.name,
+                kpps(range.min_pps),
+                kpps(range.max_pps),
+                range.detail,
+                range
+                    .limited_by
+                    .as_ref()
+                    .map_or(String::new(), |by| format!("; {by}"))
+            ));
+        }
+    }
     let pairs = comparison::configuration_differences(r);
     if !pairs.is_empty() {
         let mut t = Table::new();

@@ -638,6 +638,7 @@ fn run_scenario(args: &RunArgs, text: &str) -> Result<()> {
     }
     if !args.loads.is_empty() {
         plan.loads = args.loads.clone();
+        plan.load_fractions.clear();
     }
     if let Some(loss) = args.loss {
         if !(0.0..1.0).contains(&loss) {
@@ -646,14 +647,10 @@ fn run_scenario(args: &RunArgs, text: &str) -> Result<()> {
         plan.loss_threshold = loss;
     }
     if args.max_search && plan.search.is_none() {
-        // The scenario asks for no search, so its search_max_pps is the default, a
-        // number no one chose: the range reaches twice the highest load of the run
-        // instead (as `sim run --max-search` has always searched), so the answer is
-        // not that default.
-        let mut m = scenario.measurement.clone();
-        let highest = plan.loads.iter().copied().fold(0.0, f64::max);
-        m.search_max_pps = m.search_max_pps.max(2.0 * highest);
-        plan.search = Some(m);
+        // The range comes from each configuration's capacity probe, as the lab's
+        // does (napilab_experiment::maximum::derive_range), capped only by a
+        // search_max_pps the scenario gives.
+        plan.search = Some(scenario.measurement.clone());
     }
     let requests_search = plan.requests.as_ref().is_some_and(|r| r.workload.search);
     if plan.loads.is_empty() && plan.search.is_none() && !requests_search {

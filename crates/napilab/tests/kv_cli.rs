@@ -3,7 +3,6 @@
 //! generator in another, and prints its statistics as JSON on SIGTERM. Namespaces
 //! `nl-kv-cli-<pid>-*` from napilab-testkit, deleted on drop.
 
-
 use serde_json::Value;
 
 fn napilab(args: &[&str]) -> std::process::Output {

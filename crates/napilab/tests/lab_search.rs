@@ -1,8 +1,9 @@
 //! `napilab lab run` with MLRsearch on a veth router: a short search (two repeats,
 //! 0.5 s trials) ends with each goal's conditional throughput between its relevant
 //! bounds, every trial recorded with what the machine took away from it, and an
-//! interval over the repeats; the record and the report carry the twin's prediction
-//! beside the lab's maximum. Needs root (namespaces, BPF); without it the test prints
+//! interval over the repeats, over a range derived from the configuration's capacity
+//! probe (the scenario gives no search_max_pps); the record and the report carry the
+//! twin's prediction beside the lab's maximum. Needs root (namespaces, BPF); without it the test prints
 //! why it was skipped.
 
 use std::collections::BTreeSet;
@@ -28,7 +29,6 @@ duration_s = 0.5
 warmup_s = 0.3
 drain_ms = 100
 search = true
-search_max_pps = 3000000
 search_repeats = 2
 search_time_limit_s = 25
 [[measurement.search_goals]]
@@ -86,6 +86,29 @@ fn a_short_mlrsearch_gives_bounded_answers_with_their_trials() {
         let reasons = t["disturbance"]["reasons"].as_array().expect("reasons");
         assert_eq!(disturbed, !reasons.is_empty(), "{t}");
     }
+    // Capacity first: the range came from the line-rate capacity probe, not the scenario,
+    // and the last search's trials stayed in it.
+    let range = &max["range"];
+    let probe = &range["probe"];
+    assert!(
+        probe["forwarded_pps"].as_f64().is_some_and(|x| x > 0.0),
+        "{range}"
+    );
+    assert!(
+        probe["method"]
+            .as_str()
+            .is_some_and(|m| m.contains("line-rate")),
+        "{range}"
+    );
+    assert_ne!(range["source"], "scenario_cap", "{range}");
+    let top = range["max_pps"].as_f64().expect("the range's top");
+    assert!(
+        trials
+            .iter()
+            .all(|t| t["load_pps"].as_f64().is_some_and(|l| l <= top)),
+        "{range}"
+    );
+    println!("search range: {range}");
     let searches = max["searches"].as_array().expect("searches");
     assert_eq!(searches.len(), 2);
     for s in searches {
@@ -122,6 +145,7 @@ fn a_short_mlrsearch_gives_bounded_answers_with_their_trials() {
     let run_id = record["run_id"].as_str().expect("run id");
     let html = std::fs::read_to_string(dir.join(run_id).join("report.html")).expect("report");
     assert!(html.contains("<h2 id=\"twin\">Twin vs lab</h2>"));
+    assert!(html.contains("<ul id=\"search-ranges\">"));
     // The goals over the repeats: NDR's maximum is not above PDR's in any repeat.
     let goals = max["goals"].as_array().expect("goal summaries");
     assert_eq!(goals.len(), 2);
@@ -185,10 +209,13 @@ fn a_short_mlrsearch_gives_bounded_answers_with_their_trials() {
 }
 
 /// Fields whose presence depends on the values: optional answers (a search that found
-/// no lower bound has no conditional throughput, one search has no interval) and the
-/// findings' contents (none without an observation).
-const BY_VALUE: [&str; 8] = [
+/// no lower bound has no conditional throughput, one search has no interval), the
+/// findings' contents (none without an observation), the generator's capacity (the
+/// twin's traffic is ideal: none) and who set a maximum the DUT did not.
+const BY_VALUE: [&str; 10] = [
     "findings",
+    "generator_capacity_pps",
+    "limited_by",
     "conditional_throughput",
     "undisturbed_conditional_throughput",
     "relevant_lower_bound",

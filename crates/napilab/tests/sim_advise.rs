@@ -1,7 +1,6 @@
 //! `napilab sim advise ring-budget`: the ingress-QoS study's ring-budget rule and its
 //! twin check, end to end through the CLI (no root needed).
 
-
 use serde_json::Value;
 
 fn napilab(args: &[&str]) -> std::process::Output {

@@ -24,9 +24,12 @@ pub struct Measurement {
     /// generator nor the sink sets the maximum.
     #[serde(default)]
     pub search_backend: Option<Backend>,
-    /// Highest load the search tries, packets per second.
-    #[serde(default = "d_search_max")]
-    pub search_max_pps: f64,
+    /// A cap on the search's range, packets per second. Absent (the default): the
+    /// range is derived from the configuration's capacity probe (twice the rate the DUT
+    /// forwarded, at most what the generator offered) and raised while the search's
+    /// answer reaches its top (docs/lab.md, "The search range").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search_max_pps: Option<f64>,
     /// Most probes the bisection makes (`search_method = "bisection"`).
     #[serde(default = "d_search_iterations")]
     pub search_iterations: u32,
@@ -107,9 +110,6 @@ pub(super) fn d_repeats() -> u32 {
 }
 pub(super) fn d_loss() -> f64 {
     0.001
-}
-pub(super) fn d_search_max() -> f64 {
-    1_000_000.0
 }
 pub(super) fn d_search_iterations() -> u32 {
     8
@@ -243,7 +243,7 @@ impl Default for Measurement {
             loss_threshold: d_loss(),
             search: false,
             search_backend: None,
-            search_max_pps: d_search_max(),
+            search_max_pps: None,
             search_iterations: d_search_iterations(),
             search_resolution: d_search_resolution(),
             search_method: SearchMethod::default(),

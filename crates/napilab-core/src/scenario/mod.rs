@@ -204,26 +204,44 @@ impl Scenario {
         expand_with_origin(self).0
     }
 
-    /// The offered loads of the sweep, packets per second, in order.
+    /// The offered loads of the sweep given in packets per second, in order (a sweep
+    /// of fractions adds [`Scenario::load_fractions`] after them).
     pub fn loads(&self) -> Vec<f64> {
         let mut out = self.traffic.loads_pps.clone();
-        if let Some(sw) = &self.traffic.sweep {
-            let n = sw.steps.max(1);
+        if let Some(Sweep {
+            from_pps: Some(from),
+            to_pps: Some(to),
+            steps: Some(steps),
+            log,
+            ..
+        }) = &self.traffic.sweep
+        {
+            let n = (*steps).max(1);
             for i in 0..n {
                 let x = if n == 1 {
                     0.0
                 } else {
                     f64::from(i) / f64::from(n - 1)
                 };
-                let v = if sw.log {
-                    sw.from_pps * (sw.to_pps / sw.from_pps).powf(x)
+                let v = if *log {
+                    from * (to / from).powf(x)
                 } else {
-                    sw.from_pps + (sw.to_pps - sw.from_pps) * x
+                    from + (to - from) * x
                 };
                 out.push(v.round());
             }
         }
         out
+    }
+
+    /// The sweep's loads given as fractions of each configuration's probed capacity,
+    /// in order; measured after [`Scenario::loads`].
+    pub fn load_fractions(&self) -> Vec<f64> {
+        self.traffic
+            .sweep
+            .as_ref()
+            .map(|sw| sw.fractions.clone())
+            .unwrap_or_default()
     }
 }
 

@@ -19,7 +19,9 @@ fn default_scenario_parses_and_expands() {
     assert!(c.iter().any(|c| c.settings.napi == NapiContext::Threaded));
     assert!(c.iter().any(|c| c.settings.napi == NapiContext::Softirq));
     assert!(s.measurement.search);
-    assert!(!s.loads().is_empty());
+    // Capacity first: the sweep's loads and the search's range come from the probe.
+    assert!(s.loads().is_empty() && !s.load_fractions().is_empty());
+    assert_eq!(s.measurement.search_max_pps, None);
     // Latency from the paced sweep, the maximum from the line-rate engine.
     assert_eq!(s.traffic.backend, Backend::Paced);
     assert_eq!(s.measurement.search_backend, Some(Backend::LineRate));
@@ -321,6 +323,40 @@ fn sweep_is_linear_or_geometric() {
     );
     let s = parse(&text, "x.toml", None).expect("sweep");
     assert_eq!(s.loads(), [1000.0, 2000.0, 3000.0]);
+}
+
+#[test]
+fn a_sweep_of_fractions_of_the_capacity_and_its_checks() {
+    let text = MINI.replace(
+        "loads_pps = [1000]",
+        "loads_pps = [1000]\nsweep = { fractions = [0.25, 0.5] }",
+    );
+    let s = parse(&text, "x.toml", None).expect("fractions");
+    assert_eq!(s.loads(), [1000.0]);
+    assert_eq!(s.load_fractions(), [0.25, 0.5]);
+    for (sweep, field) in [
+        ("{ fractions = [0.5, 3.0] }", "traffic.sweep.fractions[1]"),
+        ("{ fractions = [0.5], from_pps = 10 }", "traffic.sweep"),
+        ("{ from_pps = 10, to_pps = 20 }", "traffic.sweep"),
+        ("{ fractions = [0.5], log = true }", "traffic.sweep.log"),
+    ] {
+        let text = MINI.replace("loads_pps = [1000]", &format!("sweep = {sweep}"));
+        let e = parse(&text, "x.toml", None).expect_err(sweep);
+        assert_eq!(e.0[0].field, field, "{sweep}: {e}");
+    }
+}
+
+#[test]
+fn search_max_pps_is_an_optional_cap() {
+    let s = parse(MINI, "x.toml", None).expect("mini");
+    assert_eq!(s.measurement.search_max_pps, None);
+    // Files that set it keep loading; it is then a cap.
+    let text = format!("{MINI}\n[measurement]\nsearch = true\nsearch_max_pps = 3000000\n");
+    let s = parse(&text, "x.toml", None).expect("a cap");
+    assert_eq!(s.measurement.search_max_pps, Some(3e6));
+    let text = format!("{MINI}\n[measurement]\nsearch_max_pps = 1\n");
+    let e = parse(&text, "x.toml", None).expect_err("too low");
+    assert_eq!(e.0[0].field, "measurement.search_max_pps");
 }
 
 #[test]

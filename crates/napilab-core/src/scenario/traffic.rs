@@ -39,15 +39,25 @@ pub struct TrafficClass {
     pub queue: u32,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// A sweep of offered loads: `steps` loads from `from_pps` to `to_pps`, or `fractions`
+/// of the capacity each configuration's probe measured (so that the loads fit the
+/// machine the scenario runs on).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Sweep {
-    pub from_pps: f64,
-    pub to_pps: f64,
-    pub steps: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_pps: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_pps: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<u32>,
     /// Geometric spacing instead of linear.
     #[serde(default)]
     pub log: bool,
+    /// Loads as fractions of the configuration's probed capacity (the rate the DUT
+    /// forwarded in the capacity probe), in this order, instead of from/to/steps.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fractions: Vec<f64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -270,14 +270,52 @@ pub(super) fn validate(s: &Scenario, v: &mut Validator<'_>, host_cpus: Option<u3
         }
     }
     if let Some(sw) = &t.sweep {
-        if !(sw.from_pps >= 1.0 && sw.to_pps >= sw.from_pps && sw.to_pps <= 100e6) {
-            v.err("traffic.sweep", "use 1 <= from_pps <= to_pps <= 100000000");
-        }
-        if sw.steps == 0 || sw.steps > 100 {
-            v.err(
-                "traffic.sweep.steps",
-                format!("{} is out of range: use 1 to 100", sw.steps),
-            );
+        let range = [
+            sw.from_pps.is_some(),
+            sw.to_pps.is_some(),
+            sw.steps.is_some(),
+        ];
+        match (sw.fractions.is_empty(), range) {
+            (true, [true, true, true]) => {
+                let (from, to) = (sw.from_pps.unwrap_or(0.0), sw.to_pps.unwrap_or(0.0));
+                if !(from >= 1.0 && to >= from && to <= 100e6) {
+                    v.err("traffic.sweep", "use 1 <= from_pps <= to_pps <= 100000000");
+                }
+                let steps = sw.steps.unwrap_or(0);
+                if steps == 0 || steps > 100 {
+                    v.err(
+                        "traffic.sweep.steps",
+                        format!("{steps} is out of range: use 1 to 100"),
+                    );
+                }
+            }
+            (false, [false, false, false]) => {
+                if sw.fractions.len() > 100 {
+                    v.err("traffic.sweep.fractions", "give at most 100 fractions");
+                }
+                for (i, f) in sw.fractions.iter().enumerate() {
+                    if !(*f > 0.0 && *f <= 2.0) {
+                        v.err(
+                            &format!("traffic.sweep.fractions[{i}]"),
+                            format!("{f} is out of range: give a fraction of the probed capacity in (0, 2], e.g. 0.5"),
+                        );
+                    }
+                }
+                if sw.log {
+                    v.err(
+                        "traffic.sweep.log",
+                        "applies to from_pps/to_pps/steps, not to fractions: leave it out",
+                    );
+                }
+            }
+            (true, _) => v.err(
+                "traffic.sweep",
+                "give from_pps, to_pps and steps (packets/s), or fractions = [..] of the probed capacity",
+            ),
+            (false, _) => v.err(
+                "traffic.sweep",
+                "give either fractions (of the probed capacity) or from_pps/to_pps/steps, not both",
+            ),
         }
     }
     if packets && t.loads_pps.is_empty() && t.sweep.is_none() && !s.measurement.search {
@@ -319,11 +357,13 @@ pub(super) fn validate(s: &Scenario, v: &mut Validator<'_>, host_cpus: Option<u3
             ),
         );
     }
-    if !(m.search_max_pps >= 10.0 && m.search_max_pps <= 100e6) {
-        v.err(
-            "measurement.search_max_pps",
-            "use 10 to 100000000 packets/s",
-        );
+    if let Some(cap) = m.search_max_pps {
+        if !(10.0..=100e6).contains(&cap) {
+            v.err(
+                "measurement.search_max_pps",
+                format!("{cap} is out of range: use 10 to 100000000 packets/s, or leave it out so that the range comes from the capacity probe"),
+            );
+        }
     }
     if m.search_iterations == 0 || m.search_iterations > 30 {
         v.err(
