@@ -178,12 +178,21 @@ pub(super) fn validate(s: &Scenario, v: &mut Validator<'_>, host_cpus: Option<u3
     }
     check_patch(&s.dut, "dut", v, host_cpus);
     check_workload_kind(s, v);
-    // Traffic (the packet topologies).
-    let t = &s.traffic;
     let packets = matches!(
         s.topology.kind,
         TopologyKind::Router | TopologyKind::Ap | TopologyKind::ManyNapi
     );
+    check_classes(s, packets, v);
+    check_loads(s, packets, v);
+    check_measurement(&s.measurement, v);
+    check_search(&s.measurement, v);
+    check_twin(s, v, host_cpus);
+    check_configurations(s, v, host_cpus);
+}
+
+/// The traffic classes (the packet topologies): names, shares, sizes, ports, queues.
+fn check_classes(s: &Scenario, packets: bool, v: &mut Validator<'_>) {
+    let t = &s.traffic;
     if packets && t.classes.is_empty() {
         v.err("traffic.classes", "add at least one [[traffic.classes]]");
     }
@@ -261,6 +270,12 @@ pub(super) fn validate(s: &Scenario, v: &mut Validator<'_>, host_cpus: Option<u3
             format!("the shares add up to {share}: they must add up to 1"),
         );
     }
+}
+
+/// The packet loads: fixed loads, the sweep (packets/s or fractions of the probed
+/// capacity), and that there is something to measure.
+fn check_loads(s: &Scenario, packets: bool, v: &mut Validator<'_>) {
+    let t = &s.traffic;
     for (i, l) in t.loads_pps.iter().enumerate() {
         if !(*l >= 1.0 && *l <= 100e6) {
             v.err(
@@ -324,8 +339,10 @@ pub(super) fn validate(s: &Scenario, v: &mut Validator<'_>, host_cpus: Option<u3
             "nothing to measure: give loads_pps, a [traffic.sweep], or measurement.search = true",
         );
     }
-    // Measurement.
-    let m = &s.measurement;
+}
+
+/// The measurement's windows, repeats, loss threshold and search bounds.
+fn check_measurement(m: &Measurement, v: &mut Validator<'_>) {
     // The lab's minimum window is checked with the lab's host (`check_twin`).
     if !(m.duration_s >= 0.001 && m.duration_s <= 3600.0) {
         v.err(
@@ -380,9 +397,11 @@ pub(super) fn validate(s: &Scenario, v: &mut Validator<'_>, host_cpus: Option<u3
     if m.drain_ms > 10_000 {
         v.err("measurement.drain_ms", "use at most 10000 ms");
     }
-    check_search(m, v);
-    check_twin(s, v, host_cpus);
-    // Configurations and axes.
+}
+
+/// The configurations and axes, then each resolved configuration's combination of
+/// settings (e.g. threaded NAPI without GRO).
+fn check_configurations(s: &Scenario, v: &mut Validator<'_>, host_cpus: Option<u32>) {
     let mut config_names = std::collections::BTreeSet::new();
     for (i, c) in s.configurations.iter().enumerate() {
         let f = format!("configurations[{i}]");
