@@ -10,87 +10,16 @@
 //! Every process and namespace is removed on drop, also when a test fails. Each test is
 //! bounded in time.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use napilab_testkit::VethPair;
 
-/// A child process stopped (SIGTERM, then SIGKILL after 5 s) and reaped on drop.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Ok(Some(_)) = self.0.try_wait() {
-            return;
-        }
-        if let Ok(pid) = i32::try_from(self.0.id()) {
-            // SAFETY: kill(2) on our own child.
-            unsafe {
-                libc::kill(pid, libc::SIGTERM);
-            }
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            sleep(Duration::from_millis(50));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// One HTTP/1.0 GET, bounded by `timeout`: (status, body).
-fn get(addr: SocketAddr, path: &str, timeout: Duration) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other(format!("no header end in {text:?}")))?;
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    Ok((status, body.to_string()))
-}
-
-fn wait_for(what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if ok() {
-            return;
-        }
-        sleep(Duration::from_millis(100));
-    }
-    panic!("{what} did not happen within {within:?}");
-}
-
-/// Runs `f` on a thread inside network namespace `ns` (its sockets live there).
-fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let ns = ns.to_string();
-    std::thread::spawn(move || {
-        napilab_probe::netns::enter(&ns).expect("enter the namespace");
-        f()
-    })
-    .join()
-    .expect("namespace thread")
-}
-
-/// A free loopback port: bound by the kernel's choice, then released for the exporter.
-fn free_port() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
-    listener.local_addr().expect("its address")
-}
+mod common;
+use common::*;
 
 fn start_exporter(addr: SocketAddr) -> Running {
     let child = Command::new(env!("CARGO_BIN_EXE_napilab"))
@@ -105,7 +34,7 @@ fn start_exporter(addr: SocketAddr) -> Running {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start napilab export");
-    let running = Running(child);
+    let running = Running(child, "napilab export");
     wait_for("the exporter's /healthz", Duration::from_secs(20), || {
         get(addr, "/healthz", Duration::from_secs(2)).is_ok_and(|(s, _)| s == 200)
     });
@@ -257,7 +186,7 @@ fn series_of_a_deleted_device_go_away() {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start napilab export");
-    let _exporter = Running(child);
+    let _exporter = Running(child, "napilab export");
     let scrape = {
         let ns = ns.clone();
         move || {

@@ -11,80 +11,13 @@
 //! Every process is stopped on drop, also when a test fails; every loop is bounded in time.
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-/// A child process stopped (SIGTERM, then SIGKILL after 5 s) and reaped on drop.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Ok(Some(_)) = self.0.try_wait() {
-            return;
-        }
-        if let Ok(pid) = i32::try_from(self.0.id()) {
-            // SAFETY: kill(2) on our own child.
-            unsafe {
-                libc::kill(pid, libc::SIGTERM);
-            }
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            sleep(Duration::from_millis(50));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Running {
-    /// The exporter's resident memory, from /proc/PID/status (VmRSS), in bytes.
-    fn rss_bytes(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.0.id()))
-            .expect("the exporter's /proc/PID/status");
-        let kb: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .expect("VmRSS in /proc/PID/status");
-        kb * 1024
-    }
-}
-
-/// One HTTP/1.0 GET with extra header lines, bounded by `timeout`: (status, body).
-fn get_with(
-    addr: SocketAddr,
-    path: &str,
-    extra: &str,
-    timeout: Duration,
-) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n{extra}\r\n")?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other(format!("no header end in {text:?}")))?;
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    Ok((status, body.to_string()))
-}
-
-fn get(addr: SocketAddr, path: &str, timeout: Duration) -> std::io::Result<(u16, String)> {
-    get_with(addr, path, "", timeout)
-}
+mod common;
+use common::*;
 
 /// One ordinary scrape: it must answer 200 with the exporter's own families.
 fn scrape(addr: SocketAddr, while_what: &str) -> String {
@@ -122,23 +55,6 @@ fn wait_for_count(addr: SocketAddr, series: &str, at_least: f64) {
     panic!("{series} is {seen} 10 s later, expected at least {at_least}");
 }
 
-fn wait_for(what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if ok() {
-            return;
-        }
-        sleep(Duration::from_millis(100));
-    }
-    panic!("{what} did not happen within {within:?}");
-}
-
-/// A free loopback port: bound by the kernel's choice, then released for the exporter.
-fn free_port() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
-    listener.local_addr().expect("its address")
-}
-
 fn start_exporter(addr: SocketAddr, extra: &[&str]) -> Running {
     let child = Command::new(env!("CARGO_BIN_EXE_napilab"))
         .args([
@@ -153,7 +69,7 @@ fn start_exporter(addr: SocketAddr, extra: &[&str]) -> Running {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start napilab export");
-    let running = Running(child);
+    let running = Running(child, "napilab export");
     wait_for("the exporter's /healthz", Duration::from_secs(20), || {
         get(addr, "/healthz", Duration::from_secs(2)).is_ok_and(|(s, _)| s == 200)
     });

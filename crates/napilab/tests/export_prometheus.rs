@@ -13,64 +13,19 @@ use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use napilab_testkit::VethPair;
 use serde_json::Value;
 
+mod common;
+use common::*;
+
 const PACKETS: u64 = 20_000;
 const EXPORTER: &str = "127.0.0.1:9977";
 const PROMETHEUS: &str = "127.0.0.1:9090";
-
-/// A child process killed and reaped on drop.
-struct Running(Child, &'static str);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        // Already reaped (terminate): its pid may belong to another process by now.
-        if let Ok(Some(_)) = self.0.try_wait() {
-            return;
-        }
-        // SIGTERM first so the exporter detaches its BPF programs; then make sure.
-        if let Ok(pid) = i32::try_from(self.0.id()) {
-            // SAFETY: plain kill(2) on our own child.
-            unsafe {
-                libc::kill(pid, libc::SIGTERM);
-            }
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            sleep(Duration::from_millis(50));
-        }
-        eprintln!("{} did not stop on SIGTERM: killing it", self.1);
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Running {
-    /// Sends SIGTERM and waits (at most 5 s) for the exit status.
-    fn terminate(&mut self) -> Option<std::process::ExitStatus> {
-        let pid = i32::try_from(self.0.id()).ok()?;
-        // SAFETY: plain kill(2) on our own child.
-        unsafe {
-            libc::kill(pid, libc::SIGTERM);
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.0.try_wait() {
-                return Some(status);
-            }
-            sleep(Duration::from_millis(50));
-        }
-        None
-    }
-}
 
 /// A temporary directory removed on drop.
 struct TempDir(PathBuf);
@@ -97,18 +52,6 @@ fn has_program(name: &str) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok()
-}
-
-/// Runs `f` on a thread that has entered network namespace `ns` (sockets it opens live
-/// there); the test's own thread stays in the host namespace.
-fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let ns = ns.to_string();
-    std::thread::spawn(move || {
-        napilab_probe::netns::enter(&ns).expect("enter the namespace");
-        f()
-    })
-    .join()
-    .expect("namespace thread")
 }
 
 /// One HTTP/1.0 GET (no chunking, the server closes): (status, content type, body).
@@ -190,14 +133,6 @@ fn scalar(ns: &str, query: &str) -> Option<f64> {
     let result = answer["data"]["result"].as_array()?;
     let first = result.first()?;
     first["value"][1].as_str()?.parse().ok()
-}
-
-fn wait_for(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !ready() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        sleep(Duration::from_millis(250));
-    }
 }
 
 fn repo_file(rel: &str) -> PathBuf {
