@@ -30,6 +30,10 @@ pub const PROBE_REQUEST_PPS: f64 = 20e6;
 /// for the DUT's queues to fill and its forwarded rate to settle, short beside a search.
 pub const PROBE_S: f64 = 1.0;
 
+/// The paced probe's first request and its most doublings (50 kpps .. 3.2 Mpps).
+pub const PACED_PROBE_FROM_PPS: f64 = 50_000.0;
+pub const PACED_PROBE_STEPS: u32 = 7;
+
 /// One configuration on the lab through the experiment layer's loop
 /// ([`napilab_experiment::configuration::run`]): namespaces, sysctls and the traffic
 /// engine, the sweep, the search, teardown. Returns the result and whether the run was
@@ -138,27 +142,64 @@ impl Testbed for LabPackets<'_, '_> {
     /// request), what reached the sink the DUT's first estimate.
     fn probe_capacity(&mut self) -> Result<Probed> {
         let (ctx, b) = self.built()?;
-        let backend = match &b.engine {
-            Engine::LineRate { .. } => "line-rate",
-            Engine::Paced(_) => "paced",
-        };
+        let paced = matches!(b.engine, Engine::Paced(_));
+        let backend = if paced { "paced" } else { "line-rate" };
         ctx.bar
             .set_message(format!("{} capacity probe ({backend})", b.cfg.name));
-        let spec = PointSpec {
-            load_pps: PROBE_REQUEST_PPS,
-            role: PointRole::Search,
-            repeat: 0,
-            duration_s: PROBE_S,
+        let mut trial = |ctx: &mut Ctx<'_>, load_pps: f64| {
+            let spec = PointSpec {
+                load_pps,
+                role: PointRole::Search,
+                repeat: 0,
+                duration_s: PROBE_S,
+            };
+            measure_point(ctx, &b.lab, &mut b.engine, &b.cfg, spec)
         };
-        let Some(p) = measure_point(ctx, &b.lab, &mut b.engine, &b.cfg, spec)? else {
-            return Ok(Probed::Stopped);
+        // The line-rate generator sends as fast as it can when asked for more: one trial
+        // at an unreachable rate. The paced one keeps a schedule, and a schedule it
+        // cannot follow leaves its measured window with departures from the warm-up (a
+        // probe at 20 Mpps measured nothing): doubling trials from PACED_PROBE_FROM_PPS
+        // while it follows the request and the DUT forwards what it offered.
+        let (p, method) = if paced {
+            let mut load = PACED_PROBE_FROM_PPS;
+            let mut last = None;
+            for _ in 0..PACED_PROBE_STEPS {
+                let Some(p) = trial(ctx, load)? else {
+                    return Ok(Probed::Stopped);
+                };
+                let followed = p.offered_pps >= 0.95 * load;
+                let forwarded_all = p.delivered_pps() >= 0.99 * p.offered_pps;
+                let keep_going = followed && forwarded_all;
+                // A trial the generator could not follow says less than the one before.
+                if followed || last.is_none() {
+                    last = Some(p);
+                }
+                if !keep_going {
+                    break;
+                }
+                load *= 2.0;
+            }
+            let Some(p) = last else {
+                return Ok(Probed::Stopped);
+            };
+            let method = format!(
+                "{PROBE_S} s trials doubling from {PACED_PROBE_FROM_PPS:.0} pkt/s while the paced generator followed and the DUT forwarded everything, last {:.0} pkt/s requested",
+                p.requested_pps
+            );
+            (p, method)
+        } else {
+            let Some(p) = trial(ctx, PROBE_REQUEST_PPS)? else {
+                return Ok(Probed::Stopped);
+            };
+            let method = format!(
+                "one {PROBE_S} s trial at {PROBE_REQUEST_PPS:.0} pkt/s requested, line-rate back end"
+            );
+            (p, method)
         };
         let forwarded = p.delivered_pps();
         let short = p.offered_pps < 0.99 * p.requested_pps;
         Ok(Probed::Measured(PacketCapacityProbe {
-            method: format!(
-                "one {PROBE_S} s trial at {PROBE_REQUEST_PPS:.0} pkt/s requested, {backend} back end"
-            ),
+            method,
             requested_pps: p.requested_pps,
             offered_pps: p.offered_pps,
             forwarded_pps: forwarded,
