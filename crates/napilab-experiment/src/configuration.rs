@@ -250,7 +250,7 @@ mod tests {
     use super::*;
     use crate::maximum::MeasuredTrial;
     use napilab_core::scenario::SearchMethod;
-    use napilab_core::{ClassResult, Disturbance};
+    use napilab_core::Disturbance;
 
     /// A DUT that forwards everything up to `capacity` and drops the rest, and keeps a
     /// log of what the loop asked of it.
@@ -284,26 +284,16 @@ mod tests {
             let offered = spec.load_pps.min(self.generator);
             let sent = (offered * spec.duration_s) as u64;
             let received = (offered.min(self.capacity) * spec.duration_s) as u64;
-            PointResult {
-                role: spec.role,
-                requested_pps: spec.load_pps,
-                offered_pps: offered,
-                repeat: spec.repeat,
-                duration_s: spec.duration_s,
-                classes: vec![ClassResult {
-                    name: "all".into(),
-                    packet_bytes: 64,
-                    sent,
-                    received,
-                    reordered: 0,
-                    loss_counters: Vec::new(),
-                    latency: None,
-                }],
-                generator: Default::default(),
-                sink: Default::default(),
-                observation: None,
-                many_napi: None,
-            }
+            let mut p = napilab_testkit::synthetic_point(
+                spec.role,
+                spec.load_pps,
+                offered,
+                spec.duration_s,
+                sent,
+                received,
+            );
+            p.repeat = spec.repeat;
+            p
         }
     }
 

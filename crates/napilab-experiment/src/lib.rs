@@ -8,6 +8,7 @@
 //!   the RFC 2544 bisection, as the scenario says) on a [`maximum::PacketTestbed`].
 //! - [`mlrsearch`]: MLRsearch itself (goals, trials, conditional throughput).
 //! - [`bisection`]: the bisection between a passing and a failing load.
+//! - [`capacity_probe`]: the doubling capacity probe, with each testbed's criterion.
 //! - [`configuration`], [`requests`]: one configuration's sweep, search and findings.
 //! - [`record`]: a run's configurations in order and its record, for every testbed.
 //! - [`request_search`]: the request workload's maximum-rate search (a raised range,
@@ -16,6 +17,7 @@
 //! Pure logic: no namespaces, no clock; the tests drive it with synthetic testbeds.
 
 pub mod bisection;
+pub mod capacity_probe;
 pub mod configuration;
 pub mod maximum;
 pub mod mlrsearch;

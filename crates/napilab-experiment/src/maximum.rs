@@ -495,7 +495,7 @@ fn refine_stopped(o: &mlrsearch::GoalOutcome, trials: &[TrialRecord]) -> String 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use napilab_core::{ClassResult, PointRole};
+    use napilab_core::PointRole;
 
     /// A testbed whose DUT forwards up to `capacity` pps and loses the rest.
     struct Dut {
@@ -524,26 +524,16 @@ mod tests {
     }
 
     fn point(load_pps: f64, duration_s: f64, repeat: u32, sent: u64, received: u64) -> PointResult {
-        PointResult {
-            role: PointRole::Search,
-            requested_pps: load_pps,
-            offered_pps: load_pps,
-            repeat,
+        let mut p = napilab_testkit::synthetic_point(
+            PointRole::Search,
+            load_pps,
+            load_pps,
             duration_s,
-            classes: vec![ClassResult {
-                name: "be".into(),
-                packet_bytes: 64,
-                sent,
-                received,
-                reordered: 0,
-                loss_counters: Vec::new(),
-                latency: None,
-            }],
-            generator: Default::default(),
-            sink: Default::default(),
-            observation: None,
-            many_napi: None,
-        }
+            sent,
+            received,
+        );
+        p.repeat = repeat;
+        p
     }
 
     fn measurement(method: SearchMethod) -> Measurement {

@@ -10,8 +10,9 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use napilab_core::scenario::{self, Backend, Configuration, SearchMethod};
 use napilab_core::{ConfigurationResult, PacketCapacityProbe, PointResult, PointRole};
+use napilab_experiment::capacity_probe::{doubling_probe, After, Doubling};
 use napilab_experiment::configuration::{self, PointSpec, Probed, SearchSetup, Testbed};
-use napilab_experiment::maximum::{MeasuredTrial, PacketTestbed};
+use napilab_experiment::maximum::{MeasuredTrial, PacketTestbed, MAX_TOP_PPS};
 
 use crate::disturbance;
 use crate::linerate::{LineRate, LrClass, PACED_NICE};
@@ -161,25 +162,24 @@ impl Testbed for LabPackets<'_, '_> {
         // probe at 20 Mpps measured nothing): doubling trials from PACED_PROBE_FROM_PPS
         // while it follows the request and the DUT forwards what it offered.
         let (p, method) = if paced {
-            let mut load = PACED_PROBE_FROM_PPS;
-            let mut last = None;
-            for _ in 0..PACED_PROBE_STEPS {
-                let Some(p) = trial(ctx, load)? else {
-                    return Ok(Probed::Stopped);
-                };
-                let followed = p.offered_pps >= 0.95 * load;
-                let forwarded_all = p.delivered_pps() >= 0.99 * p.offered_pps;
-                let keep_going = followed && forwarded_all;
-                // A trial the generator could not follow says less than the one before.
-                if followed || last.is_none() {
-                    last = Some(p);
+            let doubling = Doubling {
+                from_pps: PACED_PROBE_FROM_PPS,
+                max_trials: PACED_PROBE_STEPS,
+                ceiling_pps: MAX_TOP_PPS,
+            };
+            let followed_and_forwarded = |load: f64, p: &PointResult| {
+                if p.offered_pps < 0.95 * load {
+                    // A trial the generator could not follow says less than the one
+                    // before.
+                    After::StopBefore
+                } else if p.delivered_pps() < 0.99 * p.offered_pps {
+                    After::StopHere
+                } else {
+                    After::Double
                 }
-                if !keep_going {
-                    break;
-                }
-                load *= 2.0;
-            }
-            let Some(p) = last else {
+            };
+            let Some(p) = doubling_probe(doubling, |l| trial(ctx, l), followed_and_forwarded)?
+            else {
                 return Ok(Probed::Stopped);
             };
             let method = format!(

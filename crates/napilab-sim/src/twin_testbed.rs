@@ -7,6 +7,7 @@
 //! the same shape.
 
 use napilab_core::{MaxThroughput, PacketCapacityProbe, PointResult, PointRole};
+use napilab_experiment::capacity_probe::{doubling_probe, After, Doubling};
 use napilab_experiment::configuration::{self, Named, PointSpec, Probed, Testbed};
 use napilab_experiment::maximum::{MeasuredTrial, PacketTestbed};
 
@@ -130,28 +131,31 @@ impl<F: RunMany> Testbed for TwinPackets<'_, F> {
     fn probe_capacity(&mut self) -> Result<Probed, ConfigError> {
         let conf = self.current()?.clone();
         let seed = self.seeds.first().copied().unwrap_or(1);
-        let mut load = PROBE_FIRST_PPS;
-        let mut last: Option<PointResult> = None;
-        for _ in 0..PROBE_DOUBLINGS {
+        let doubling = Doubling {
+            from_pps: PROBE_FIRST_PPS,
+            max_trials: PROBE_DOUBLINGS,
+            ceiling_pps: napilab_experiment::maximum::MAX_TOP_PPS,
+        };
+        let run_many = &mut self.run_many;
+        let trial = |load: f64| {
             // The window is set before `at`, which sizes the egress ring for it.
             let mut short = conf.clone();
             let m = &mut short.config.measurement;
             m.warmup_ms = m.warmup_ms.min(PROBE_WARMUP_MS);
             m.duration_ms = PROBE_WINDOW_MS;
             let config = short.at(load);
-            let mut points = (self.run_many)(&[(config, seed, PointRole::Search)])?;
-            if points.is_empty() {
-                return Ok(Probed::Stopped);
+            Ok((run_many)(&[(config, seed, PointRole::Search)])?
+                .into_iter()
+                .next())
+        };
+        let overloaded = |_: f64, p: &PointResult| {
+            if p.loss_ratio() > PROBE_OVERLOAD_LOSS {
+                After::StopHere
+            } else {
+                After::Double
             }
-            let p = points.remove(0);
-            let overloaded = p.loss_ratio() > PROBE_OVERLOAD_LOSS;
-            last = Some(p);
-            if overloaded || load >= napilab_experiment::maximum::MAX_TOP_PPS {
-                break;
-            }
-            load = (2.0 * load).min(napilab_experiment::maximum::MAX_TOP_PPS);
-        }
-        let Some(p) = last else {
+        };
+        let Some(p) = doubling_probe(doubling, trial, overloaded)? else {
             return Ok(Probed::Stopped);
         };
         let forwarded = p.delivered_pps();
@@ -299,7 +303,6 @@ pub fn provenance_pairs(profile: &Profile) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use napilab_core::ClassResult;
 
     /// The twin's probe doubles its load until the model loses more than 1%, and
     /// takes what was forwarded there; the range above it is the experiment's.
@@ -317,26 +320,14 @@ mod tests {
                     let load = c.traffic.rate_pps;
                     asked.push((load, c.measurement.duration_ms));
                     let secs = c.measurement.duration_ms / 1e3;
-                    PointResult {
-                        role: *role,
-                        requested_pps: load,
-                        offered_pps: load,
-                        repeat: 0,
-                        duration_s: secs,
-                        classes: vec![ClassResult {
-                            name: "be".into(),
-                            packet_bytes: 64,
-                            sent: (load * secs) as u64,
-                            received: (load.min(capacity) * secs) as u64,
-                            reordered: 0,
-                            loss_counters: Vec::new(),
-                            latency: None,
-                        }],
-                        generator: Default::default(),
-                        sink: Default::default(),
-                        observation: None,
-                        many_napi: None,
-                    }
+                    napilab_testkit::synthetic_point(
+                        *role,
+                        load,
+                        load,
+                        secs,
+                        (load * secs) as u64,
+                        (load.min(capacity) * secs) as u64,
+                    )
                 })
                 .collect())
         };

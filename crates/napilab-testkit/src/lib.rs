@@ -298,3 +298,37 @@ pub fn output_of(bin: &str, args: &[&str]) -> Output {
         .output()
         .unwrap_or_else(|e| panic!("cannot run {bin}: {e}"))
 }
+
+/// A synthetic DUT's point for the experiment layer's tests: one class `be` of 64-byte
+/// packets, `sent` of which the generator offered over `duration_s` and `received`
+/// reached the sink; nothing observed. Testbeds of several crates' tests build it.
+pub fn synthetic_point(
+    role: napilab_core::experiment::PointRole,
+    requested_pps: f64,
+    offered_pps: f64,
+    duration_s: f64,
+    sent: u64,
+    received: u64,
+) -> napilab_core::experiment::PointResult {
+    use napilab_core::experiment::{ClassResult, PointResult};
+    PointResult {
+        role,
+        requested_pps,
+        offered_pps,
+        repeat: 0,
+        duration_s,
+        classes: vec![ClassResult {
+            name: "be".into(),
+            packet_bytes: 64,
+            sent,
+            received,
+            reordered: 0,
+            loss_counters: Vec::new(),
+            latency: None,
+        }],
+        generator: Default::default(),
+        sink: Default::default(),
+        observation: None,
+        many_napi: None,
+    }
+}
