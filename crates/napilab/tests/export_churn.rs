@@ -12,7 +12,7 @@
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -20,26 +20,6 @@ use napilab_testkit::VethPair;
 
 mod common;
 use common::*;
-
-fn start_exporter(addr: SocketAddr) -> Running {
-    let child = Command::new(env!("CARGO_BIN_EXE_napilab"))
-        .args([
-            "export",
-            "--interval",
-            "100ms",
-            "--listen",
-            &addr.to_string(),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start napilab export");
-    let running = Running(child, "napilab export");
-    wait_for("the exporter's /healthz", Duration::from_secs(20), || {
-        get(addr, "/healthz", Duration::from_secs(2)).is_ok_and(|(s, _)| s == 200)
-    });
-    running
-}
 
 /// Scrapes /metrics for `for_how_long` and returns each scrape's duration; every scrape
 /// must answer 200 with the last family present.
@@ -76,7 +56,7 @@ fn assert_prompt(took: &[Duration], what: &str) {
 #[test]
 fn slowloris_clients_do_not_block_other_scrapers() {
     let addr = free_port();
-    let _exporter = start_exporter(addr);
+    let _exporter = start_exporter(addr, &[]);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let slow: Vec<_> = (0..20)
         .map(|_| {
@@ -117,7 +97,7 @@ fn slowloris_clients_do_not_block_other_scrapers() {
 #[test]
 fn huge_headers_do_not_block_other_scrapers() {
     let addr = free_port();
-    let _exporter = start_exporter(addr);
+    let _exporter = start_exporter(addr, &[]);
     let big: Vec<_> = (0..2)
         .map(|i| {
             std::thread::spawn(move || {
@@ -173,20 +153,6 @@ fn series_of_a_deleted_device_go_away() {
         assert!(status.success(), "{script} failed in {ns}");
     };
     let addr: SocketAddr = "127.0.0.1:9979".parse().expect("address");
-    let child = pair
-        .command(&pair.b, env!("CARGO_BIN_EXE_napilab"))
-        .args([
-            "export",
-            "--interval",
-            "100ms",
-            "--listen",
-            &addr.to_string(),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start napilab export");
-    let _exporter = Running(child, "napilab export");
     let scrape = {
         let ns = ns.clone();
         move || {
@@ -199,9 +165,16 @@ fn series_of_a_deleted_device_go_away() {
             })
         }
     };
-    wait_for("the exporter", Duration::from_secs(20), || {
-        !scrape().is_empty()
-    });
+    let _exporter = spawn_exporter(
+        pair.command(&pair.b, env!("CARGO_BIN_EXE_napilab")).args([
+            "export",
+            "--interval",
+            "100ms",
+            "--listen",
+            &addr.to_string(),
+        ]),
+        || !scrape().is_empty(),
+    );
     // A veth pair inside the exporter's namespace, GRO on so it has NAPI instances.
     run_in("ip link add gone0 type veth peer name gone1; ip link set gone0 up; ip link set gone1 up; ethtool -K gone0 gro on >/dev/null 2>&1 || true");
     let series = |body: &str, device: &str| -> Vec<String> {

@@ -12,7 +12,6 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -53,27 +52,6 @@ fn wait_for_count(addr: SocketAddr, series: &str, at_least: f64) {
         sleep(Duration::from_millis(100));
     }
     panic!("{series} is {seen} 10 s later, expected at least {at_least}");
-}
-
-fn start_exporter(addr: SocketAddr, extra: &[&str]) -> Running {
-    let child = Command::new(env!("CARGO_BIN_EXE_napilab"))
-        .args([
-            "export",
-            "--interval",
-            "100ms",
-            "--listen",
-            &addr.to_string(),
-        ])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start napilab export");
-    let running = Running(child, "napilab export");
-    wait_for("the exporter's /healthz", Duration::from_secs(20), || {
-        get(addr, "/healthz", Duration::from_secs(2)).is_ok_and(|(s, _)| s == 200)
-    });
-    running
 }
 
 /// Whether the server has closed `stream` (non-blocking): end of stream or a reset.

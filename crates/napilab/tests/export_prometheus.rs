@@ -10,8 +10,7 @@
 //! concurrent scrapers. Every process and namespace is removed on drop, also on failure.
 
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::thread::sleep;
@@ -62,39 +61,19 @@ fn http_get(
     path: &str,
     accept: Option<&str>,
 ) -> std::io::Result<(u16, String, String)> {
-    let mut stream = TcpStream::connect(addr)?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let addr = addr.parse().map_err(std::io::Error::other)?;
     let accept = accept
         .map(|a| format!("Accept: {a}\r\n"))
         .unwrap_or_default();
-    write!(
-        stream,
-        "GET {path} HTTP/1.0\r\nHost: {addr}\r\n{accept}\r\n"
-    )?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other(format!("no header end in {text:?}")))?;
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let content_type = head
-        .lines()
-        .find_map(|l| {
+    let (status, head, body) = exchange(addr, path, &accept, Duration::from_secs(10))?;
+    let header = |name: &str| {
+        head.lines().find_map(|l| {
             let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-type")
-                .then(|| v.trim().to_string())
+            k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
         })
-        .unwrap_or_default();
-    if let Some(length) = head.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.eq_ignore_ascii_case("content-length")
-            .then(|| v.trim().parse::<usize>().ok())?
-    }) {
+    };
+    let content_type = header("content-type").unwrap_or_default();
+    if let Some(length) = header("content-length").and_then(|v| v.parse::<usize>().ok()) {
         if length != body.len() {
             return Err(std::io::Error::other(format!(
                 "truncated body: {} of {length} bytes",
@@ -102,7 +81,7 @@ fn http_get(
             )));
         }
     }
-    Ok((status, content_type, body.to_string()))
+    Ok((status, content_type, body))
 }
 
 fn percent_encode(text: &str) -> String {
@@ -142,21 +121,17 @@ fn repo_file(rel: &str) -> PathBuf {
 }
 
 fn start_exporter(pair: &VethPair, args: &[&str]) -> Running {
-    let child = pair
-        .command(&pair.b, env!("CARGO_BIN_EXE_napilab"))
-        .arg("export")
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start napilab export");
-    let running = Running(child, "napilab export");
-    wait_for("the exporter's /healthz", Duration::from_secs(20), || {
-        in_netns(&pair.b, || {
-            http_get(EXPORTER, "/healthz", None).is_ok_and(|(s, _, _)| s == 200)
-        })
-    });
-    running
+    let ns = pair.b.clone();
+    spawn_exporter(
+        pair.command(&pair.b, env!("CARGO_BIN_EXE_napilab"))
+            .arg("export")
+            .args(args),
+        || {
+            in_netns(&ns, || {
+                http_get(EXPORTER, "/healthz", None).is_ok_and(|(s, _, _)| s == 200)
+            })
+        },
+    )
 }
 
 fn flood(pair: &VethPair, count: u64) -> String {

@@ -5,7 +5,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::Child;
+use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -60,15 +60,14 @@ impl Drop for Running {
     }
 }
 
-/// One HTTP/1.0 GET with extra header lines, bounded by `timeout`: (status, body).
-/// Hand-written: a few lines, where an HTTP client crate would add a dependency tree to
-/// the test build.
-pub fn get_with(
+/// One HTTP/1.0 GET with `extra` header lines (each ending in CRLF), bounded by
+/// `timeout`: (status, head, body).
+pub fn exchange(
     addr: SocketAddr,
     path: &str,
     extra: &str,
     timeout: Duration,
-) -> std::io::Result<(u16, String)> {
+) -> std::io::Result<(u16, String, String)> {
     let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
@@ -84,7 +83,17 @@ pub fn get_with(
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    Ok((status, body.to_string()))
+    Ok((status, head.to_string(), body.to_string()))
+}
+
+/// One HTTP/1.0 GET with `extra` header lines, bounded by `timeout`: (status, body).
+pub fn get_with(
+    addr: SocketAddr,
+    path: &str,
+    extra: &str,
+    timeout: Duration,
+) -> std::io::Result<(u16, String)> {
+    exchange(addr, path, extra, timeout).map(|(status, _, body)| (status, body))
 }
 
 /// One HTTP/1.0 GET, bounded by `timeout`: (status, body).
@@ -120,4 +129,33 @@ pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'sta
     })
     .join()
     .expect("namespace thread")
+}
+
+/// Spawns `cmd` (a `napilab export` command line) and waits, at most 20 s, until
+/// `healthy` (its /healthz answers 200 where it listens).
+pub fn spawn_exporter(cmd: &mut Command, healthy: impl FnMut() -> bool) -> Running {
+    let child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start napilab export");
+    let running = Running(child, "napilab export");
+    wait_for("the exporter's /healthz", Duration::from_secs(20), healthy);
+    running
+}
+
+/// `napilab export --interval 100ms --listen ADDR EXTRA..` on the host, ready.
+pub fn start_exporter(addr: SocketAddr, extra: &[&str]) -> Running {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_napilab"));
+    cmd.args([
+        "export",
+        "--interval",
+        "100ms",
+        "--listen",
+        &addr.to_string(),
+    ])
+    .args(extra);
+    spawn_exporter(&mut cmd, || {
+        get(addr, "/healthz", Duration::from_secs(2)).is_ok_and(|(s, _)| s == 200)
+    })
 }
