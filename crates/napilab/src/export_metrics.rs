@@ -728,6 +728,19 @@ mod tests {
     use std::collections::BTreeSet;
     use std::path::Path;
 
+    /// The families of `sample` without the trace tier, no findings, default limits.
+    fn untraced_families(header: &RecordingHeader, sample: &Sample) -> (Vec<Family>, Dropped) {
+        packet_path_families(
+            &PacketPath {
+                header,
+                sample,
+                trace: None,
+                findings: &[],
+            },
+            Limits::default(),
+        )
+    }
+
     fn fixture() -> (RecordingHeader, Sample) {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../napilab-probe/tests/fixtures/proc/offline-cpu");
@@ -861,15 +874,7 @@ mod tests {
             .join("../napilab-probe/tests/fixtures/host/amd-kvm");
         let header = napilab_probe::observe::describe_host(&root, false);
         let (_, sample) = fixture();
-        let (families, _) = packet_path_families(
-            &PacketPath {
-                header: &header,
-                sample: &sample,
-                trace: None,
-                findings: &[],
-            },
-            Limits::default(),
-        );
+        let (families, _) = untraced_families(&header, &sample);
         let info = family(&families, "napilab_host_info");
         assert_eq!(info.kind, Kind::Gauge);
         assert_eq!(info.samples.len(), 1);
@@ -902,15 +907,7 @@ mod tests {
     #[test]
     fn without_trace_the_trace_families_are_empty_and_tick_time_remains() {
         let (header, sample) = fixture();
-        let (families, dropped) = packet_path_families(
-            &PacketPath {
-                header: &header,
-                sample: &sample,
-                trace: None,
-                findings: &[],
-            },
-            Limits::default(),
-        );
+        let (families, dropped) = untraced_families(&header, &sample);
         assert_eq!(dropped, Dropped::default());
         assert!(family(&families, "napilab_napi_polls").samples.is_empty());
         let softirq = family(&families, "napilab_cpu_softirq_seconds");

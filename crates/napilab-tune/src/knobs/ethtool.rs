@@ -55,6 +55,23 @@ fn lookup(p: &[(String, u64)], name: &str) -> Option<u64> {
     p.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
 }
 
+/// One ethtool SET request for `link`, its attribute pushed by `$push` (which may
+/// `return` an error for an attribute napilab cannot set), sent and acknowledged. A
+/// macro, not a function: each operation's generated request is a type of its own.
+macro_rules! set_one {
+    ($ctx:expr, $op:ident, $cmd:expr, $link:expr, $what:expr, |$enc:ident| $push:expr) => {{
+        let mut req = et::Request::new().$op();
+        req.header_mut().cmd = $cmd;
+        let $enc = req
+            .encode()
+            .nested_header()
+            .push_dev_index($link.ifindex)
+            .end_nested();
+        let _ = $push;
+        send_ack($ctx, &req, $what)
+    }};
+}
+
 impl Knob for EthtoolParam {
     fn read(&self, ctx: &mut Ctx, key: &Key) -> KnobResult<Value> {
         let p = pairs(ctx, key)?;
@@ -106,62 +123,59 @@ impl Knob for EthtoolParam {
         );
         let unknown = || KnobError::Invalid(format!("{key}: napilab cannot set {}", key.attr));
         let res = match key.kind {
-            Kind::Coalesce => {
-                let mut req = et::Request::new().op_coalesce_set_do();
-                req.header_mut().cmd = ETHTOOL_MSG_COALESCE_SET;
-                let enc = req
-                    .encode()
-                    .nested_header()
-                    .push_dev_index(link.ifindex)
-                    .end_nested();
-                let b = u8::from(v != 0);
-                let _ = match key.attr.as_str() {
-                    "adaptive-rx" => enc.push_use_adaptive_rx(b),
-                    "adaptive-tx" => enc.push_use_adaptive_tx(b),
-                    "rx-usecs" => enc.push_rx_usecs(v),
-                    "rx-frames" => enc.push_rx_max_frames(v),
-                    "tx-usecs" => enc.push_tx_usecs(v),
-                    "tx-frames" => enc.push_tx_max_frames(v),
-                    "rx-usecs-irq" => enc.push_rx_usecs_irq(v),
-                    "rx-frames-irq" => enc.push_rx_max_frames_irq(v),
-                    "tx-usecs-irq" => enc.push_tx_usecs_irq(v),
-                    "tx-frames-irq" => enc.push_tx_max_frames_irq(v),
-                    _ => return Err(unknown()),
-                };
-                send_ack(ctx, &req, &what)
-            }
-            Kind::Rings => {
-                let mut req = et::Request::new().op_rings_set_do();
-                req.header_mut().cmd = ETHTOOL_MSG_RINGS_SET;
-                let enc = req
-                    .encode()
-                    .nested_header()
-                    .push_dev_index(link.ifindex)
-                    .end_nested();
-                let _ = match key.attr.as_str() {
-                    "rx" => enc.push_rx(v),
-                    "tx" => enc.push_tx(v),
-                    _ => return Err(unknown()),
-                };
-                send_ack(ctx, &req, &what)
-            }
-            _ => {
-                let mut req = et::Request::new().op_channels_set_do();
-                req.header_mut().cmd = ETHTOOL_MSG_CHANNELS_SET;
-                let enc = req
-                    .encode()
-                    .nested_header()
-                    .push_dev_index(link.ifindex)
-                    .end_nested();
-                let _ = match key.attr.as_str() {
-                    "rx-count" => enc.push_rx_count(v),
-                    "tx-count" => enc.push_tx_count(v),
-                    "combined-count" => enc.push_combined_count(v),
-                    "other-count" => enc.push_other_count(v),
-                    _ => return Err(unknown()),
-                };
-                send_ack(ctx, &req, &what)
-            }
+            Kind::Coalesce => set_one!(
+                ctx,
+                op_coalesce_set_do,
+                ETHTOOL_MSG_COALESCE_SET,
+                link,
+                &what,
+                |enc| {
+                    let b = u8::from(v != 0);
+                    match key.attr.as_str() {
+                        "adaptive-rx" => enc.push_use_adaptive_rx(b),
+                        "adaptive-tx" => enc.push_use_adaptive_tx(b),
+                        "rx-usecs" => enc.push_rx_usecs(v),
+                        "rx-frames" => enc.push_rx_max_frames(v),
+                        "tx-usecs" => enc.push_tx_usecs(v),
+                        "tx-frames" => enc.push_tx_max_frames(v),
+                        "rx-usecs-irq" => enc.push_rx_usecs_irq(v),
+                        "rx-frames-irq" => enc.push_rx_max_frames_irq(v),
+                        "tx-usecs-irq" => enc.push_tx_usecs_irq(v),
+                        "tx-frames-irq" => enc.push_tx_max_frames_irq(v),
+                        _ => return Err(unknown()),
+                    }
+                }
+            ),
+            Kind::Rings => set_one!(
+                ctx,
+                op_rings_set_do,
+                ETHTOOL_MSG_RINGS_SET,
+                link,
+                &what,
+                |enc| {
+                    match key.attr.as_str() {
+                        "rx" => enc.push_rx(v),
+                        "tx" => enc.push_tx(v),
+                        _ => return Err(unknown()),
+                    }
+                }
+            ),
+            _ => set_one!(
+                ctx,
+                op_channels_set_do,
+                ETHTOOL_MSG_CHANNELS_SET,
+                link,
+                &what,
+                |enc| {
+                    match key.attr.as_str() {
+                        "rx-count" => enc.push_rx_count(v),
+                        "tx-count" => enc.push_tx_count(v),
+                        "combined-count" => enc.push_combined_count(v),
+                        "other-count" => enc.push_other_count(v),
+                        _ => return Err(unknown()),
+                    }
+                }
+            ),
         };
         res.map_err(|(errno, msg)| match errno {
             Some(libc::EOPNOTSUPP) => KnobError::Unsupported(msg),
