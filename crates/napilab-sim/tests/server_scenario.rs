@@ -141,24 +141,22 @@ fn server_modes_maps_each_mode_as_its_tune_profile_says() {
 
 #[test]
 fn memcached_busy_poll_modes_are_not_runnable_and_bad_input_is_named() {
-    let text = r#"
-name = "t"
-[topology]
-kind = "server"
-[dut]
-generator_cpus = [0]
-server_cpus = [1]
-[requests]
-loads_qps = [1000]
-search = false
-[[configurations]]
-name = "mc/busy-wait"
-set = { mode = "busy-wait", server = "memcached" }
-[[configurations]]
-name = "mc/irq-suspend"
-set = { mode = "irq-suspend", server = "memcached" }
-"#;
-    let s = parse(text, "t.toml");
+    let text = napilab_testkit::server_scenario(
+        "t",
+        "loads_qps = [1000]\nsearch = false",
+        "",
+        &napilab_testkit::configurations(&[
+            (
+                "mc/busy-wait",
+                r#"mode = "busy-wait", server = "memcached""#,
+            ),
+            (
+                "mc/irq-suspend",
+                r#"mode = "irq-suspend", server = "memcached""#,
+            ),
+        ]),
+    );
+    let s = parse(&text, "t.toml");
     let plan = plan_of(&s, "t.toml");
     let sp = plan.requests.as_ref().expect("server plan");
     for (i, c) in sp.configurations.iter().enumerate() {
@@ -200,31 +198,16 @@ fn run_mode(plan: &TwinPlan, i: usize) -> RequestResults {
 
 #[test]
 fn a_short_twin_run_gives_request_points_and_a_maximum() {
-    let text = r#"
-name = "short"
-[topology]
-kind = "server"
-[dut]
-generator_cpus = [0]
-server_cpus = [1]
-[requests]
-loads_qps = [2000, 40000]
-slo_p99_us = 500
-search = true
-search_max_qps = 120000
-search_iterations = 4
-[measurement]
-duration_s = 0.2
-warmup_s = 0.05
-search_repeats = 2
-[[configurations]]
-name = "busy-wait"
-set = { mode = "busy-wait" }
-[[configurations]]
-name = "irq-suspend"
-set = { mode = "irq-suspend" }
-"#;
-    let s = parse(text, "short.toml");
+    let text = napilab_testkit::server_scenario(
+        "short",
+        "loads_qps = [2000, 40000]\nslo_p99_us = 500\nsearch = true\nsearch_max_qps = 120000\nsearch_iterations = 4",
+        "duration_s = 0.2\nwarmup_s = 0.05\nsearch_repeats = 2",
+        &napilab_testkit::configurations(&[
+            ("busy-wait", r#"mode = "busy-wait""#),
+            ("irq-suspend", r#"mode = "irq-suspend""#),
+        ]),
+    );
+    let s = parse(&text, "short.toml");
     let plan = plan_of(&s, "short.toml");
     let busy = run_mode(&plan, 0);
     let suspend = run_mode(&plan, 1);

@@ -42,6 +42,65 @@ pub fn router_scenario(name: &str, traffic: &str, measurement: &str, rest: &str)
     )
 }
 
+/// A server scenario's text: the client on CPU 0 and the server on CPU 1; `requests`
+/// and `measurement` are added to their tables (an empty `measurement` leaves the
+/// table out) and `rest` (configurations) follows.
+pub fn server_scenario(name: &str, requests: &str, measurement: &str, rest: &str) -> String {
+    let measurement = if measurement.is_empty() {
+        String::new()
+    } else {
+        format!("[measurement]\n{measurement}\n")
+    };
+    format!(
+        "name = \"{name}\"\n[topology]\nkind = \"server\"\n[dut]\ngenerator_cpus = [0]\nserver_cpus = [1]\n[requests]\n{requests}\n{measurement}{rest}\n"
+    )
+}
+
+/// The `[[configurations]]` entries of a scenario: one per (name, `set` table body).
+pub fn configurations(entries: &[(&str, &str)]) -> String {
+    entries
+        .iter()
+        .map(|(name, set)| format!("[[configurations]]\nname = \"{name}\"\nset = {{ {set} }}\n"))
+        .collect()
+}
+
+/// Every object key path of a JSON value (`.a.b`, arrays as `[]` with every element's
+/// keys), leaving out each key (and what is under it) for which `skip(key, value)`
+/// holds: the shape of a record, for comparing two records' shapes.
+pub fn json_key_paths(
+    v: &serde_json::Value,
+    skip: &dyn Fn(&str, &serde_json::Value) -> bool,
+) -> std::collections::BTreeSet<String> {
+    fn walk(
+        v: &serde_json::Value,
+        at: &str,
+        skip: &dyn Fn(&str, &serde_json::Value) -> bool,
+        out: &mut std::collections::BTreeSet<String>,
+    ) {
+        match v {
+            serde_json::Value::Object(map) => {
+                for (k, child) in map {
+                    if skip(k, child) {
+                        continue;
+                    }
+                    let path = format!("{at}.{k}");
+                    out.insert(path.clone());
+                    walk(child, &path, skip, out);
+                }
+            }
+            serde_json::Value::Array(items) => {
+                for item in items {
+                    walk(item, &format!("{at}[]"), skip, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = std::collections::BTreeSet::new();
+    walk(v, "", skip, &mut out);
+    out
+}
+
 fn run(cmd: &mut Command) -> Result<Output, String> {
     let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
     if out.status.success() {

@@ -4,9 +4,9 @@
 //! read their numbers as JSON.
 
 use std::net::SocketAddrV4;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 
@@ -186,10 +186,7 @@ pub fn run_server(a: ServerArgs) -> Result<()> {
         a.workers,
         a.mode
     );
-    let deadline = a.duration.map(|d| Instant::now() + d);
-    while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    crate::timed_run::serve_until(&stop, a.duration, || {});
     let stats = server.stop();
     print_server(&stats, a.json)
 }

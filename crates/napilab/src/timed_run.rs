@@ -1,5 +1,6 @@
 //! A blocking run of known length on a scoped thread, with an elapsed-time progress bar
-//! unless the output is JSON (the load generators of `kv-load` and `tunnel-peers`).
+//! unless the output is JSON (the load generators of `kv-load` and `tunnel-peers`), and
+//! the wait of a server that runs until stopped (`kv-server`, `tunnel-endpoint`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -60,4 +61,14 @@ pub fn with_progress<T: Send>(
         b.finish_and_clear();
     }
     result
+}
+
+/// Waits until `stop` is set or `duration` (if any) has passed, calling `tick` every
+/// 50 ms: how a server command (`kv-server`, `tunnel-endpoint`) runs until Ctrl-C.
+pub fn serve_until(stop: &AtomicBool, duration: Option<Duration>, mut tick: impl FnMut()) {
+    let deadline = duration.map(|d| Instant::now() + d);
+    while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
+        std::thread::sleep(Duration::from_millis(50));
+        tick();
+    }
 }

@@ -4,7 +4,7 @@
 //! the vpn topology would use on this kernel.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -205,11 +205,9 @@ pub fn run_endpoint(a: EndpointArgs) -> Result<()> {
         if a.threaded { "threaded" } else { "softirq" },
         workers,
     );
-    let deadline = a.duration.map(|d| Instant::now() + d);
     let progress = !a.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
     let mut last_print = Instant::now();
-    while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
-        std::thread::sleep(Duration::from_millis(50));
+    crate::timed_run::serve_until(&stop, a.duration, || {
         if progress && last_print.elapsed() >= Duration::from_secs(1) {
             last_print = Instant::now();
             let s = ep.stats();
@@ -218,7 +216,7 @@ pub fn run_endpoint(a: EndpointArgs) -> Result<()> {
                 s.elapsed_s, s.datagrams, s.decrypted, s.bad_ciphertext, s.worker_queue_full
             );
         }
-    }
+    });
     if progress {
         eprintln!();
     }

@@ -49,33 +49,15 @@ fn run_json(args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).expect("the record as JSON")
 }
 
-/// Every object key path of `v`, arrays collapsed to `[]`; under a null or an empty
-/// array nothing is listed, so a field one testbed leaves empty does not count as a
-/// difference of shape.
-fn key_paths(v: &Value, at: &str, out: &mut BTreeSet<String>) {
-    match v {
-        Value::Object(map) => {
-            for (k, x) in map {
-                let p = format!("{at}.{k}");
-                out.insert(p.clone());
-                key_paths(x, &p, out);
-            }
-        }
-        Value::Array(items) => {
-            for x in items {
-                key_paths(x, &format!("{at}[]"), out);
-            }
-        }
-        _ => {}
-    }
-}
-
 /// The paths that exist in one record and, with their parent, in the other too: where
 /// both records have the object, they must have the same keys.
 fn shape_differences(a: &Value, b: &Value) -> Vec<String> {
-    let (mut pa, mut pb) = (BTreeSet::new(), BTreeSet::new());
-    key_paths(a, "", &mut pa);
-    key_paths(b, "", &mut pb);
+    // Under a null or an empty array nothing is listed, so a field one testbed leaves
+    // empty does not count as a difference of shape.
+    let (pa, pb) = (
+        napilab_testkit::json_key_paths(a, &|_, _| false),
+        napilab_testkit::json_key_paths(b, &|_, _| false),
+    );
     let parent = |p: &str| p[..p.rfind('.').unwrap_or(0)].to_string();
     let parents_a: BTreeSet<String> = pa.iter().map(|p| parent(p)).collect();
     let parents_b: BTreeSet<String> = pb.iter().map(|p| parent(p)).collect();

@@ -30,27 +30,11 @@ warmup_s = 0.3"#,
 
 /// One mode (applied with napilab tune), napilab's server, one load.
 fn server_scenario(loads: &str, duration_s: f64) -> String {
-    format!(
-        r#"
-name = "inproc-server"
-[topology]
-kind = "server"
-[dut]
-generator_cpus = [0]
-server_cpus = [1]
-[requests]
-loads_qps = {loads}
-connections = 4
-keys = 1000
-value_size = 32
-slo_p99_us = 100000
-[measurement]
-duration_s = {duration_s}
-warmup_s = 0.2
-[[configurations]]
-name = "deferral"
-set = {{ mode = "deferral" }}
-"#
+    napilab_testkit::server_scenario(
+        "inproc-server",
+        &format!("loads_qps = {loads}\nconnections = 4\nkeys = 1000\nvalue_size = 32\nslo_p99_us = 100000"),
+        &format!("duration_s = {duration_s}\nwarmup_s = 0.2"),
+        &napilab_testkit::configurations(&[("deferral", r#"mode = "deferral""#)]),
     )
 }
 

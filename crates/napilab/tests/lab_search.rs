@@ -237,28 +237,8 @@ const TESTBED_OWN: [&str; 5] = ["generator", "sink", "disturbance", "observation
 /// The key paths of a configuration's record (arrays as `[]`, every element's keys),
 /// without the testbed's own parts; a null or absent field has no path.
 fn shape(v: &Value) -> BTreeSet<String> {
-    fn walk(v: &Value, at: &str, out: &mut BTreeSet<String>) {
-        match v {
-            Value::Object(map) => {
-                for (k, child) in map {
-                    if child.is_null() || TESTBED_OWN.contains(&k.as_str()) {
-                        continue;
-                    }
-                    let path = format!("{at}.{k}");
-                    out.insert(path.clone());
-                    walk(child, &path, out);
-                }
-            }
-            Value::Array(items) => {
-                for item in items {
-                    walk(item, &format!("{at}[]"), out);
-                }
-            }
-            _ => {}
-        }
-    }
-    let mut out = BTreeSet::new();
-    walk(v, "", &mut out);
+    let mut out =
+        napilab_testkit::json_key_paths(v, &|k, child| child.is_null() || TESTBED_OWN.contains(&k));
     // Settings are (name, value) pairs: their shape is the list, not the names.
     out.retain(|p| !p.starts_with(".settings[]"));
     out

@@ -16,38 +16,19 @@ use serde_json::Value;
 /// CPUs (client and server), so side by side each would measure the other.
 static ONE_LAB_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-const SCENARIO: &str = r#"
-name = "server-short"
-[topology]
-kind = "server"
-[dut]
-generator_cpus = [0]
-server_cpus = [1]
-[requests]
-loads_qps = [2000]
-connections = 4
-keys = 1000
-value_size = 32
-slo_p99_us = 100000
-search_max_qps = 4000
-search_iterations = 2
-[measurement]
-duration_s = 0.5
-warmup_s = 0.2
-search_repeats = 2
-[[configurations]]
-name = "deferral"
-set = { mode = "deferral" }
-[[configurations]]
-name = "irq-suspend"
-set = { mode = "irq-suspend" }
-[[configurations]]
-name = "memcached"
-set = { mode = "no-coalescing", server = "memcached" }
-[[configurations]]
-name = "memcached-busy"
-set = { mode = "busy-wait", server = "memcached" }
-"#;
+fn short_scenario() -> String {
+    napilab_testkit::server_scenario(
+        "server-short",
+        "loads_qps = [2000]\nconnections = 4\nkeys = 1000\nvalue_size = 32\nslo_p99_us = 100000\nsearch_max_qps = 4000\nsearch_iterations = 2",
+        "duration_s = 0.5\nwarmup_s = 0.2\nsearch_repeats = 2",
+        &napilab_testkit::configurations(&[
+            ("deferral", r#"mode = "deferral""#),
+            ("irq-suspend", r#"mode = "irq-suspend""#),
+            ("memcached", r#"mode = "no-coalescing", server = "memcached""#),
+            ("memcached-busy", r#"mode = "busy-wait", server = "memcached""#),
+        ]),
+    )
+}
 
 #[test]
 fn a_server_scenario_runs_every_mode_end_to_end_and_leaves_nothing() {
@@ -60,7 +41,7 @@ fn a_server_scenario_runs_every_mode_end_to_end_and_leaves_nothing() {
     let _one = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = napilab_testkit::scratch_dir(env!("CARGO_TARGET_TMPDIR"), "napilab-lab-server");
     let scenario = dir.join("server-short.toml");
-    std::fs::write(&scenario, SCENARIO).expect("scenario");
+    std::fs::write(&scenario, short_scenario()).expect("scenario");
     let journals = dir.join("journal");
     let out = Command::new(env!("CARGO_BIN_EXE_napilab"))
         .args(["lab", "run", "--json", "--no-observe", "--out"])
@@ -196,32 +177,17 @@ fn a_server_scenario_runs_every_mode_end_to_end_and_leaves_nothing() {
     assert!(!left.contains(&run_id), "namespaces left: {left}");
 }
 
-const POLLING_SCENARIO: &str = r#"
-name = "server-polling"
-[topology]
-kind = "server"
-[dut]
-generator_cpus = [0]
-server_cpus = [1]
-[requests]
-loads_of_capacity = [0.1, 0.8]
-connections = 16
-keys = 1000
-value_size = 32
-slo_p99_us = 100000
-search = false
-[measurement]
-duration_s = 1.0
-warmup_s = 0.3
-repeats = 3
-trace = "always"
-[[configurations]]
-name = "busy-wait"
-set = { mode = "busy-wait" }
-[[configurations]]
-name = "irq-suspend"
-set = { mode = "irq-suspend" }
-"#;
+fn polling_scenario() -> String {
+    napilab_testkit::server_scenario(
+        "server-polling",
+        "loads_of_capacity = [0.1, 0.8]\nconnections = 16\nkeys = 1000\nvalue_size = 32\nslo_p99_us = 100000\nsearch = false",
+        "duration_s = 1.0\nwarmup_s = 0.3\nrepeats = 3\ntrace = \"always\"",
+        &napilab_testkit::configurations(&[
+            ("busy-wait", r#"mode = "busy-wait""#),
+            ("irq-suspend", r#"mode = "irq-suspend""#),
+        ]),
+    )
+}
 
 /// Polls of the server's NAPI instance per reply in one context, from a point's
 /// `napi_polls_per_s` (the trace tier's polls by context).
@@ -277,7 +243,7 @@ fn under_load_application_polling_replaces_receive_path_scheduling() {
     let dir =
         napilab_testkit::scratch_dir(env!("CARGO_TARGET_TMPDIR"), "napilab-lab-server-polling");
     let scenario = dir.join("server-polling.toml");
-    std::fs::write(&scenario, POLLING_SCENARIO).expect("scenario");
+    std::fs::write(&scenario, polling_scenario()).expect("scenario");
     let out = Command::new(env!("CARGO_BIN_EXE_napilab"))
         .args(["lab", "run", "--json", "--out"])
         .arg(&dir)

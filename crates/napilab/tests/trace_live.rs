@@ -52,6 +52,25 @@ fn json_during_flood(name: &str, tag: &str, args: &[&str]) -> Option<Value> {
     Some(serde_json::from_slice(&out.stdout).expect("JSON"))
 }
 
+/// The intervals of `obs` with trace data; none (printed as the test's skip, with the
+/// notices that say why) when the trace tier could not run.
+fn traced_intervals<'a>(name: &str, obs: &'a Value) -> Option<Vec<&'a Value>> {
+    let traced: Vec<&Value> = obs["intervals"]
+        .as_array()
+        .expect("intervals")
+        .iter()
+        .filter(|i| !i["trace"].is_null())
+        .collect();
+    if traced.is_empty() {
+        println!(
+            "SKIPPED {name}: no trace data (BPF unavailable?): {}",
+            obs["notices"]
+        );
+        return None;
+    }
+    Some(traced)
+}
+
 #[test]
 fn observe_trace_reports_contexts_and_accounting_truth() {
     let name = "observe_trace_reports_contexts_and_accounting_truth";
@@ -62,17 +81,9 @@ fn observe_trace_reports_contexts_and_accounting_truth() {
     ) else {
         return;
     };
-    let traced: Vec<&Value> = obs["intervals"]
-        .as_array()
-        .expect("intervals")
-        .iter()
-        .filter(|i| !i["trace"].is_null())
-        .collect();
-    if traced.is_empty() {
-        let why = obs["notices"].to_string();
-        println!("SKIPPED {name}: no trace data (BPF unavailable?): {why}");
+    let Some(traced) = traced_intervals(name, &obs) else {
         return;
-    }
+    };
     let kthread_polls: u64 = traced
         .iter()
         .flat_map(|i| i["trace"]["napi"].as_array().cloned().unwrap_or_default())
@@ -183,19 +194,9 @@ fn observe_trace_packets_shows_stage_latency_and_drop_reasons() {
     ) else {
         return;
     };
-    let traced: Vec<&Value> = obs["intervals"]
-        .as_array()
-        .expect("intervals")
-        .iter()
-        .filter(|i| !i["trace"].is_null())
-        .collect();
-    if traced.is_empty() {
-        println!(
-            "SKIPPED {name}: no trace data (BPF unavailable?): {}",
-            obs["notices"]
-        );
+    let Some(traced) = traced_intervals(name, &obs) else {
         return;
-    }
+    };
     let no_socket: u64 = traced
         .iter()
         .flat_map(|i| i["trace"]["drops"].as_array().cloned().unwrap_or_default())
