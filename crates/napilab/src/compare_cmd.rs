@@ -4,7 +4,6 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
 use napilab_report::comparison::{compare, Comparison, Estimate, HostComparison};
 
 use crate::report_cmd::load;
@@ -126,9 +125,7 @@ fn hosts_text(h: &HostComparison) -> String {
 }
 
 fn text(c: &Comparison) -> String {
-    let mut t = Table::new();
-    t.load_style(UTF8_BORDERS_ONLY);
-    t.set_header(vec![
+    let mut t = crate::render::table(vec![
         "metric".to_string(),
         "A".into(),
         "A value [interval]".into(),

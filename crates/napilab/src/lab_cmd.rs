@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
+use comfy_table::Table;
 use napilab_core::scenario::{DEFAULT_SCENARIO, DEFAULT_SCENARIO_NAME};
 use napilab_core::{PointRole, RunRecord};
 use napilab_lab::{clean, RunOptions};
@@ -224,9 +224,7 @@ pub fn summary(r: &RunRecord, verbose: bool) -> String {
 /// The sweep's points (and the searches' trials when `verbose`) as a table, and how
 /// many trials it left out.
 fn points_table(r: &RunRecord, verbose: bool) -> (Table, usize) {
-    let mut t = Table::new();
-    t.load_style(UTF8_BORDERS_ONLY);
-    t.set_header(vec![
+    let mut t = crate::render::table(vec![
         "configuration",
         "role",
         "class",
@@ -379,9 +377,7 @@ fn many_napi_table(r: &RunRecord) -> String {
     if rows.is_empty() {
         return String::new();
     }
-    let mut t = Table::new();
-    t.load_style(UTF8_BORDERS_ONLY);
-    t.set_header(many_napi_page::HEADER.to_vec());
+    let mut t = crate::render::table(many_napi_page::HEADER.to_vec());
     for row in rows {
         t.add_row(row);
     }
@@ -395,9 +391,7 @@ fn maxima_table(r: &RunRecord) -> String {
         return String::new();
     }
     let level = comparison::level_of(r);
-    let mut m = Table::new();
-    m.load_style(UTF8_BORDERS_ONLY);
-    m.set_header(vec![
+    let mut m = crate::render::table(vec![
         "configuration".to_string(),
         "goal (loss)".into(),
         "max kpps".into(),
@@ -452,9 +446,7 @@ fn maxima_table(r: &RunRecord) -> String {
     }
     let pairs = comparison::configuration_differences(r);
     if !pairs.is_empty() {
-        let mut t = Table::new();
-        t.load_style(UTF8_BORDERS_ONLY);
-        t.set_header(vec!["metric", "A", "B", "B - A", "p", "verdict"]);
+        let mut t = crate::render::table(vec!["metric", "A", "B", "B - A", "p", "verdict"]);
         for p in &pairs {
             t.add_row(vec![
                 p.metric.clone(),

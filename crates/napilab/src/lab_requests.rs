@@ -2,8 +2,6 @@
 //! row per request point, then each configuration's maximum rate at the latency
 //! objective with its interval and CPU cost.
 
-use comfy_table::presets::UTF8_BORDERS_ONLY;
-use comfy_table::Table;
 use napilab_core::{ConfigurationResult, PointRole, RequestResults, RunRecord};
 
 fn cpu_cell(split: &[(String, f64)], what: &str) -> String {
@@ -40,9 +38,7 @@ pub fn points(r: &RunRecord, verbose: bool) -> String {
     if with_requests.is_empty() {
         return String::new();
     }
-    let mut t = Table::new();
-    t.load_style(UTF8_BORDERS_ONLY);
-    t.set_header(vec![
+    let mut t = crate::render::table(vec![
         "configuration",
         "role",
         "req QPS",
@@ -118,9 +114,7 @@ pub fn maxima(r: &RunRecord) -> String {
         return String::new();
     }
     let mut out = String::new();
-    let mut m = Table::new();
-    m.load_style(UTF8_BORDERS_ONLY);
-    m.set_header(vec![
+    let mut m = crate::render::table(vec![
         "configuration".to_string(),
         "server".into(),
         "mode".into(),

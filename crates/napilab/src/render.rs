@@ -11,10 +11,11 @@ use napilab_core::{
     Observation, Poller, Settings, Severity, Source, TopologyMap,
 };
 
-fn table(header: &[&str]) -> Table {
+/// A table in the CLI's one style (UTF-8 borders only) with `header`.
+pub fn table(header: impl Into<comfy_table::Row>) -> Table {
     let mut t = Table::new();
     t.load_style(UTF8_BORDERS_ONLY);
-    t.set_header(header.iter().copied());
+    t.set_header(header);
     t
 }
 
@@ -120,7 +121,7 @@ fn observed_polling(rows: &[napilab_core::ObservedPolling]) -> String {
 
 pub fn map(topology: &TopologyMap, host: &HostFacts, settings: &Settings) -> String {
     let mut out = host_line(host, settings);
-    let mut devices = table(&[
+    let mut devices = table([
         "device",
         "ifindex",
         "driver",
@@ -159,7 +160,7 @@ pub fn map(topology: &TopologyMap, host: &HostFacts, settings: &Settings) -> Str
     }
     let _ = writeln!(out, "\nDevices\n{devices}");
 
-    let mut napis = table(&[
+    let mut napis = table([
         "device",
         "napi",
         "irq",
@@ -194,7 +195,7 @@ pub fn map(topology: &TopologyMap, host: &HostFacts, settings: &Settings) -> Str
     }
 
     if !topology.irqs.is_empty() {
-        let mut irqs = table(&[
+        let mut irqs = table([
             "irq",
             "name",
             "device",
@@ -217,7 +218,7 @@ pub fn map(topology: &TopologyMap, host: &HostFacts, settings: &Settings) -> Str
         let _ = writeln!(out, "\nNetwork IRQs\n{irqs}");
     }
 
-    let mut queues = table(&[
+    let mut queues = table([
         "device",
         "queue",
         "napi",
@@ -271,7 +272,7 @@ fn pct(v: f64) -> String {
 }
 
 fn cpu_table(obs: &Observation) -> Table {
-    let mut t = table(&[
+    let mut t = table([
         "cpu",
         "irq/s",
         "net irq/s",
@@ -329,7 +330,7 @@ fn cpu_table(obs: &Observation) -> Table {
 }
 
 fn device_table(obs: &Observation) -> Table {
-    let mut t = table(&[
+    let mut t = table([
         "device",
         "rx pkt/s",
         "tx pkt/s",
@@ -477,7 +478,7 @@ fn trace_tables(obs: &Observation) -> String {
     }
     let seconds: f64 = traced.iter().map(|i| i.duration_s).sum();
     let mut out = String::new();
-    let mut cpu_t = table(&[
+    let mut cpu_t = table([
         "cpu",
         "softirq% trace",
         "sirq% tick",
@@ -552,7 +553,7 @@ fn trace_tables(obs: &Observation) -> String {
         }
     }
     if !napi.is_empty() {
-        let mut t = table(&[
+        let mut t = table([
             "napi",
             "device",
             "cpu",
@@ -589,7 +590,7 @@ fn trace_tables(obs: &Observation) -> String {
         let _ = writeln!(out, "\nNAPI polls by execution context (trace)\n{t}");
     }
     if !runs.is_empty() {
-        let mut t = table(&[
+        let mut t = table([
             "cpu",
             "context",
             "NET_RX runs/s",
@@ -674,7 +675,7 @@ fn packet_tables(traced: &[&Interval], seconds: f64) -> String {
     };
     let mut out = String::new();
     if !pairs.is_empty() {
-        let mut t = table(&["from", "to", "pkt/s", "mean", "p50", "p99"]);
+        let mut t = table(["from", "to", "pkt/s", "mean", "p50", "p99"]);
         let mut rows: Vec<_> = pairs.into_iter().collect();
         // Busiest transitions first.
         rows.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(&b.0)));
@@ -696,7 +697,7 @@ fn packet_tables(traced: &[&Interval], seconds: f64) -> String {
         );
     }
     if !drops.is_empty() {
-        let mut t = table(&[
+        let mut t = table([
             "reason",
             "device",
             "protocol",
@@ -734,7 +735,7 @@ fn context_table(traced: &[&Interval], seconds: f64) -> String {
     if share.is_empty() || seconds <= 0.0 {
         return String::new();
     }
-    let mut t = table(&["cpu", "context", "CPU %"]);
+    let mut t = table(["cpu", "context", "CPU %"]);
     for ((cpu, context), weighted) in share {
         t.add_row(vec![
             cpu.to_string(),

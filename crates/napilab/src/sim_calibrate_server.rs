@@ -5,8 +5,6 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use comfy_table::presets::UTF8_BORDERS_ONLY;
-use comfy_table::Table;
 use napilab_core::{RunRecord, TwinMaxQps};
 use napilab_sim::calibrate::LabProfile;
 use napilab_sim::calibrate_server::{self, ServerProfile, VETH_LAB_SERVER_NAME};
@@ -95,9 +93,7 @@ pub fn calibrate(
             |c| format!("{c:.0} cycles a request (not modelled)")
         )
     );
-    let mut t = Table::new();
-    t.load_style(UTF8_BORDERS_ONLY);
-    t.set_header(vec!["configuration", "statistic", "lab", "twin (fitted)"]);
+    let mut t = crate::render::table(vec!["configuration", "statistic", "lab", "twin (fitted)"]);
     for c in &cal.checks {
         t.add_row(vec![
             c.configuration.clone(),
@@ -116,9 +112,7 @@ fn maxima_table(rows: &[(String, TwinMaxQps)]) -> String {
     if rows.is_empty() {
         return String::new();
     }
-    let mut t = Table::new();
-    t.load_style(UTF8_BORDERS_ONLY);
-    t.set_header(vec![
+    let mut t = crate::render::table(vec![
         "configuration",
         "lab max QPS at SLO",
         "what ended the lab's search",

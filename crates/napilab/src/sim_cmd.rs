@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
-use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
 use napilab_core::{
     ConfigurationResult, CpuAccounting, HostFacts, Hz, PointResult, PointRole, RunKind, RunRecord,
 };
@@ -285,9 +284,7 @@ fn run_advise_ring_budget(args: &RingBudgetArgs) -> Result<()> {
         println!("note: {n}");
     }
     if !checks.is_empty() {
-        let mut table = Table::new();
-        table.load_style(UTF8_BORDERS_ONLY);
-        table.set_header(vec![
+        let mut table = crate::render::table(vec![
             "RT traffic",
             "RT packets",
             "RT lost",
@@ -520,19 +517,7 @@ fn run_twin(args: &RunArgs) -> Result<()> {
     }
     if !args.no_report {
         // The same outputs as a lab run: report.html, points.csv, run.json, the store.
-        let dir = args
-            .db
-            .parent()
-            .unwrap_or(Path::new("."))
-            .join(&record.run_id);
-        let outputs = napilab_report::write_outputs(&record, &dir, &args.db)?;
-        eprintln!(
-            "report: {} (points: {}, record: {}, stored in {})",
-            outputs.html.display(),
-            outputs.csv.display(),
-            outputs.json.display(),
-            outputs.db.display()
-        );
+        write_report(&record, &args.db)?;
     }
     Ok(())
 }
@@ -544,9 +529,7 @@ fn unix_ms() -> u64 {
 }
 
 fn summary(record: &RunRecord, sweep: &[SimResult]) -> String {
-    let mut t = Table::new();
-    t.load_style(UTF8_BORDERS_ONLY);
-    t.set_header(vec![
+    let mut t = crate::render::table(vec![
         "offered pkt/s",
         "delivered pkt/s",
         "loss %",
@@ -823,9 +806,7 @@ fn write_report(record: &RunRecord, db: &Path) -> Result<()> {
 }
 
 fn scenario_summary(record: &RunRecord, profile: &str) -> String {
-    let mut t = Table::new();
-    t.load_style(UTF8_BORDERS_ONLY);
-    t.set_header(vec![
+    let mut t = crate::render::table(vec![
         "configuration",
         "role",
         "offered kpps",
@@ -880,9 +861,7 @@ fn scenario_summary(record: &RunRecord, profile: &str) -> String {
         .filter_map(|c| c.max_throughput.as_ref().map(|m| (c, m)))
         .collect();
     if !maxima.is_empty() {
-        let mut m = Table::new();
-        m.load_style(UTF8_BORDERS_ONLY);
-        m.set_header(vec![
+        let mut m = crate::render::table(vec![
             "configuration",
             "max forwarding kpps",
             "loss threshold",
@@ -1027,9 +1006,7 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<()> {
         cal.lab.testbed.map_or(0.0, |t| t.sink_cycles_per_packet),
         p.cpu_ghz
     );
-    let mut t = Table::new();
-    t.load_style(UTF8_BORDERS_ONLY);
-    t.set_header(vec![
+    let mut t = crate::render::table(vec![
         "configuration",
         "lab max kpps",
         "lab search stopped",
@@ -1114,9 +1091,7 @@ fn run_joint_calibrate(
     for n in &cal.notes {
         println!("  {n}");
     }
-    let mut t = Table::new();
-    t.load_style(UTF8_BORDERS_ONLY);
-    t.set_header(vec![
+    let mut t = crate::render::table(vec![
         "parameter",
         "value",
         "physical range",
@@ -1133,9 +1108,7 @@ fn run_joint_calibrate(
         ]);
     }
     println!("parameters (ranges and their reasons: --json)\n{t}");
-    let mut t = Table::new();
-    t.load_style(UTF8_BORDERS_ONLY);
-    t.set_header(vec![
+    let mut t = crate::render::table(vec![
         "configuration",
         "lab max kpps",
         "lab search stopped",

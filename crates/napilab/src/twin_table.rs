@@ -75,9 +75,7 @@ pub fn tables(r: &RunRecord) -> String {
         out.push_str(&format!("{m}\n"));
     }
     if !t.classes.is_empty() {
-        let mut c = Table::new();
-        c.load_style(UTF8_BORDERS_ONLY);
-        c.set_header(vec![
+        let mut c = crate::render::table(vec![
             "configuration",
             "load kpps",
             "class",
