@@ -87,12 +87,13 @@ phase() {  # name: prints CPU/s of each exporter over SECONDS_PER_PHASE
     sleep "$SECONDS_PER_PHASE"
     awk -v n="$name" -v s="$SECONDS_PER_PHASE" -v hz="$HZ" \
         -v p0="$a" -v p1="$(cpu_ticks "$P_PROC")" -v t0="$b" -v t1="$(cpu_ticks "$P_TRACE")" \
-        -v n0="$c" -v n1="$(cpu_ticks "$P_NODE")" -v b0="$d" -v b1="$(bpf_ns)" 'BEGIN {
+        -v n0="$c" -v n1="$(cpu_ticks "$P_NODE")" -v b0="$d" -v b1="$(bpf_ns)" -v ratios="$tmp/ratios" 'BEGIN {
         proc = (p1 - p0) / hz / s * 1000; trace = (t1 - t0) / hz / s * 1000;
         node = (n1 - n0) / hz / s * 1000; bpf = (b1 - b0) / s * 1000;
         printf "%-7s %12.2f %12.2f %12.2f %14.2f %12.2f", n, proc, trace, bpf, trace + bpf, node;
         if (node > 0) printf "   %6.2f %6.2f", proc / node, (trace + bpf) / node;
         printf "\n";
+        if (node > 0) printf "%s %.2f\n", n, (trace + bpf) / node >> ratios;
     }'
 }
 
@@ -121,3 +122,11 @@ awk -v n0="$n0" -v n1="$n1" -v t0="$t0" -v t1="$t1" 'BEGIN {
 echo "(napilab --trace's CPU/s in the storm row includes serving the 50 scrapers)"
 echo "ratio = napilab / node_exporter (goal: napilab's full export <= node_exporter's, ratio <= 1)"
 echo "rerun: make bench-export   (or bash bench/export-cost.sh ${SECONDS_PER_PHASE})"
+# The verdict on the worst phase of the full export (--trace with its BPF run time).
+if [ -s "$tmp/ratios" ]; then
+    read -r worst_phase worst < <(sort -k2 -g "$tmp/ratios" | tail -1)
+    met=$(awk -v r="$worst" 'BEGIN { print (r <= 1) ? 1 : 0 }')
+    bash bench/verdict.sh bench-export "napilab --trace (with BPF) / node_exporter CPU ${worst} at worst (${worst_phase})" "<= 1" "$met"
+else
+    bash bench/verdict.sh bench-export "no ratio: node_exporter used no measurable CPU" "<= 1" 0
+fi

@@ -131,4 +131,9 @@ awk -v n="$N" -v long="$(cat "$tmp/napilab_long")" -v short="$(cat "$tmp/napilab
     if (sar_per > 0) printf "ratio floor/sar per sample: %.2f (the best napilab could do reading what it reads)\n", floor/sar_per;
 }'
 echo "(napilab, the floor and sar: wait4 rusage in us; node_exporter: /proc/PID/stat in 1/CLK_TCK = $(awk -v hz="$(getconf CLK_TCK)" 'BEGIN{printf "%.0f", 1000/hz}') ms ticks; other processes share this machine)"
+read -r per_ms ratio_sar < <(awk -v n="$N" -v long="$(cat "$tmp/napilab_long")" -v short="$(cat "$tmp/napilab_short")" -v sar="$(cat "$tmp/sar")" 'BEGIN {
+    per = (long - short) / (n - 1); if (per < 0) per = 0; sar_per = sar / n;
+    printf "%.3f %s\n", per * 1000, (sar_per > 0 ? sprintf("%.2f", per / sar_per) : "inf") }')
+met=$(awk -v p="$per_ms" -v r="$ratio_sar" 'BEGIN { print (p <= 0.5 && r != "inf" && r <= 0.5) ? 1 : 0 }')
 echo "rerun: make bench-sampling   (or bash bench/sampling-cost.sh ${N})"
+bash bench/verdict.sh bench-sampling "${per_ms} ms CPU per 1-second sample, ${ratio_sar}x sar's" "<= 0.5 ms and <= 0.5x sar" "$met"

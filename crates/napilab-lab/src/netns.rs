@@ -121,47 +121,57 @@ pub struct LinkEnd<'a> {
     pub addr: std::net::Ipv4Addr,
 }
 
+/// Creates namespace `ns` with its loopback up and IPv6 off (only the lab's own IPv4
+/// packets cross its links), then runs `extra` (more sysctls) in it.
+pub fn new_namespace(ns: &str, extra: &str) -> io::Result<()> {
+    cmd("ip", &["netns", "add", ns])?;
+    sh_in(
+        ns,
+        &format!(
+            "ip link set lo up; \
+             sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1; {extra}"
+        ),
+    )
+    .map(|_| ())
+}
+
+/// A veth pair from `a_dev` in `a_ns` to `b_dev` in `b_ns`, with `queues` queues each
+/// way on both ends (None: the kernel's default).
+pub fn veth_pair(
+    (a_ns, a_dev): (&str, &str),
+    (b_ns, b_dev): (&str, &str),
+    queues: Option<u32>,
+) -> io::Result<()> {
+    let q = queues.map(|q| q.max(1).to_string());
+    let queue_args: Vec<&str> = match &q {
+        Some(q) => vec!["numtxqueues", q, "numrxqueues", q],
+        None => Vec::new(),
+    };
+    let mut args = vec!["link", "add", a_dev, "netns", a_ns];
+    args.extend(&queue_args);
+    args.extend(["type", "veth", "peer", "name", b_dev, "netns", b_ns]);
+    args.extend(&queue_args);
+    cmd("ip", &args).map(|_| ())
+}
+
+/// Gives `dev` in `ns` the /30 address `addr` and brings it up.
+pub fn address_up(ns: &str, dev: &str, addr: std::net::Ipv4Addr) -> io::Result<()> {
+    cmd(
+        "ip",
+        &["-n", ns, "addr", "add", &format!("{addr}/30"), "dev", dev],
+    )?;
+    cmd("ip", &["-n", ns, "link", "set", dev, "up"]).map(|_| ())
+}
+
 /// Creates the namespaces of `a` and `b` (loopback up, IPv6 off) and a veth pair with
 /// `queues` queues each way between them, addressed /30, up, with static neighbours.
 pub fn linked_namespaces(a: &LinkEnd<'_>, b: &LinkEnd<'_>, queues: u32) -> io::Result<()> {
     for ns in [a.ns, b.ns] {
-        cmd("ip", &["netns", "add", ns])?;
-        sh_in(
-            ns,
-            "ip link set lo up; \
-             sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
-        )?;
+        new_namespace(ns, "")?;
     }
-    let q = queues.max(1).to_string();
-    cmd(
-        "ip",
-        &[
-            "link",
-            "add",
-            a.dev,
-            "netns",
-            a.ns,
-            "numtxqueues",
-            &q,
-            "numrxqueues",
-            &q,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            b.dev,
-            "netns",
-            b.ns,
-            "numtxqueues",
-            &q,
-            "numrxqueues",
-            &q,
-        ],
-    )?;
+    veth_pair((a.ns, a.dev), (b.ns, b.dev), Some(queues))?;
     for end in [a, b] {
-        let cidr = format!("{}/30", end.addr);
-        cmd("ip", &["-n", end.ns, "addr", "add", &cidr, "dev", end.dev])?;
-        cmd("ip", &["-n", end.ns, "link", "set", end.dev, "up"])?;
+        address_up(end.ns, end.dev, end.addr)?;
     }
     let (amac, bmac) = (mac_of(a.ns, a.dev)?, mac_of(b.ns, b.dev)?);
     static_neighbour(a.ns, b.addr, &bmac, a.dev)?;
@@ -190,6 +200,18 @@ pub fn set_irq_deferral(
 /// Sockets created afterwards belong to it.
 pub fn enter(ns: &str) -> io::Result<()> {
     napilab_probe::netns::enter(ns)
+}
+
+/// [`enter`] when a namespace is given (None: the thread stays where it is), with an
+/// error that names the namespace and says how to check it: for the threads of the
+/// lab's servers, generators and tunnel endpoint.
+pub fn enter_if(ns: Option<&str>) -> Result<(), String> {
+    match ns {
+        Some(ns) => enter(ns).map_err(|e| {
+            format!("cannot enter network namespace {ns}: {e} (does it exist? see `ip netns list`)")
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Gives the calling thread the view of the network namespace `ns` that `ip netns
@@ -364,23 +386,21 @@ pub fn cpu_mask(cpus: &[u32]) -> String {
 
 /// CLOCK_MONOTONIC in nanoseconds: one clock for every namespace on the host.
 pub fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid pointer to a timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    clock_ns(libc::CLOCK_MONOTONIC)
 }
 
 /// CPU time of the calling thread, nanoseconds.
 pub fn thread_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: valid pointer to a timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

@@ -22,8 +22,8 @@ use napilab_core::scenario::{
 };
 
 use crate::netns::{
-    cmd, cpu_mask, delete_namespace, mac_of, ns_name, pin, set_irq_deferral, sh_in,
-    static_neighbour,
+    address_up, cmd, cpu_mask, delete_namespace, mac_of, new_namespace, ns_name, pin,
+    set_irq_deferral, sh_in, static_neighbour, veth_pair,
 };
 
 /// SCHED_FIFO priority of the sink veth's NAPI kthread.
@@ -105,93 +105,24 @@ impl Lab {
 
     fn create(&mut self) -> io::Result<()> {
         for ns in self.namespaces() {
-            cmd("ip", &["netns", "add", ns])?;
-            sh_in(
+            new_namespace(
                 ns,
-                "ip link set lo up; \
-                 sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 \
-                 net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0",
+                "sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0",
             )?;
         }
         let (g, d, s) = (&self.gen_ns, &self.dut_ns, &self.sink_ns);
-        let q = self.queues.to_string();
-        cmd(
-            "ip",
-            &[
-                "link",
-                "add",
-                &self.gen_dev,
-                "netns",
-                g,
-                "numtxqueues",
-                &q,
-                "numrxqueues",
-                &q,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                &self.dut_in,
-                "netns",
-                d,
-                "numtxqueues",
-                &q,
-                "numrxqueues",
-                &q,
-            ],
-        )?;
-        cmd(
-            "ip",
-            &[
-                "link",
-                "add",
-                &self.dut_out,
-                "netns",
-                d,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                &self.sink_dev,
-                "netns",
-                s,
-            ],
-        )?;
-        let addr = |ns: &str, dev: &str, a: Ipv4Addr| {
+        veth_pair((g, &self.gen_dev), (d, &self.dut_in), Some(self.queues))?;
+        veth_pair((d, &self.dut_out), (s, &self.sink_dev), None)?;
+        address_up(g, &self.gen_dev, GEN_ADDR)?;
+        address_up(d, &self.dut_in, DUT_IN_ADDR)?;
+        address_up(d, &self.dut_out, DUT_OUT_ADDR)?;
+        address_up(s, &self.sink_dev, SINK_ADDR)?;
+        for (ns, via) in [(g, DUT_IN_ADDR), (s, DUT_OUT_ADDR)] {
             cmd(
                 "ip",
-                &["-n", ns, "addr", "add", &format!("{a}/30"), "dev", dev],
+                &["-n", ns, "route", "add", "default", "via", &via.to_string()],
             )?;
-            cmd("ip", &["-n", ns, "link", "set", dev, "up"])
-        };
-        addr(g, &self.gen_dev, GEN_ADDR)?;
-        addr(d, &self.dut_in, DUT_IN_ADDR)?;
-        addr(d, &self.dut_out, DUT_OUT_ADDR)?;
-        addr(s, &self.sink_dev, SINK_ADDR)?;
-        cmd(
-            "ip",
-            &[
-                "-n",
-                g,
-                "route",
-                "add",
-                "default",
-                "via",
-                &DUT_IN_ADDR.to_string(),
-            ],
-        )?;
-        cmd(
-            "ip",
-            &[
-                "-n",
-                s,
-                "route",
-                "add",
-                "default",
-                "via",
-                &DUT_OUT_ADDR.to_string(),
-            ],
-        )?;
+        }
         sh_in(d, "sysctl -qw net.ipv4.ip_forward=1")?;
         // Static neighbours: no ARP traffic or ARP-queue drops during a measurement.
         let (mac, neigh) = (mac_of, static_neighbour);

@@ -391,3 +391,16 @@ pub fn synthetic_point(
         many_napi: None,
     }
 }
+
+/// A benchmark's last line: its figure against its goal with the host it was measured
+/// on (`verdict: BENCH: FIGURE (goal: GOAL): met|NOT met; host: ...`), the same line
+/// bench/verdict.sh prints for the shell benchmarks, so that no verdict travels without
+/// its host (docs/hosts.md).
+pub fn bench_verdict(bench: &str, figure: &str, goal: &str, met: bool) -> String {
+    let host = napilab_probe::host_identity::read_host_identity(std::path::Path::new("/"));
+    format!(
+        "verdict: {bench}: {figure} (goal: {goal}): {}; host: {}",
+        if met { "met" } else { "NOT met" },
+        host.summary()
+    )
+}

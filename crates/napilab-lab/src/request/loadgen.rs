@@ -323,11 +323,7 @@ fn thread_main(
     nconns: usize,
     stop: &AtomicBool,
 ) -> Result<ThreadResult, String> {
-    if let Some(ns) = &cfg.netns {
-        netns::enter(ns).map_err(|e| {
-            format!("entering namespace {ns}: {e} (does it exist? see `ip netns list`)")
-        })?;
-    }
+    netns::enter_if(cfg.netns.as_deref())?;
     if !cfg.cpus.is_empty() {
         let c = cfg.cpus[index % cfg.cpus.len()];
         netns::pin(0, &[c])

@@ -283,11 +283,7 @@ impl Drop for KvServer {
 }
 
 fn bind_in(cfg: &ServerConfig) -> Result<TcpListener, String> {
-    if let Some(ns) = &cfg.netns {
-        netns::enter(ns).map_err(|e| {
-            format!("entering namespace {ns}: {e} (does it exist? see `ip netns list`)")
-        })?;
-    }
+    netns::enter_if(cfg.netns.as_deref())?;
     // The acceptor's work (accepting, handing connections over) is the server's: on
     // the server's CPUs, as its workers are (each pins itself to one of them).
     netns::pin(0, &cfg.cpus).map_err(|e| {

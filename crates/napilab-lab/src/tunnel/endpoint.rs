@@ -453,11 +453,7 @@ fn bind_in(ns: Option<&str>, addr: SocketAddrV4, what: &str) -> Result<UdpSocket
     let ns = ns.map(str::to_owned);
     std::thread::scope(|s| {
         s.spawn(|| {
-            if let Some(ns) = &ns {
-                netns::enter(ns).map_err(|e| {
-                    format!("cannot enter network namespace {ns}: {e} (does it exist?)")
-                })?;
-            }
+            netns::enter_if(ns.as_deref())?;
             let sock = UdpSocket::bind(addr).map_err(|e| {
                 format!("{what} socket: cannot bind UDP {addr}: {e} (is the address configured in the namespace, the port free?)")
             })?;

@@ -147,10 +147,7 @@ fn send_thread(
     started: Instant,
     stop: &AtomicBool,
 ) -> Result<ThreadResult, String> {
-    if let Some(ns) = &cfg.netns {
-        netns::enter(ns)
-            .map_err(|e| format!("cannot enter network namespace {ns}: {e} (does it exist?)"))?;
-    }
+    netns::enter_if(cfg.netns.as_deref())?;
     if !cfg.cpus.is_empty() {
         let _ = netns::pin(0, &[cfg.cpus[thread % cfg.cpus.len()]]);
     }

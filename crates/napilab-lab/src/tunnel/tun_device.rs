@@ -56,11 +56,7 @@ impl TunDevice {
         let name = name.to_owned();
         std::thread::scope(|s| {
             s.spawn(|| {
-                if let Some(ns) = &ns {
-                    netns::enter(ns).map_err(|e| {
-                        format!("cannot enter network namespace {ns}: {e} (does it exist?)")
-                    })?;
-                }
+                netns::enter_if(ns.as_deref())?;
                 let mut fds = Vec::with_capacity(queues);
                 for q in 0..queues {
                     fds.push(
