@@ -168,7 +168,7 @@ bench-kv: deps
 # the twin's prediction beside each (scenarios/bench-server-modes.toml; docs/lab.md). Root.
 bench-server-modes: build
 	@bash bench/host-line.sh
-	./target/release/napilab lab run scenarios/bench-server-modes.toml --out $(RESULTS)
+	RESULTS=$(RESULTS) bash bench/server-modes.sh
 
 # The DUT's CPU per packet with 1, 10, 100 and 1000 NAPI instances, softirq vs threaded
 # vs threaded-pinned side by side in one run (scenarios/many-napi.toml; docs/lab.md,

@@ -354,6 +354,18 @@ fn run(secs: f64, repeats: usize) -> Result<(), String> {
     println!(
         "\nrerun: sudo cargo run --release -p napilab-lab --example kv-bench -- {secs} {repeats}"
     );
+    // A server maximum is the server's only when the generator is not the limit: one
+    // generator core must drive at least one server core (docs/lab.md, "Benchmark").
+    let drives = mc_us / gen_us;
+    println!(
+        "{}",
+        napilab_testkit::bench_verdict(
+            "bench-kv",
+            &format!("one generator core drives {drives:.2} memcached cores"),
+            ">= 1",
+            drives >= 1.0
+        )
+    );
     Ok(())
 }
 

@@ -92,17 +92,37 @@ fn main() {
 }
 
 fn run(trials: u32, secs: f64, parts: &str) -> Result<(), String> {
+    let mut verdicts = Vec::new();
     if parts.contains('1') || parts.contains('2') {
-        offered_rates(secs)?;
+        let best = offered_rates(secs)?;
+        verdicts.push(napilab_testkit::bench_verdict(
+            "bench-linerate",
+            &format!("one core offers {:.2} Mpps at full rate (best)", best / 1e6),
+            ">= 4 Mpps",
+            best >= 4e6,
+        ));
     }
     if parts.contains('3') {
-        repeated_searches(trials, secs)?;
+        if let Some(spread) = repeated_searches(trials, secs)? {
+            verdicts.push(napilab_testkit::bench_verdict(
+                "bench-linerate",
+                &format!(
+                    "maxima of repeated searches spread {:.1}% (max-min)/mean",
+                    spread * 100.0
+                ),
+                "<= 5%",
+                spread <= 0.05,
+            ));
+        }
+    }
+    for v in verdicts {
+        println!("{v}");
     }
     Ok(())
 }
 
 /// Parts 1 and 2: what the generator offers, alone and against requests.
-fn offered_rates(secs: f64) -> Result<(), String> {
+fn offered_rates(secs: f64) -> Result<f64, String> {
     let lab = build_lab(DUT_CPU)?;
     let classes = [LrClass {
         id: 0,
@@ -157,11 +177,11 @@ fn offered_rates(secs: f64) -> Result<(), String> {
             100.0 * rx as f64 / tx.max(1) as f64
         );
     }
-    Ok(())
+    Ok(best)
 }
 
 /// Part 3: the DUT's maximum through the runner, `trials` times.
-fn repeated_searches(trials: u32, secs: f64) -> Result<(), String> {
+fn repeated_searches(trials: u32, secs: f64) -> Result<Option<f64>, String> {
     println!("== 3. the DUT's maximum forwarding rate, {trials} searches (scenarios/line-rate.toml: DUT NAPI on CPU {DUT_CPU}, generator and sink on CPU {GEN_CPU})");
     let mut text = SCENARIO.to_string();
     text.push_str("\n[[axes]]\nname = \"trial\"\nvalues = [");
@@ -219,6 +239,7 @@ fn repeated_searches(trials: u32, secs: f64) -> Result<(), String> {
         );
         maxima.push(mt.pps);
     }
+    let mut spread = None;
     if !maxima.is_empty() {
         let mean = maxima.iter().sum::<f64>() / maxima.len() as f64;
         let (lo, hi) = maxima
@@ -239,6 +260,7 @@ fn repeated_searches(trials: u32, secs: f64) -> Result<(), String> {
                 "NOT met"
             }
         );
+        spread = Some((hi - lo) / mean);
     }
-    Ok(())
+    Ok(spread)
 }

@@ -118,8 +118,19 @@ fn main() {
             }
         }
     }
+    let mut verdicts = Vec::new();
     for (name, values) in [("bisection", &bisection), ("mlrsearch", &mlr)] {
         let (mean, s) = spread(values);
+        verdicts.push(napilab_testkit::bench_verdict(
+            "bench-lab",
+            &format!(
+                "{name} maxima spread {:.1}% (max-min)/mean over {} searches",
+                s * 100.0,
+                values.len()
+            ),
+            "<= 5%",
+            s <= 0.05,
+        ));
         let ci = t_interval(values, 0.95);
         println!(
             "   {name}: mean {:.1} kpps, spread (max-min)/mean {:.1}% (goal <= 5%: {}), 95% interval {}",
@@ -140,4 +151,7 @@ fn main() {
         disturbed.1,
         started.elapsed().as_secs_f64()
     );
+    for v in verdicts {
+        println!("{v}");
+    }
 }

@@ -128,6 +128,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("simpy: {py} {}", args.join(" "));
     // Best of three, as for the twin.
     let mut simpy: Option<(f64, f64, f64)> = None;
+    let mut verdict = None;
     for _ in 0..3 {
         match Command::new(&py).args(&args).output() {
             Ok(out) if out.status.success() => {
@@ -159,11 +160,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "simpy: {sim_s} s simulated in {wall:.3} s wall, best of 3 ({simpy_speed:.3} \
              simulated s per wall s); forwarded {fwd:.0} pps"
         );
+        let ratio = twin_speed / simpy_speed;
         println!(
-            "ratio: twin is {:.1}x faster than the SimPy model (simulated seconds per wall \
-             second, best of 3 each, same machine, same run)",
-            twin_speed / simpy_speed
+            "ratio: twin is {ratio:.1}x faster than the SimPy model (simulated seconds per wall \
+             second, best of 3 each, same machine, same run)"
         );
+        verdict = Some(napilab_testkit::bench_verdict(
+            "bench-sim",
+            &format!("the twin {ratio:.1}x as fast as the SimPy model"),
+            ">= 100x",
+            ratio >= 100.0,
+        ));
     }
 
     // Memory over long runs: the twin keeps packets only in rings and queues and
@@ -184,5 +191,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     println!("rerun: cargo run --release -p napilab-sim --example sim-bench");
+    println!(
+        "{}",
+        verdict.unwrap_or_else(|| napilab_testkit::bench_verdict(
+            "bench-sim",
+            "no ratio: the SimPy model did not run (see above)",
+            ">= 100x",
+            false
+        ))
+    );
     Ok(())
 }

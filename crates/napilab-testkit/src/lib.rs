@@ -404,3 +404,22 @@ pub fn bench_verdict(bench: &str, figure: &str, goal: &str, met: bool) -> String
         host.summary()
     )
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_verdict_names_the_goal_the_outcome_and_the_host() {
+        let met = super::bench_verdict("bench-x", "0.8%", "<= 1%", true);
+        assert!(
+            met.starts_with("verdict: bench-x: 0.8% (goal: <= 1%): met; host: "),
+            "{met}"
+        );
+        let not = super::bench_verdict("bench-x", "1.2%", "<= 1%", false);
+        assert!(not.contains("): NOT met; host: "), "{not}");
+        // The host part is this machine's identity line: a kernel is always named.
+        assert!(
+            not.contains("Linux ") || not.contains("kernel unknown"),
+            "{not}"
+        );
+    }
+}
