@@ -87,6 +87,24 @@ pub struct HostFacts {
     pub identity: Option<crate::host_identity::HostIdentity>,
 }
 
+impl HostFacts {
+    /// A distribution kernel's host as recordings without a machine describe it (the
+    /// report's synthetic recordings, tests): CPU time tick-sampled at CONFIG_HZ 250,
+    /// USER_HZ 100, no identity.
+    pub fn tick_sampled_250hz(cpus: Vec<u32>) -> HostFacts {
+        HostFacts {
+            cpus,
+            hz: Hz {
+                value: Some(250),
+                how: "config".into(),
+            },
+            accounting: CpuAccounting::TickSampled,
+            user_hz: 100,
+            identity: None,
+        }
+    }
+}
+
 /// The kernel's tick rate, which sets tick-sampling granularity and the softirq time
 /// limits (`MAX_SOFTIRQ_TIME`, `netdev_budget_usecs` default).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -2,8 +2,7 @@
 //! devices and IRQs that appear or vanish mid-run, offline CPUs, and missing files.
 
 use napilab_core::{
-    CpuAccounting, HostFacts, Hz, IrqInfo, IrqMatch, Observation, Origin, OriginKind, Settings,
-    TopologyMap,
+    HostFacts, IrqInfo, IrqMatch, Observation, Origin, OriginKind, Settings, TopologyMap,
 };
 use napilab_probe::derive::{derive_interval, DeriveContext};
 use napilab_probe::netlink::LinkStats;
@@ -21,16 +20,7 @@ fn header(topology: TopologyMap) -> RecordingHeader {
             started_unix_ms: 0,
             napilab_version: "test".into(),
         },
-        host: HostFacts {
-            cpus: vec![0, 1],
-            hz: Hz {
-                value: Some(250),
-                how: "config".into(),
-            },
-            accounting: CpuAccounting::TickSampled,
-            user_hz: 100,
-            identity: None,
-        },
+        host: HostFacts::tick_sampled_250hz(vec![0, 1]),
         online_cpus: vec![0, 1],
         settings: Settings::default(),
         topology,

@@ -8,10 +8,10 @@ use napilab_core::scenario::ResolvedGoal;
 use napilab_core::trace::{CpuTraceTime, StageCost, TraceInterval};
 use napilab_core::uncertainty::{mean_sd, t_interval};
 use napilab_core::{
-    ClassResult, ConfigurationResult, CpuAccounting, CpuInterval, CpuTimeShares, EngineStats,
-    Evidence, Finding, GoalSummary, HostFacts, Hz, Interval, LatencySummary, MaxThroughput, Metric,
-    Notice, Observation, Origin, OriginKind, PointResult, PointRole, RuleId, RunKind, RunRecord,
-    Settings, Severity, Source, Subject, TopologyMap, Unit, OBSERVATION_SCHEMA, RUN_SCHEMA,
+    ClassResult, ConfigurationResult, CpuInterval, CpuTimeShares, EngineStats, Evidence, Finding,
+    GoalSummary, HostFacts, Interval, LatencySummary, MaxThroughput, Metric, Notice, Observation,
+    Origin, OriginKind, PointResult, PointRole, RuleId, RunKind, RunRecord, Settings, Severity,
+    Source, Subject, TopologyMap, Unit, OBSERVATION_SCHEMA, RUN_SCHEMA,
 };
 
 /// One configuration of a synthetic run.
@@ -129,16 +129,7 @@ impl SyntheticRun {
     }
 
     fn host(&self) -> HostFacts {
-        HostFacts {
-            cpus: self.cpus.clone(),
-            hz: Hz {
-                value: Some(250),
-                how: "config".into(),
-            },
-            accounting: CpuAccounting::TickSampled,
-            user_hz: 100,
-            identity: None,
-        }
+        HostFacts::tick_sampled_250hz(self.cpus.clone())
     }
 
     fn kernel_source(&self) -> Source {

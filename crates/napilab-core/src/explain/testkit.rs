@@ -77,16 +77,7 @@ fn empty_observation(intervals: Vec<Interval>, topology: TopologyMap) -> Observa
             started_unix_ms: 0,
             napilab_version: "test".into(),
         },
-        host: HostFacts {
-            cpus: Vec::new(),
-            hz: Hz {
-                value: Some(250),
-                how: "config".into(),
-            },
-            accounting: CpuAccounting::TickSampled,
-            user_hz: 100,
-            identity: None,
-        },
+        host: HostFacts::tick_sampled_250hz(Vec::new()),
         settings: Settings {
             netdev_budget: Some(300),
             netdev_budget_usecs: Some(8000),
