@@ -543,16 +543,7 @@ fn summary(record: &RunRecord, sweep: &[SimResult]) -> String {
         return String::new();
     };
     for (point, result) in config.points.iter().zip(sweep) {
-        let lat = point
-            .classes
-            .iter()
-            .filter_map(|c| {
-                c.latency
-                    .as_ref()
-                    .map(|l| format!("{}: {:.1}/{:.1}", c.name, l.p50_us, l.p99_us))
-            })
-            .collect::<Vec<_>>()
-            .join(" ");
+        let lat = class_latencies(point, 1);
         let cpus = &result.model.totals.cpus;
         let per_cpu = |f: fn(&napilab_sim::CpuReport) -> String| {
             cpus.iter().map(f).collect::<Vec<_>>().join(" ")
@@ -805,6 +796,23 @@ fn write_report(record: &RunRecord, db: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Each class's latency of a point, `name: p50/p99` in microseconds with `decimals`.
+fn class_latencies(point: &PointResult, decimals: usize) -> String {
+    point
+        .classes
+        .iter()
+        .filter_map(|c| {
+            c.latency.as_ref().map(|l| {
+                format!(
+                    "{}: {:.decimals$}/{:.decimals$}",
+                    c.name, l.p50_us, l.p99_us
+                )
+            })
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn scenario_summary(record: &RunRecord, profile: &str) -> String {
     let mut t = crate::render::table(vec![
         "configuration",
@@ -817,16 +825,7 @@ fn scenario_summary(record: &RunRecord, profile: &str) -> String {
     ]);
     for c in &record.configurations {
         for p in &c.points {
-            let lat = p
-                .classes
-                .iter()
-                .filter_map(|k| {
-                    k.latency
-                        .as_ref()
-                        .map(|l| format!("{}: {:.0}/{:.0}", k.name, l.p50_us, l.p99_us))
-                })
-                .collect::<Vec<_>>()
-                .join(" ");
+            let lat = class_latencies(p, 0);
             let busy = p
                 .observation
                 .as_ref()

@@ -23,22 +23,16 @@ fn scenario(dut: &str, load_pps: u32, rest: &str) -> String {
 }
 
 /// Short points in the three contexts, with the trace tier.
-const SHORT: &str = r#"
-[measurement]
-duration_s = 1.0
-warmup_s = 4.0
-drain_ms = 200
-trace = "always"
-[[configurations]]
-name = "softirq"
-set = { napi = "softirq" }
-[[configurations]]
-name = "threaded"
-set = { napi = "threaded" }
-[[configurations]]
-name = "threaded-pinned"
-set = { napi = "threaded", napi_cpus = [1] }
-"#;
+fn short() -> String {
+    let measurement =
+        "[measurement]\nduration_s = 1.0\nwarmup_s = 4.0\ndrain_ms = 200\ntrace = \"always\"\n";
+    measurement.to_string()
+        + &napilab_testkit::configurations(&[
+            ("softirq", r#"napi = "softirq""#),
+            ("threaded", r#"napi = "threaded""#),
+            ("threaded-pinned", r#"napi = "threaded", napi_cpus = [1]"#),
+        ])
+}
 
 /// The interrupted run: long points, so that SIGINT lands inside one.
 const LONG: &str = "[measurement]\nduration_s = 30.0\nwarmup_s = 0.2\n";
@@ -108,7 +102,7 @@ fn many_napi_spreads_over_the_instances_counts_kthreads_and_cleans_up() {
     let dir = scratch("napilab-lab-many-napi");
     let record = napilab_testkit::stdout_json(&mut run_lab(
         &dir,
-        &scenario("napi_instances = 8", 8000, SHORT),
+        &scenario("napi_instances = 8", 8000, &short()),
     ));
     let run_id = record["run_id"].as_str().expect("run id").to_string();
     let configs = record["configurations"].as_array().expect("configurations");

@@ -10,7 +10,9 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const SCENARIO: &str = r#"
+fn vpn_scenario() -> String {
+    String::from(
+        r#"
 name = "vpn-short"
 [topology]
 kind = "vpn"
@@ -25,13 +27,12 @@ duration_s = 1.0
 warmup_s = 2.0
 drain_ms = 200
 trace = "always"
-[[configurations]]
-name = "softirq"
-set = { napi = "softirq" }
-[[configurations]]
-name = "threaded"
-set = { napi = "threaded" }
-"#;
+"#,
+    ) + &napilab_testkit::configurations(&[
+        ("softirq", r#"napi = "softirq""#),
+        ("threaded", r#"napi = "threaded""#),
+    ])
+}
 
 /// Polls of `dev`'s NAPI instances per context over the point's Observation.
 fn polls_by_context(point: &Value, dev: &str) -> Vec<(String, u64)> {
@@ -70,7 +71,7 @@ fn vpn_points_are_decrypted_and_polled_where_the_context_says() {
     }
     let dir = napilab_testkit::scratch_dir(env!("CARGO_TARGET_TMPDIR"), "napilab-lab-vpn");
     let scenario = dir.join("vpn-short.toml");
-    std::fs::write(&scenario, SCENARIO).expect("scenario");
+    std::fs::write(&scenario, vpn_scenario()).expect("scenario");
     let record = napilab_testkit::stdout_json(
         Command::new(env!("CARGO_BIN_EXE_napilab"))
             .args(["lab", "run", "--json", "--out"])
