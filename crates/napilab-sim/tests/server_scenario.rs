@@ -202,10 +202,7 @@ fn a_short_twin_run_gives_request_points_and_a_maximum() {
         "short",
         "loads_qps = [2000, 40000]\nslo_p99_us = 500\nsearch = true\nsearch_max_qps = 120000\nsearch_iterations = 4",
         "duration_s = 0.2\nwarmup_s = 0.05\nsearch_repeats = 2",
-        &napilab_testkit::configurations(&[
-            ("busy-wait", r#"mode = "busy-wait""#),
-            ("irq-suspend", r#"mode = "irq-suspend""#),
-        ]),
+        &napilab_testkit::mode_configurations(&["busy-wait", "irq-suspend"]),
     );
     let s = parse(&text, "short.toml");
     let plan = plan_of(&s, "short.toml");

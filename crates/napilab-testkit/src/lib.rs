@@ -56,6 +56,15 @@ pub fn server_scenario(name: &str, requests: &str, measurement: &str, rest: &str
     )
 }
 
+/// A server scenario's `[[configurations]]`, one per interrupt mode, each named after
+/// its mode, with napilab's server.
+pub fn mode_configurations(modes: &[&str]) -> String {
+    modes
+        .iter()
+        .map(|m| format!("[[configurations]]\nname = \"{m}\"\nset = {{ mode = \"{m}\" }}\n"))
+        .collect()
+}
+
 /// The `[[configurations]]` entries of a scenario: one per (name, `set` table body).
 pub fn configurations(entries: &[(&str, &str)]) -> String {
     entries

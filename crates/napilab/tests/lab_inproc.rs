@@ -34,7 +34,7 @@ fn server_scenario(loads: &str, duration_s: f64) -> String {
         "inproc-server",
         &format!("loads_qps = {loads}\nconnections = 4\nkeys = 1000\nvalue_size = 32\nslo_p99_us = 100000"),
         &format!("duration_s = {duration_s}\nwarmup_s = 0.2"),
-        &napilab_testkit::configurations(&[("deferral", r#"mode = "deferral""#)]),
+        &napilab_testkit::mode_configurations(&["deferral"]),
     )
 }
 

@@ -182,10 +182,7 @@ fn polling_scenario() -> String {
         "server-polling",
         "loads_of_capacity = [0.1, 0.8]\nconnections = 16\nkeys = 1000\nvalue_size = 32\nslo_p99_us = 100000\nsearch = false",
         "duration_s = 1.0\nwarmup_s = 0.3\nrepeats = 3\ntrace = \"always\"",
-        &napilab_testkit::configurations(&[
-            ("busy-wait", r#"mode = "busy-wait""#),
-            ("irq-suspend", r#"mode = "irq-suspend""#),
-        ]),
+        &napilab_testkit::mode_configurations(&["busy-wait", "irq-suspend"]),
     )
 }
 
