@@ -114,7 +114,19 @@ fn vpn_points_are_decrypted_and_polled_where_the_context_says() {
         let in_context = polls.iter().find(|(c, _)| c == want).map_or(0, |(_, n)| *n);
         assert!(
             total > 0 && in_context as f64 >= 0.8 * total as f64,
-            "{name}: TUN polls by context {polls:?}, want most in {want}"
+            "{name}: TUN polls by context {polls:?}, want most in {want}; {} of {} intervals traced; notices {}; devices polled {:?}",
+            p["observation"]["intervals"]
+                .as_array()
+                .map_or(0, |i| i.iter().filter(|i| !i["trace"].is_null()).count()),
+            p["observation"]["intervals"].as_array().map_or(0, Vec::len),
+            p["observation"]["notices"],
+            p["observation"]["intervals"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|i| i["trace"]["napi"].as_array().cloned().unwrap_or_default())
+                .map(|n| n["device"].to_string())
+                .collect::<std::collections::BTreeSet<_>>()
         );
     }
     let left = Command::new("ip")
