@@ -250,13 +250,42 @@ pub struct IngressConfig {
     /// RX descriptors per ring unless a ring says otherwise (ethtool -G rx).
     #[serde(default = "default_ring")]
     pub rx_ring_size: u32,
-    /// Hardware coalescing (ethtool -C rx-usecs / rx-frames): the IRQ fires `rx_usecs`
-    /// after the first pending packet, or at the `rx_frames`-th one if earlier. 0 = off.
+    /// Hardware interrupt moderation (ethtool -C rx-usecs / rx-frames / adaptive-rx),
+    /// applied as `moderation` says: with `timer` the IRQ fires `rx_usecs` after the
+    /// first pending packet, or at the `rx_frames`-th one if earlier; with `ixgbe-itr`
+    /// `rx_usecs` is ixgbe's ITR setting (0 off, 1 adaptive, else a minimum interval
+    /// between interrupts). 0 = off.
     #[serde(default)]
     pub rx_usecs: u32,
     #[serde(default)]
     pub rx_frames: u32,
+    /// How the NIC holds back its RX interrupt.
+    #[serde(default)]
+    pub moderation: Moderation,
+    /// ethtool adaptive-rx: the driver retunes the moderation from the traffic it
+    /// sees. Modelled for `ixgbe-itr` (the driver's dynamic ITR, which ixgbe of that
+    /// era exposes as rx-usecs 1); DIM (`net_dim`, the generic adaptive-rx) is not.
+    #[serde(default)]
+    pub adaptive_rx: bool,
     pub queues: Vec<RxQueueConfig>,
+}
+
+/// How a NIC holds back its RX interrupt (docs/sim.md, "Interrupt moderation").
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Moderation {
+    /// Generic coalescing: a timer started by the first pending frame (`rx_usecs`)
+    /// and a frame count (`rx_frames`), whichever ends first; what mlx5's CQ
+    /// moderation (period started by the first completion) and bcmgenet's RX DMA
+    /// timeout and MBUF_DONE threshold do.
+    #[default]
+    Timer,
+    /// Intel's interrupt throttling as ixgbe programs it (EITR on 82599/X540): the
+    /// NIC asserts the vector at most once per ITR interval, counted from the last
+    /// assertion, so a frame arriving after a quiet interval interrupts at once.
+    /// `rx_usecs` follows `ixgbe_set_coalesce`: 0 no throttling, 1 the adaptive ITR
+    /// of `ixgbe_set_itr`, otherwise a fixed interval. See `crate::nic::IxgbeItr`.
+    IxgbeItr,
 }
 
 fn default_ingress_name() -> String {
@@ -383,11 +412,17 @@ pub struct EgressConfig {
     pub tx_ring_size: u32,
     #[serde(default = "default_link")]
     pub link_mbps: f64,
-    /// TX completion coalescing (ethtool -C tx-usecs / tx-frames). 0 = off.
+    /// TX completion coalescing (ethtool -C tx-usecs / tx-frames). 0 = off. With
+    /// `moderation = "ixgbe-itr"`, `tx_usecs` is the ITR setting of the vector that
+    /// takes the completions (0 off, 1 adaptive, else a minimum interval); ixgbe's
+    /// vectors are TxRx pairs, whose ITR is the port's rx-usecs.
     #[serde(default)]
     pub tx_usecs: u32,
     #[serde(default)]
     pub tx_frames: u32,
+    /// How the NIC holds back its TX-completion interrupt (as `ingress.moderation`).
+    #[serde(default)]
+    pub moderation: Moderation,
     /// Descriptors reclaimed per poll before the poll reports it is not done.
     #[serde(default = "default_tx_work_limit")]
     pub tx_work_limit: u32,
@@ -438,6 +473,7 @@ impl Default for EgressConfig {
             link_mbps: default_link(),
             tx_usecs: 0,
             tx_frames: 0,
+            moderation: Moderation::Timer,
             tx_work_limit: default_tx_work_limit(),
             completion: TxCompletion::default(),
         }
@@ -630,6 +666,7 @@ impl SimConfig {
         if let Some(t) = &self.tunnel {
             self.validate_tunnel(t, file)?;
         }
+        self.validate_moderation(file)?;
         for (i, q) in self.ingress.queues.iter().enumerate() {
             if q.cpu >= self.host.cpus {
                 return err(
@@ -682,6 +719,42 @@ impl SimConfig {
             }
         }
         Ok(())
+    }
+
+    /// The RX interrupt moderation: only combinations the twin models, with the limits
+    /// the driver itself enforces.
+    fn validate_moderation(&self, file: &str) -> Result<(), ConfigError> {
+        let err = |field: &str, msg: &str| Err(ConfigError::new(file, field, msg));
+        let i = &self.ingress;
+        match i.moderation {
+            Moderation::Timer if i.adaptive_rx => err(
+                "ingress.adaptive_rx",
+                "adaptive-rx through DIM (net_dim) is not modelled: set rx_usecs and \
+                 rx_frames to the profile DIM settles on, or use moderation = \"ixgbe-itr\"",
+            ),
+            Moderation::IxgbeItr if i.rx_frames != 0 => err(
+                "ingress.rx_frames",
+                "ixgbe's interrupt throttling has no frame count: set it to 0",
+            ),
+            Moderation::IxgbeItr if i.rx_usecs > crate::nic::IXGBE_MAX_EITR >> 2 => err(
+                "ingress.rx_usecs",
+                "above ixgbe's largest ITR interval (1022 us, IXGBE_MAX_EITR >> 2); \
+                 ixgbe_set_coalesce refuses it",
+            ),
+            _ => Ok(()),
+        }?;
+        let e = &self.egress;
+        match e.moderation {
+            Moderation::IxgbeItr if e.tx_frames != 0 => err(
+                "egress.tx_frames",
+                "ixgbe's interrupt throttling has no frame count: set it to 0",
+            ),
+            Moderation::IxgbeItr if e.tx_usecs > crate::nic::IXGBE_MAX_EITR >> 2 => err(
+                "egress.tx_usecs",
+                "above ixgbe's largest ITR interval (1022 us, IXGBE_MAX_EITR >> 2)",
+            ),
+            _ => Ok(()),
+        }
     }
 
     /// The transmitting device.

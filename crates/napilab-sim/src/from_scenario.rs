@@ -208,6 +208,8 @@ fn map_configuration(
             rx_ring_size: if r.gro { VETH_RING } else { MAX_BACKLOG },
             rx_usecs: 0,
             rx_frames: 0,
+            moderation: crate::config::Moderation::Timer,
+            adaptive_rx: false,
             queues,
         },
         egress,
@@ -390,6 +392,7 @@ fn veth_egress(
         // The completion timer fires after the run ends: no TX-completion work at all.
         tx_usecs: u32::MAX,
         tx_frames: 0,
+        moderation: crate::config::Moderation::Timer,
         tx_work_limit: 256,
         completion: Default::default(),
     };

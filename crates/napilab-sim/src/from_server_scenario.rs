@@ -371,6 +371,8 @@ fn map_configuration(
             rx_ring_size: VETH_RING,
             rx_usecs: 0,
             rx_frames: 0,
+            moderation: crate::config::Moderation::Timer,
+            adaptive_rx: false,
             queues,
         },
         egress: EgressConfig {

@@ -168,6 +168,8 @@ fn map_configuration(
             rx_ring_size: nic.ingress.rx_ring_size,
             rx_usecs: nic.ingress.rx_usecs,
             rx_frames: nic.ingress.rx_frames,
+            moderation: nic.ingress.moderation,
+            adaptive_rx: nic.ingress.adaptive_rx,
             queues,
         },
         egress: egress(s, c, nic, &at)?,
@@ -352,6 +354,7 @@ fn egress(
         link_mbps: e.link_mbps,
         tx_usecs: e.tx_usecs,
         tx_frames: e.tx_frames,
+        moderation: e.moderation,
         tx_work_limit: e.tx_work_limit,
         completion: c.twin.tx_irq_cpu.map_or(e.completion, TxCompletion::OnCpu),
     })

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{ConfigError, TickMode, TxCompletion};
+use crate::config::{ConfigError, Moderation, TickMode, TxCompletion};
 
 /// The machine: CPUs, CONFIG_HZ, kernel.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -38,11 +38,19 @@ pub struct IngressNic {
     pub name: String,
     /// RX descriptors per ring.
     pub rx_ring_size: u32,
-    /// Interrupt coalescing (ethtool -C rx-usecs / rx-frames) as the study ran it.
+    /// Interrupt moderation (ethtool -C rx-usecs / rx-frames / adaptive-rx) as the
+    /// study ran it, applied the way the NIC's driver does (`moderation`: `timer` or
+    /// `ixgbe-itr`, see [`crate::config::Moderation`]). A profile says where each
+    /// value comes from (driver source file and function, kernel version) in its
+    /// provenance.
     #[serde(default)]
     pub rx_usecs: u32,
     #[serde(default)]
     pub rx_frames: u32,
+    #[serde(default)]
+    pub moderation: Moderation,
+    #[serde(default)]
+    pub adaptive_rx: bool,
     /// One RX queue per entry, its IRQ's CPU (the driver's and the study's affinity);
     /// a scenario's `napi_cpus` overrides it, more `topology.ingress_queues` than
     /// entries reuse them in turn.
@@ -65,11 +73,15 @@ pub struct EgressNic {
     pub tx_ring_size: u32,
     /// Line rate, Mbit/s.
     pub link_mbps: f64,
-    /// TX-completion coalescing (ethtool -C tx-usecs / tx-frames).
+    /// TX-completion coalescing (ethtool -C tx-usecs / tx-frames), applied as
+    /// `moderation` says (with `ixgbe-itr`, `tx_usecs` is the ITR setting of the
+    /// port's TxRx vectors: the port's rx-usecs in ixgbe).
     #[serde(default)]
     pub tx_usecs: u32,
     #[serde(default)]
     pub tx_frames: u32,
+    #[serde(default)]
+    pub moderation: Moderation,
     #[serde(default = "default_tx_work_limit")]
     pub tx_work_limit: u32,
     /// Who reclaims TX completions: the device's own vector (`tx_irq`) or the RX poll

@@ -1,5 +1,7 @@
 //! The NIC: RX rings filled by traffic, TX rings drained at line rate, and IRQ lines
-//! with hardware coalescing (ethtool rx-usecs/rx-frames, tx-usecs/tx-frames).
+//! with hardware interrupt moderation: generic coalescing (ethtool rx-usecs/rx-frames,
+//! tx-usecs/tx-frames) and ixgbe's interrupt throttling with its adaptive ITR
+//! ([`IxgbeItr`]).
 
 use std::collections::VecDeque;
 
@@ -183,6 +185,11 @@ pub struct RxRing {
     classes: usize,
     pub admitted: Vec<u64>,
     pub dropped: Vec<u64>,
+    /// Packets and bytes the driver has taken from the ring since the start: what
+    /// the driver's per-vector counters (ixgbe's `q_vector->rx.total_packets` and
+    /// `total_bytes`) sum, read by the adaptive ITR.
+    pub taken_packets: u64,
+    pub taken_bytes: u64,
 }
 
 impl RxRing {
@@ -200,6 +207,8 @@ impl RxRing {
             classes: 0,
             admitted: Vec::new(),
             dropped: Vec::new(),
+            taken_packets: 0,
+            taken_bytes: 0,
         }
     }
 
@@ -428,6 +437,8 @@ impl RxRing {
         out.extend_from_slice(&ring.times[..pops - first]);
         ring.head = (head + pops) & mask;
         ring.len = len as usize - pops;
+        self.taken_packets += pops as u64;
+        self.taken_bytes += pops as u64 * size as u64;
         Some(Batch {
             n: pops as u32,
             class,
@@ -439,7 +450,10 @@ impl RxRing {
     #[inline]
     pub fn pop_at(&mut self, t: Nanos) -> Option<Packet> {
         self.admit_until(t);
-        self.ring.pop_front()
+        let p = self.ring.pop_front()?;
+        self.taken_packets += 1;
+        self.taken_bytes += p.size as u64;
+        Some(p)
     }
 
     /// Whether a packet is visible at `t`.
@@ -475,6 +489,9 @@ pub struct TxQueue {
     /// Completion time of each descriptor not yet reclaimed, in order.
     pub inflight: VecDeque<Nanos>,
     pub qdisc: VecDeque<Packet>,
+    /// Descriptors reclaimed since the start (ixgbe's `q_vector->tx.total_packets`
+    /// sums them for the adaptive ITR).
+    pub reclaimed: u64,
 }
 
 impl TxQueue {
@@ -483,6 +500,7 @@ impl TxQueue {
             size,
             inflight: VecDeque::with_capacity(size),
             qdisc: VecDeque::new(),
+            reclaimed: 0,
         }
     }
 
@@ -506,6 +524,7 @@ impl TxQueue {
         }
         let n = n.min(limit as usize);
         self.inflight.drain(..n);
+        self.reclaimed += n as u64;
         let more = n == limit as usize && matches!(self.inflight.front(), Some(&c) if c <= t);
         (n as u32, !more)
     }
@@ -540,18 +559,143 @@ pub struct IrqLine {
     /// Coalescing: fire `usecs` after the first pending event or at the `frames`-th.
     pub usecs: u32,
     pub frames: u32,
+    /// Intel interrupt throttling instead of the coalescing timer (`usecs` is then
+    /// 0): the vector's ITR state.
+    pub itr: Option<IxgbeItr>,
+    /// When the NIC last asserted this vector (the ITR interval counts from there).
+    pub last_assert: Option<Nanos>,
+    /// The RX packets and bytes the vector's rings had given the driver when the
+    /// adaptive ITR last read them (its counters are cleared on each update).
+    pub itr_seen: (u64, u64),
 }
 
 impl IrqLine {
     /// When an unmasked line with pending work raises its interrupt: the hardware
     /// coalescing timer starts at the first pending event (`first`), and `nth` is the
-    /// time of the `frames`-th one if frame counting is on.
+    /// time of the `frames`-th one if frame counting is on. A throttled (ITR) vector
+    /// instead fires at the first pending event, but not before its interval since
+    /// the last assertion has passed.
     pub fn fire_time(&self, now: Nanos, first: Nanos, nth: Option<Nanos>) -> Nanos {
+        if let Some(itr) = &self.itr {
+            let earliest = self.last_assert.map_or(0, |a| a + itr.interval_ns());
+            return first.max(earliest).max(now);
+        }
         let mut t = first + self.usecs as u64 * 1000;
         if let Some(n) = nth {
             t = t.min(n);
         }
         t.max(now)
+    }
+}
+
+/// `IXGBE_MAX_EITR`: the EITR interval field (bits 3..11, in 2-us units), so the
+/// driver's ITR value is microseconds times 4 (drivers/net/ethernet/intel/ixgbe/ixgbe.h,
+/// Linux 3.16).
+pub const IXGBE_MAX_EITR: u32 = 0x0FF8;
+/// The driver's ITR values for its three latency ranges (ixgbe.h, Linux 3.16):
+/// `IXGBE_100K_ITR` 40 (10 us), `IXGBE_20K_ITR` 200 (50 us), `IXGBE_8K_ITR` 500
+/// (125 us). Bulk became 12K (336) only in Linux 4.3 (commit 8ac34f10a5ea, "ixgbe:
+/// Limit lowest interrupt rate for adaptive interrupt moderation to 12K").
+pub const IXGBE_100K_ITR: u32 = 40;
+pub const IXGBE_20K_ITR: u32 = 200;
+pub const IXGBE_8K_ITR: u32 = 500;
+
+/// `enum latency_range` of ixgbe_main.c: the adaptive ITR's three ranges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LatencyRange {
+    Lowest,
+    Low,
+    Bulk,
+}
+
+/// One vector's interrupt throttling as ixgbe programs it, from the driver of Linux
+/// 3.16 (drivers/net/ethernet/intel/ixgbe/ixgbe_main.c, ixgbe_lib.c, ixgbe_ethtool.c):
+///
+/// - `ixgbe_set_coalesce`: rx-usecs 0 disables throttling (ITR 0), 1 selects the
+///   dynamic mode, any other value is a fixed interval (`usecs << 2`). The driver
+///   default (`ixgbe_sw_init`: `rx_itr_setting = 1`) is dynamic, and
+///   `ixgbe_alloc_q_vector` starts a dynamic RX vector at `IXGBE_20K_ITR`; the ring
+///   container's range starts at 0, `lowest_latency` (the vector is zeroed).
+/// - `ixgbe_poll`: only when a poll completes (after `napi_complete`, before the
+///   vector is unmasked) does it call `ixgbe_set_itr`, in dynamic mode only.
+/// - `ixgbe_update_itr`: with the bytes the vector received since the last update,
+///   `bytes_perint = bytes / (itr >> 2)`, i.e. bytes per microsecond of the current
+///   interval (not of elapsed time); lowest -> low above 10, low -> bulk above 20,
+///   low -> lowest at 10 or less, bulk -> low at 20 or less. Nothing changes (and the
+///   counters are kept) when no packet was received.
+/// - `ixgbe_set_itr`: the range's ITR (100K, 20K, 8K), smoothed as
+///   `new = 10 * new * itr / (9 * new + itr)` when it differs, and written to EITR.
+/// - `ixgbe_write_eitr`: `itr & IXGBE_MAX_EITR`, with CNT_WDIS so the write does not
+///   restart the running interval.
+///
+/// Only the RX ring container is modelled: the vector's TX container (its own
+/// device's transmit completions) stays at `lowest_latency`, which is what it is on a
+/// router whose traffic leaves by another port, and `ixgbe_set_itr` takes the larger
+/// range of the two.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IxgbeItr {
+    /// `q_vector->itr`: microseconds times 4.
+    pub itr: u32,
+    pub adaptive: bool,
+    /// `q_vector->rx.itr`.
+    pub range: LatencyRange,
+}
+
+impl IxgbeItr {
+    /// The vector as `ixgbe_set_coalesce` and `ixgbe_alloc_q_vector` set it up for
+    /// ethtool rx-usecs `rx_usecs` (`adaptive` also selects the dynamic mode).
+    pub fn new(rx_usecs: u32, adaptive: bool) -> Self {
+        let adaptive = adaptive || rx_usecs == 1;
+        let itr = if adaptive {
+            IXGBE_20K_ITR
+        } else {
+            rx_usecs.saturating_mul(4)
+        };
+        IxgbeItr {
+            itr,
+            adaptive,
+            range: LatencyRange::Lowest,
+        }
+    }
+
+    /// The minimum interval between two assertions that EITR enforces.
+    pub fn interval_ns(&self) -> Nanos {
+        // Bits 3..11 in 2-us units: (itr & 0xFF8) >> 3 * 2 us = (itr & 0xFF8) / 4 us.
+        (self.itr & IXGBE_MAX_EITR) as Nanos * 250
+    }
+
+    /// `ixgbe_set_itr` after a completed poll, given the packets and bytes received
+    /// since the last update (`ixgbe_update_itr` on the RX container). Returns whether
+    /// it consumed them (the driver clears its counters only then).
+    pub fn on_complete(&mut self, packets: u64, bytes: u64) -> bool {
+        if !self.adaptive {
+            return false;
+        }
+        let mut used = false;
+        let timepassed_us = (self.itr >> 2) as u64;
+        if packets > 0 && timepassed_us > 0 {
+            let bytes_perint = bytes / timepassed_us;
+            self.range = match self.range {
+                LatencyRange::Lowest if bytes_perint > 10 => LatencyRange::Low,
+                LatencyRange::Low if bytes_perint > 20 => LatencyRange::Bulk,
+                LatencyRange::Low if bytes_perint <= 10 => LatencyRange::Lowest,
+                LatencyRange::Bulk if bytes_perint <= 20 => LatencyRange::Low,
+                r => r,
+            };
+            used = true;
+        }
+        // max(rx.itr, tx.itr) with the TX container at lowest_latency.
+        let target = match self.range {
+            LatencyRange::Lowest => IXGBE_100K_ITR,
+            LatencyRange::Low => IXGBE_20K_ITR,
+            LatencyRange::Bulk => IXGBE_8K_ITR,
+        };
+        if target != self.itr {
+            // Exponential smoothing in the driver's integer arithmetic.
+            let (n, o) = (target as u64, self.itr as u64);
+            self.itr = ((10 * n * o) / (9 * n + o)) as u32;
+        }
+        used
     }
 }
 
@@ -670,6 +814,110 @@ mod tests {
         }
         assert_eq!(seen.len(), 5);
         assert_eq!(*seen.last().expect("five"), t5);
+    }
+
+    /// ethtool rx-usecs as ixgbe_set_coalesce maps it: 0 off, 1 dynamic from 20K, a
+    /// fixed interval otherwise, in EITR's 2-us steps.
+    #[test]
+    fn ixgbe_itr_setup_follows_set_coalesce() {
+        let off = IxgbeItr::new(0, false);
+        assert_eq!((off.itr, off.adaptive, off.interval_ns()), (0, false, 0));
+        let dynamic = IxgbeItr::new(1, false);
+        assert!(dynamic.adaptive);
+        assert_eq!(
+            (dynamic.itr, dynamic.interval_ns()),
+            (IXGBE_20K_ITR, 50_000)
+        );
+        assert_eq!(IxgbeItr::new(0, true), dynamic);
+        let fixed = IxgbeItr::new(100, false);
+        assert_eq!((fixed.adaptive, fixed.interval_ns()), (false, 100_000));
+        // 3 us is ITR 12, whose interval field (bits 3..11) holds 2 us.
+        assert_eq!(IxgbeItr::new(3, false).interval_ns(), 2_000);
+        // A fixed setting never moves.
+        let mut f = fixed;
+        assert!(!f.on_complete(64, 64 * 1500));
+        assert_eq!(f, fixed);
+    }
+
+    /// ixgbe_update_itr / ixgbe_set_itr: bytes per microsecond of the current interval
+    /// move the range one step per update, and the ITR follows with the driver's
+    /// smoothing.
+    #[test]
+    fn adaptive_itr_moves_with_rate_and_size() {
+        // A busy vector: 64 packets of 128 bytes per interrupt.
+        let mut v = IxgbeItr::new(1, false);
+        assert!(v.on_complete(64, 64 * 128));
+        assert_eq!(v.range, LatencyRange::Low); // 8192 B / 50 us = 163 > 10
+                                                // The first smoothing step towards 20K is none (already there)...
+        assert_eq!(v.itr, IXGBE_20K_ITR);
+        v.on_complete(64, 64 * 128);
+        assert_eq!(v.range, LatencyRange::Bulk);
+        // ... and towards 8K it is 10 * 500 * 200 / (9 * 500 + 200) = 212.
+        assert_eq!(v.itr, 212);
+        for _ in 0..200 {
+            v.on_complete(64, 64 * 128);
+        }
+        assert_eq!(v.range, LatencyRange::Bulk);
+        assert!(v.itr >= 490 && v.itr <= IXGBE_8K_ITR, "{}", v.itr);
+        // Load falls to one small packet per interrupt: back down, step by step.
+        v.on_complete(1, 64);
+        assert_eq!(v.range, LatencyRange::Low); // 64 B / ~122 us = 0 <= 20
+        v.on_complete(1, 64);
+        assert_eq!(v.range, LatencyRange::Lowest);
+        for _ in 0..200 {
+            v.on_complete(1, 64);
+        }
+        assert_eq!(v.range, LatencyRange::Lowest);
+        assert!(v.itr <= IXGBE_100K_ITR + 1, "{}", v.itr);
+        // One 128-byte packet per 10-us interval is 12 bytes/us, above the lowest
+        // range's 10: the driver leaves it again.
+        v.on_complete(1, 128);
+        assert_eq!(v.range, LatencyRange::Low);
+        // No packet since the last update: the range stays, the counters are kept.
+        let before = v.range;
+        assert!(!v.on_complete(0, 0));
+        assert_eq!(v.range, before);
+
+        // Size, not only rate: one packet per interrupt stays in the lowest range
+        // when small, and climbs out of it (low, bulk and back) when MTU-sized.
+        let mut small = IxgbeItr::new(1, false);
+        let mut large = IxgbeItr::new(1, false);
+        for _ in 0..50 {
+            small.on_complete(1, 64);
+            large.on_complete(1, 1500);
+        }
+        assert_eq!(small.range, LatencyRange::Lowest);
+        assert!(large.range >= LatencyRange::Low, "{:?}", large.range);
+        assert!(large.interval_ns() > 4 * small.interval_ns());
+    }
+
+    /// A throttled vector fires at its first pending frame, but not sooner than one
+    /// interval after its last assertion.
+    #[test]
+    fn throttled_line_waits_for_its_interval() {
+        let mut l = IrqLine {
+            number: 100,
+            name: "eth0-TxRx-0".into(),
+            kind: LineKind::Rx { queue: 0 },
+            cpu: 0,
+            napi: 0,
+            enabled: true,
+            armed: false,
+            fire_at: 0,
+            gen: 0,
+            txq: None,
+            usecs: 0,
+            frames: 0,
+            itr: Some(IxgbeItr::new(100, false)),
+            last_assert: None,
+            itr_seen: (0, 0),
+        };
+        assert_eq!(l.fire_time(5_000, 3_000, None), 5_000);
+        l.last_assert = Some(10_000);
+        assert_eq!(l.fire_time(20_000, 15_000, None), 110_000);
+        assert_eq!(l.fire_time(20_000, 300_000, None), 300_000);
+        l.itr = Some(IxgbeItr::new(0, false));
+        assert_eq!(l.fire_time(20_000, 15_000, None), 20_000);
     }
 
     #[test]

@@ -280,6 +280,18 @@ impl Profile {
                 ("tunnel_cycles.gro", t.gro),
             ]
         }))
+        // The RX interrupt moderation of a NIC machine (how it is applied, `timer` or
+        // `ixgbe-itr`, is in the file and its source in the provenance's detail).
+        .chain(self.nic.iter().flat_map(|n| {
+            let (i, e) = (&n.ingress, &n.egress);
+            [
+                ("nic.ingress.rx_usecs", i.rx_usecs as f64),
+                ("nic.ingress.rx_frames", i.rx_frames as f64),
+                ("nic.ingress.adaptive_rx", i.adaptive_rx as u8 as f64),
+                ("nic.egress.tx_usecs", e.tx_usecs as f64),
+                ("nic.egress.tx_frames", e.tx_frames as f64),
+            ]
+        }))
         .collect()
     }
 

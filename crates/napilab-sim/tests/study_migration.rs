@@ -86,6 +86,18 @@ fn every_legacy_file_maps_to_the_same_model() {
             assert_eq!((old.host.cpus, new.host.cpus), (1, 2), "{name}");
             new.host.cpus = 1;
         }
+        // The router profile now names how its ixgbe ports moderate (ITR throttling);
+        // with throttling off (rx-usecs / tx-usecs 0) that is no moderation, as the
+        // old files' timer with 0 us (tests/moderation.rs
+        // rx_usecs_zero_disables_throttling; the results test above compares the runs).
+        use napilab_sim::config::Moderation;
+        let off = |m: Moderation, usecs: u32| m == Moderation::IxgbeItr && usecs == 0;
+        if off(new.ingress.moderation, new.ingress.rx_usecs) && !new.ingress.adaptive_rx {
+            new.ingress.moderation = Moderation::Timer;
+        }
+        if off(new.egress.moderation, new.egress.tx_usecs) {
+            new.egress.moderation = Moderation::Timer;
+        }
         assert_eq!(old, new, "{name} vs {study} {configuration}");
     }
 }

@@ -132,6 +132,9 @@ fn irq_line(
         txq: None,
         usecs,
         frames,
+        itr: None,
+        last_assert: None,
+        itr_seen: (0, 0),
     }
 }
 
@@ -230,7 +233,7 @@ impl Parts {
                 self.rings.push(RxRing::new(name, qi, size, budget, feed));
             }
             let line = self.lines.len();
-            self.lines.push(irq_line(
+            let mut l = irq_line(
                 line,
                 format!("{}-TxRx-{qi}", cfg.ingress.name),
                 LineKind::Rx { queue: qi },
@@ -238,7 +241,16 @@ impl Parts {
                 napi_id,
                 cfg.ingress.rx_usecs,
                 cfg.ingress.rx_frames,
-            ));
+            );
+            if cfg.ingress.moderation == crate::config::Moderation::IxgbeItr {
+                // rx_usecs is ixgbe's ITR setting, not a coalescing timer.
+                l.usecs = 0;
+                l.itr = Some(crate::nic::IxgbeItr::new(
+                    cfg.ingress.rx_usecs,
+                    cfg.ingress.adaptive_rx,
+                ));
+            }
+            self.lines.push(l);
             let kthread = (qc.napi == NapiContext::Threaded).then(|| {
                 self.threads.push(thread(
                     1000 + napi_id as u32,
@@ -296,7 +308,7 @@ impl Parts {
                 crate::config::TxCompletion::OnCpu(k) => k as usize,
                 _ => c,
             };
-            self.lines.push(irq_line(
+            let mut l = irq_line(
                 line,
                 format!("{}-TxRx-{c}", cfg.egress.name),
                 LineKind::TxCompletion { txq: c },
@@ -304,7 +316,12 @@ impl Parts {
                 napi_id,
                 cfg.egress.tx_usecs,
                 cfg.egress.tx_frames,
-            ));
+            );
+            if cfg.egress.moderation == crate::config::Moderation::IxgbeItr {
+                l.usecs = 0;
+                l.itr = Some(crate::nic::IxgbeItr::new(cfg.egress.tx_usecs, false));
+            }
+            self.lines.push(l);
             self.napis.push(Napi {
                 txq: Some(c),
                 line: Some(line),

@@ -30,6 +30,54 @@ impl Sim<'_> {
         }
     }
 
+    /// The driver re-enables a vector after a poll completed (`napi_complete_done`
+    /// returned true). An adaptive ITR vector first retunes its interval from what it
+    /// received since its last update (ixgbe_poll calls `ixgbe_set_itr` there).
+    pub(super) fn unmask_line(&mut self, l: usize, now: Nanos) {
+        if self.lines[l].itr.is_some_and(|i| i.adaptive) {
+            let (mut packets, mut bytes) = (0, 0);
+            match self.lines[l].kind {
+                LineKind::Rx { .. } => {
+                    for &r in &self.napis[self.lines[l].napi].rings {
+                        packets += self.rings[r].taken_packets;
+                        bytes += self.rings[r].taken_bytes;
+                    }
+                }
+                LineKind::TxCompletion { txq } => {
+                    // The vector's TX container: descriptors reclaimed, and their bytes
+                    // taken as the offered traffic's mean frame size (the TX ring keeps
+                    // completion times only; exact when every class has one size, as
+                    // in the router study).
+                    packets = self.txqs[txq].reclaimed;
+                    bytes = (packets as f64 * self.mean_frame_bytes()) as u64;
+                }
+            }
+            let line = &mut self.lines[l];
+            let (p0, b0) = line.itr_seen;
+            if let Some(itr) = line.itr.as_mut() {
+                if itr.on_complete(packets - p0, bytes - b0) {
+                    line.itr_seen = (packets, bytes);
+                }
+            }
+        }
+        self.lines[l].enabled = true;
+        self.arm_line(l, now);
+    }
+
+    /// The offered traffic's mean frame size, bytes (classes weighted by share).
+    fn mean_frame_bytes(&self) -> f64 {
+        let classes = &self.cfg.traffic.classes;
+        let share: f64 = classes.iter().map(|c| c.share).sum();
+        if share <= 0.0 {
+            return 0.0;
+        }
+        classes
+            .iter()
+            .map(|c| c.share * c.size_bytes as f64)
+            .sum::<f64>()
+            / share
+    }
+
     /// Schedule the interrupt of an unmasked line with pending work.
     pub(super) fn arm_line(&mut self, l: usize, now: Nanos) {
         let line = &self.lines[l];
@@ -126,6 +174,9 @@ impl Sim<'_> {
         // The handler masks the vector (docs/kernel.md#packet-path, step 2); the NIC
         // does not raise it again until the driver unmasks it.
         line.enabled = false;
+        // The NIC asserted it `lat_irq` ago; a throttled vector's interval runs from
+        // there.
+        line.last_assert = Some(self.q.now().saturating_sub(self.lat_irq));
         let c = line.cpu;
         self.cpus[c].pending_irqs.push_back(IrqSrc::Line(l));
         if !self.cpus[c].busy {

@@ -52,10 +52,7 @@ impl Sim<'_> {
                 self.q.schedule(now + timeout, Ev::NapiTimer(n, gen));
             }
             Completion::Unmask => match (self.napis[n].line, self.napis[n].backlog) {
-                (Some(l), _) => {
-                    self.lines[l].enabled = true;
-                    self.arm_line(l, now);
-                }
+                (Some(l), _) => self.unmask_line(l, now),
                 (None, Some(b)) => {
                     // Packets queued "later" by another CPU's batch computed ahead of
                     // this one: their enqueuer would have found the instance idle and
