@@ -23,15 +23,20 @@ pub enum ServerMode {
     IrqSuspend,
     /// NAPI kthreads (threaded NAPI), blocking epoll.
     Threaded,
+    /// Threaded busy polling (Linux 6.19+, netdev napi-set threaded=busy-poll): the
+    /// NAPI kthread polls continuously with the IRQ masked; blocking epoll. Not one of
+    /// the study's modes; refused by the lab on older kernels.
+    ThreadedBusyPoll,
 }
 
 impl ServerMode {
-    pub const ALL: [ServerMode; 5] = [
+    pub const ALL: [ServerMode; 6] = [
         ServerMode::NoCoalescing,
         ServerMode::Deferral,
         ServerMode::BusyWait,
         ServerMode::IrqSuspend,
         ServerMode::Threaded,
+        ServerMode::ThreadedBusyPoll,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -41,11 +46,18 @@ impl ServerMode {
             ServerMode::BusyWait => "busy-wait",
             ServerMode::IrqSuspend => "irq-suspend",
             ServerMode::Threaded => "threaded",
+            ServerMode::ThreadedBusyPoll => "threaded-busy-poll",
         }
     }
 
     /// Whether the mode needs the application's per-epoll busy-poll parameters
     /// (`EPIOCSPARAMS`, Linux 6.9+), which memcached does not set.
+    /// Whether the mode's NAPI instances are polled by kthreads (placed on the
+    /// server's CPUs).
+    pub fn threaded(self) -> bool {
+        matches!(self, ServerMode::Threaded | ServerMode::ThreadedBusyPoll)
+    }
+
     pub fn needs_epoll_params(self) -> bool {
         matches!(self, ServerMode::BusyWait | ServerMode::IrqSuspend)
     }

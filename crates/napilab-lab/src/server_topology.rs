@@ -106,8 +106,8 @@ impl ServerLab {
             .map_err(|e| format!("creating {}: {e}", journal_dir.display()))?;
         // Every mode is a shipped napilab-tune profile of the same name.
         let profile = mode.as_str().to_string();
-        let cpus = (mode == ServerMode::Threaded && !cpus.is_empty())
-            .then(|| napilab_core::scenario::cpu_list(cpus));
+        let cpus =
+            (mode.threaded() && !cpus.is_empty()).then(|| napilab_core::scenario::cpu_list(cpus));
         let params = Params::from_args(std::slice::from_ref(&self.dut_dev), cpus.as_deref(), &[])
             .map_err(|e| format!("mode {profile}: {e}"))?;
         // From here on a partial apply is reverted by Drop.

@@ -802,8 +802,10 @@ pub struct Prediction {
 /// the twin"), so it cannot show the DUT's kthread waiting behind them, which in the
 /// lab loses packets at veth's ring with the CPU not full.
 pub fn twin_is_upper_bound(conf: &TwinConfiguration) -> bool {
-    conf.napi == crate::config::NapiContext::Threaded
-        && (conf.engines_on_poller.generator || conf.engines_on_poller.sink)
+    matches!(
+        conf.napi,
+        crate::config::NapiContext::Threaded | crate::config::NapiContext::ThreadedBusyPoll
+    ) && (conf.engines_on_poller.generator || conf.engines_on_poller.sink)
 }
 
 impl Prediction {

@@ -302,7 +302,8 @@ pub struct RxQueueConfig {
     pub cpu: u32,
     #[serde(default)]
     pub napi: NapiContext,
-    /// Scheduling of the NAPI kthread when `napi = "threaded"`.
+    /// Scheduling of the NAPI kthread when `napi = "threaded"` or
+    /// `"threaded_busy_poll"`.
     #[serde(default)]
     pub thread: ThreadPolicy,
     /// Per-NAPI `defer-hard-irqs` (D) and `gro-flush-timeout` (T, ns).
@@ -371,6 +372,12 @@ pub enum NapiContext {
     Softirq,
     /// Polled by its own `napi/<dev>-<id>` kthread (no netdev_budget or time limit).
     Threaded,
+    /// Threaded busy polling (Linux 6.19, netdev netlink `napi-set threaded=busy-poll`):
+    /// once its first IRQ wakes the kthread, the kthread polls the instance again and
+    /// again, never completing it, so the IRQ stays masked and the kthread's CPU is
+    /// busy whatever the load; a packet waits for the next pass (docs/sim.md
+    /// "Threaded busy polling"). Needs `host.kernel` 6.19 or later.
+    ThreadedBusyPoll,
     /// Polled by a work item on the per-CPU worker (normal priority) of the CPU that
     /// scheduled it, in turn with that worker's other items (twin only: no stock
     /// kernel has it; the WireGuard study's remedy, docs/studies.md#wg-4).
@@ -580,6 +587,12 @@ impl SimConfig {
         if !(1..=100_000).contains(&t.peers) {
             return err("tunnel.peers", "must be 1..=100000");
         }
+        if t.napi == NapiContext::ThreadedBusyPoll {
+            return err(
+                "tunnel.napi",
+                "threaded busy polling of the peers' instances is not modelled: choose softirq, threaded or workqueue",
+            );
+        }
         if t.pinned && t.napi != NapiContext::Threaded {
             return err(
                 "tunnel.pinned",
@@ -688,6 +701,9 @@ impl SimConfig {
                     );
                 }
             }
+            if q.napi == NapiContext::ThreadedBusyPoll {
+                self.validate_threaded_busy_poll(i, q, file)?;
+            }
             if q.defer_hard_irqs > 0 && q.gro_flush_timeout_ns == 0 {
                 // The kernel accepts it but it does nothing; say so rather than
                 // silently simulate a no-op.
@@ -755,6 +771,34 @@ impl SimConfig {
             ),
             _ => Ok(()),
         }
+    }
+
+    /// An RX queue in threaded busy polling: the kernel that has it, and the settings
+    /// the mode makes meaningless (its kthread never completes the instance, so
+    /// `napi_complete_done` never reaches the deferral or the IRQ suspension).
+    fn validate_threaded_busy_poll(
+        &self,
+        i: usize,
+        q: &RxQueueConfig,
+        file: &str,
+    ) -> Result<(), ConfigError> {
+        let err = |field: &str, msg: String| Err(ConfigError::new(file, field, msg));
+        if parse_kernel(&self.host.kernel).is_some_and(|v| v < THREADED_BUSY_POLL_KERNEL) {
+            return err(
+                "host.kernel",
+                format!(
+                    "ingress.queues[{i}].napi = \"threaded_busy_poll\" needs Linux {}.{} or later (netdev netlink napi-set threaded=busy-poll), not {}: set host.kernel = \"6.19\" or choose napi = \"threaded\"",
+                    THREADED_BUSY_POLL_KERNEL.0, THREADED_BUSY_POLL_KERNEL.1, self.host.kernel
+                ),
+            );
+        }
+        if q.defer_hard_irqs > 0 || q.gro_flush_timeout_ns > 0 || q.irq_suspend_timeout_ns > 0 {
+            return err(
+                &format!("ingress.queues[{i}].defer_hard_irqs"),
+                "deferral and IRQ suspension have no effect in threaded busy polling (the kthread never completes the instance): remove defer_hard_irqs, gro_flush_timeout_ns and irq_suspend_timeout_ns".into(),
+            );
+        }
+        Ok(())
     }
 
     /// The transmitting device.
@@ -965,6 +1009,9 @@ impl SimConfig {
         }
     }
 }
+
+/// The first kernel with threaded busy polling (`NETDEV_NAPI_THREADED_BUSY_POLL`).
+pub const THREADED_BUSY_POLL_KERNEL: (u32, u32) = (6, 19);
 
 pub fn parse_kernel(s: &str) -> Option<(u32, u32)> {
     let mut it = s.trim().split('.');

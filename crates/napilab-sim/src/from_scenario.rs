@@ -29,7 +29,7 @@
 
 use napilab_core::scenario::{
     ApDirection, Backend, DutSettings, NapiContext as LabNapi, Pattern as LabPattern, QdiscKind,
-    Scenario, TopologyKind, TraceTier,
+    Scenario, TopologyKind, TraceTier, TwinNapi,
 };
 
 use crate::config::{
@@ -37,7 +37,7 @@ use crate::config::{
     NetSettings, Pattern, QdiscKind as TwinQdisc, RxQueueConfig, ThreadPolicy, TickMode,
     TrafficConfig,
 };
-use crate::twin_plan::notice;
+use crate::twin_plan::{notice, BUSY_POLL_KERNEL};
 // One configuration's sweep and search run through the experiment layer's loop.
 pub use crate::twin_plan::{
     passes, run_serial, EnginesOnPoller, Testbed, TwinConfiguration, TwinPlan, ETH_HEADER, LAB_HZ,
@@ -138,8 +138,7 @@ pub fn plan(scenario: &Scenario, file: &str) -> Result<TwinPlan, ConfigError> {
     for c in &configs {
         out.push(map_configuration(
             s,
-            &c.name,
-            &c.settings,
+            c,
             cpus,
             tx_ring,
             loads
@@ -166,18 +165,44 @@ pub fn plan(scenario: &Scenario, file: &str) -> Result<TwinPlan, ConfigError> {
 
 fn map_configuration(
     s: &Scenario,
-    name: &str,
-    r: &DutSettings,
+    c: &napilab_core::scenario::Configuration,
     cpus: u32,
     tx_ring: u32,
     rate: f64,
     file: &str,
 ) -> Result<TwinConfiguration, ConfigError> {
+    let (name, r) = (c.name.as_str(), &c.settings);
     let mut notices = Vec::new();
+    if let Some(why) = &c.twin_only {
+        notices.push(notice("twin only", why.clone()));
+    }
     let gen_cpu = |q: usize| generator_cpu(r, q);
-    let napi = match (r.gro, r.napi) {
-        (true, LabNapi::Threaded) => NapiContext::Threaded,
+    let napi = match (r.gro, c.twin.napi, r.napi) {
+        (true, Some(TwinNapi::ThreadedBusyPoll), _) => NapiContext::ThreadedBusyPoll,
+        (true, Some(TwinNapi::Threaded), _) | (true, None, LabNapi::Threaded) => {
+            NapiContext::Threaded
+        }
         _ => NapiContext::Softirq,
+    };
+    if let Some(t) = c.twin.napi.filter(|t| {
+        !matches!(
+            t,
+            TwinNapi::ThreadedBusyPoll | TwinNapi::Threaded | TwinNapi::Softirq
+        ) || !r.gro
+    }) {
+        notices.push(notice(
+            format!("twin.napi = \"{}\"", t.as_str()),
+            "not mapped onto the veth lab: the lab's veth polls with NAPI only with GRO on, and the twin maps a veth queue only to softirq, threaded or threaded busy polling",
+        ));
+    }
+    let kernel = if napi == NapiContext::ThreadedBusyPoll {
+        notices.push(notice(
+            "threaded busy polling",
+            format!("a Linux 6.19 feature: the twin runs this configuration as on {BUSY_POLL_KERNEL} (napi_cpus place the kthread as for threaded NAPI); the lab's {LAB_KERNEL} kernel has no threaded=busy-poll"),
+        ));
+        BUSY_POLL_KERNEL
+    } else {
+        LAB_KERNEL
     };
     if !r.gro {
         notices.push(notice(
@@ -193,7 +218,7 @@ fn map_configuration(
         host: HostConfig {
             cpus,
             hz: LAB_HZ,
-            kernel: LAB_KERNEL.into(),
+            kernel: kernel.into(),
             tick: TickMode::NohzIdle,
         },
         settings: NetSettings {
@@ -246,6 +271,7 @@ fn map_configuration(
             "{} on cpu {}{}",
             match napi {
                 NapiContext::Threaded => "NAPI kthread",
+                NapiContext::ThreadedBusyPoll => "busy-polling NAPI kthread",
                 NapiContext::Workqueue => "workqueue worker",
                 NapiContext::Softirq => "NET_RX softirq",
             },
@@ -294,8 +320,10 @@ fn veth_queues(
     let mut queues = Vec::with_capacity(nq);
     for q in 0..nq {
         let cpu = match napi {
-            NapiContext::Threaded if !r.napi_cpus.is_empty() => r.napi_cpus[q % r.napi_cpus.len()],
-            NapiContext::Threaded => {
+            NapiContext::Threaded | NapiContext::ThreadedBusyPoll if !r.napi_cpus.is_empty() => {
+                r.napi_cpus[q % r.napi_cpus.len()]
+            }
+            NapiContext::Threaded | NapiContext::ThreadedBusyPoll => {
                 if q == 0 {
                     notices.push(notice(
                         "napi_cpus",
@@ -318,14 +346,24 @@ fn veth_queues(
             cpu,
             napi,
             thread: ThreadPolicy {
-                fifo_priority: if napi == NapiContext::Threaded {
+                fifo_priority: if matches!(
+                    napi,
+                    NapiContext::Threaded | NapiContext::ThreadedBusyPoll
+                ) {
                     fifo
                 } else {
                     None
                 },
             },
-            defer_hard_irqs: r.defer_hard_irqs,
-            gro_flush_timeout_ns: if r.defer_hard_irqs > 0 {
+            // Deferral never acts in threaded busy polling (the kthread never
+            // completes the instance): the twin refuses it there, so it is dropped.
+            defer_hard_irqs: if napi == NapiContext::ThreadedBusyPoll {
+                0
+            } else {
+                r.defer_hard_irqs
+            },
+            gro_flush_timeout_ns: if r.defer_hard_irqs > 0 && napi != NapiContext::ThreadedBusyPoll
+            {
                 r.gro_flush_timeout_ns
             } else {
                 0

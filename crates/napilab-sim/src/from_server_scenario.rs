@@ -91,7 +91,7 @@ pub fn mode_settings(mode: ServerMode) -> Result<ModeSettings, String> {
     let name = mode.as_str();
     let (p, origin) = napilab_tune::profile::load(name)
         .map_err(|e| format!("mode {name}: its napilab-tune profile: {e}"))?;
-    let threaded = napi_value(&p, "napi.threaded") != 0;
+    let threaded = napi_value(&p, "napi.threaded");
     let busy_poll = p.app.as_ref().map(|a| BusyPoll {
         // A non-blocking loop never blocks: busy-poll for as long as the run lasts.
         usecs: if a.blocking_epoll {
@@ -104,10 +104,10 @@ pub fn mode_settings(mode: ServerMode) -> Result<ModeSettings, String> {
         prefer: a.prefer_busy_poll,
     });
     Ok(ModeSettings {
-        napi: if threaded {
-            NapiContext::Threaded
-        } else {
-            NapiContext::Softirq
+        napi: match threaded {
+            0 => NapiContext::Softirq,
+            napilab_tune::knobs::THREADED_BUSY_POLL => NapiContext::ThreadedBusyPoll,
+            _ => NapiContext::Threaded,
         },
         defer_hard_irqs: u32::try_from(napi_value(&p, "napi.defer-hard-irqs")).unwrap_or(u32::MAX),
         gro_flush_timeout_ns: napi_value(&p, "napi.gro-flush-timeout"),
@@ -296,7 +296,9 @@ fn map_configuration(
         let cpu = match mode.napi {
             // No server mode maps onto a workqueue; were one to, it would run where
             // the server's CPUs are, as the kthreads do.
-            NapiContext::Threaded | NapiContext::Workqueue => server_cpu(q),
+            NapiContext::Threaded | NapiContext::ThreadedBusyPoll | NapiContext::Workqueue => {
+                server_cpu(q)
+            }
             NapiContext::Softirq => client_cpu(q),
         };
         poller_cpus.push(cpu);
@@ -324,6 +326,15 @@ fn map_configuration(
             "the server topology sets its NAPI context through the mode; the twin, like the lab, ignores these fields",
         ));
     }
+    let kernel = if mode.napi == NapiContext::ThreadedBusyPoll {
+        notices.push(notice(
+            "threaded busy polling",
+            format!("a Linux {}.{} feature: the twin runs the configuration as on 6.19 (its NAPI kthread on the server's CPU, as the lab places threaded kthreads); the lab on a {LAB_KERNEL} kernel refuses the mode's tune profile", crate::config::THREADED_BUSY_POLL_KERNEL.0, crate::config::THREADED_BUSY_POLL_KERNEL.1),
+        ));
+        crate::twin_plan::BUSY_POLL_KERNEL
+    } else {
+        LAB_KERNEL
+    };
     let (request_bytes, reply_bytes) = frame_sizes(w);
     let apps: Vec<AppConfig> = (0..nq)
         .map(|q| AppConfig {
@@ -356,7 +367,7 @@ fn map_configuration(
         host: HostConfig {
             cpus,
             hz: LAB_HZ,
-            kernel: LAB_KERNEL.into(),
+            kernel: kernel.into(),
             tick: TickMode::NohzIdle,
         },
         settings: NetSettings {
@@ -458,6 +469,8 @@ fn server_settings(
             "{} on cpu {}",
             match (mode.napi, mode.busy_poll.is_some()) {
                 (NapiContext::Threaded, _) => "NAPI kthread",
+                (NapiContext::ThreadedBusyPoll, _) =>
+                    "NAPI kthread busy polling (IRQ masked once it owns the instance)",
                 (NapiContext::Workqueue, _) => "workqueue worker",
                 (NapiContext::Softirq, false) => "NET_RX softirq of the client's CPU",
                 (NapiContext::Softirq, true) =>

@@ -136,6 +136,7 @@ fn map_configuration(
     }
     let napi = match (c.twin.napi, r.napi) {
         (Some(TwinNapi::Workqueue), _) => NapiContext::Workqueue,
+        (Some(TwinNapi::ThreadedBusyPoll), _) => NapiContext::ThreadedBusyPoll,
         (Some(TwinNapi::Threaded), _) | (None, LabNapi::Threaded) => NapiContext::Threaded,
         (Some(TwinNapi::Softirq), _) | (None, LabNapi::Softirq) => NapiContext::Softirq,
     };
@@ -233,11 +234,9 @@ fn ingress_queues(
         cpu: cpu_of(q),
         napi,
         thread: ThreadPolicy {
-            fifo_priority: r
-                .napi_fifo
-                .get(q)
-                .copied()
-                .filter(|p| *p > 0 && napi == NapiContext::Threaded),
+            fifo_priority: r.napi_fifo.get(q).copied().filter(|p| {
+                *p > 0 && matches!(napi, NapiContext::Threaded | NapiContext::ThreadedBusyPoll)
+            }),
         },
         defer_hard_irqs: r.defer_hard_irqs,
         gro_flush_timeout_ns: r.gro_flush_timeout_ns,

@@ -20,6 +20,7 @@ pub mod napi;
 pub mod nic;
 pub mod output;
 pub mod point;
+pub mod poll_loop;
 pub mod profile;
 pub mod rng;
 pub mod server_plan;

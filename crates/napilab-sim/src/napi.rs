@@ -31,6 +31,11 @@ pub struct Napi {
     /// stale (the kernel would have cancelled it).
     pub timer_gen: u64,
     pub thread: Option<usize>,
+    /// Threaded busy polling (`NAPI_STATE_THREADED_BUSY_POLL`, 6.19): the kthread
+    /// sets IN_BUSY_POLL once it owns the instance, so `napi_complete_done` returns
+    /// false without clearing SCHED; the driver then leaves its IRQ masked and the
+    /// kthread, still owning the instance, polls again after `cond_resched`.
+    pub threaded_busy_poll: bool,
     /// Polled by a work item on the worker of the CPU that scheduled it (the
     /// `workqueue` context); `cpu` is then that CPU.
     pub workqueue: bool,
@@ -70,6 +75,7 @@ impl Napi {
             defer_count: 0,
             timer_gen: 0,
             thread: None,
+            threaded_busy_poll: false,
             workqueue: false,
             peer: None,
         }

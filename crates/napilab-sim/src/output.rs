@@ -453,12 +453,12 @@ fn topology(sim: &Sim) -> TopologyMap {
         name: cfg.ingress.name.clone(),
         ifindex: 2,
         driver: Some("model".to_string()),
-        threaded: Some(
-            cfg.ingress
-                .queues
-                .iter()
-                .any(|q| q.napi == crate::config::NapiContext::Threaded) as u32,
-        ),
+        threaded: Some(cfg.ingress.queues.iter().any(|q| {
+            matches!(
+                q.napi,
+                crate::config::NapiContext::Threaded | crate::config::NapiContext::ThreadedBusyPoll
+            )
+        }) as u32),
         ethtool: Some(model_ethtool(
             nq,
             "rx",

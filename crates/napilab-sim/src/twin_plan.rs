@@ -19,6 +19,9 @@ pub const MAX_BACKLOG: u32 = 1000;
 /// The lab machine: CONFIG_HZ and kernel (docs/results/lab.md, "Benchmarks").
 pub const LAB_HZ: u32 = 250;
 pub const LAB_KERNEL: &str = "6.18";
+/// The kernel a twin configuration with threaded busy polling runs as: the first that
+/// has it (`crate::config::THREADED_BUSY_POLL_KERNEL`).
+pub const BUSY_POLL_KERNEL: &str = "6.19";
 /// veth has no wire: a rate high enough that serialisation never matters.
 pub const VETH_LINK_MBPS: f64 = 1_000_000.0;
 /// Ethernet header the twin's frame size adds to the lab's IP packet size (veth has no

@@ -94,13 +94,19 @@ fn server_modes_maps_each_mode_as_its_tune_profile_says() {
                 assert_eq!(q.gro_flush_timeout_ns, 20_000);
                 assert_eq!(q.irq_suspend_timeout_ns, 0);
             }
-            ServerMode::Threaded => {}
+            ServerMode::Threaded | ServerMode::ThreadedBusyPoll => {}
         }
         match server.mode {
             ServerMode::Threaded => {
                 assert_eq!(q.napi, NapiContext::Threaded);
                 assert_eq!(q.cpu, server_cpu, "threaded: the kthread on server_cpus");
                 assert!(app.busy_poll.is_none());
+            }
+            ServerMode::ThreadedBusyPoll => {
+                assert_eq!(q.napi, NapiContext::ThreadedBusyPoll);
+                assert_eq!(q.cpu, server_cpu, "the busy kthread on server_cpus");
+                assert!(app.busy_poll.is_none());
+                assert_eq!(conf.config.host.kernel, "6.19");
             }
             mode => {
                 assert_eq!(q.napi, NapiContext::Softirq, "{}", conf.name);
@@ -267,4 +273,38 @@ fn a_short_twin_run_gives_request_points_and_a_maximum() {
         "{:?}",
         busy.points[0].napi_polls_per_s
     );
+}
+
+/// The threaded-busy-poll mode maps from its tune profile (napi.threaded 2) onto the
+/// twin's busy-polling kthread on the server's CPU, on 6.19, with a notice saying so;
+/// the other modes of the scenario stay on the lab's 6.18.
+#[test]
+fn threaded_busy_poll_mode_maps_onto_the_busy_kthread() {
+    let name = "scenarios/server-threaded-busy-poll.toml";
+    let text = std::fs::read_to_string(root().join(name)).expect("scenario file");
+    let s = parse(&text, name);
+    let plan = plan_of(&s, name);
+    let sp = plan.requests.as_ref().expect("server plan");
+    let i = sp
+        .configurations
+        .iter()
+        .position(|c| c.mode == ServerMode::ThreadedBusyPoll)
+        .expect("the mode is in the scenario");
+    let conf = &plan.configurations[i];
+    let q = &conf.config.ingress.queues[0];
+    assert_eq!(q.napi, NapiContext::ThreadedBusyPoll);
+    assert_eq!(q.cpu, 1);
+    assert_eq!(conf.config.host.kernel, "6.19");
+    assert!(
+        conf.notices
+            .iter()
+            .any(|n| n.what == "threaded busy polling"),
+        "{:?}",
+        conf.notices
+    );
+    for (c, other) in plan.configurations.iter().zip(&sp.configurations) {
+        if other.mode != ServerMode::ThreadedBusyPoll {
+            assert_eq!(c.config.host.kernel, "6.18", "{}", c.name);
+        }
+    }
 }

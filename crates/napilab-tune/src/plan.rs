@@ -122,7 +122,16 @@ pub fn plan(
             }
         };
         for (key, queue) in targets {
-            let (key, fallback_note) = match sysfs_fallback(ctx, &key) {
+            // busy-poll has no device-wide sysfs form: never fall back for it.
+            let busy_poll = key.kind == Kind::Napi
+                && key.attr == "threaded"
+                && item.value.as_integer() == Some(crate::knobs::THREADED_BUSY_POLL as i64);
+            let fallback = if busy_poll {
+                None
+            } else {
+                sysfs_fallback(ctx, &key)
+            };
+            let (key, fallback_note) = match fallback {
                 Some((dev_key, note)) => {
                     if seen.contains(&dev_key) {
                         // Another queue of the device already set the device file.

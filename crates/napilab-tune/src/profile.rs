@@ -111,6 +111,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
     ("softirq", include_str!("../profiles/softirq.toml")),
     ("threaded", include_str!("../profiles/threaded.toml")),
     (
+        "threaded-busy-poll",
+        include_str!("../profiles/threaded-busy-poll.toml"),
+    ),
+    (
         "ingress-priority",
         include_str!("../profiles/ingress-priority.toml"),
     ),

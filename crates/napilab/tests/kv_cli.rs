@@ -112,7 +112,7 @@ fn list_modes_says_what_this_kernel_runs() {
     );
     let modes: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let modes = modes.as_array().expect("array");
-    assert_eq!(modes.len(), 5, "{modes:?}");
+    assert_eq!(modes.len(), 6, "{modes:?}");
     for m in modes {
         // Each mode is either runnable or says why not.
         assert!(
@@ -126,6 +126,17 @@ fn list_modes_says_what_this_kernel_runs() {
         .expect("irq-suspend listed");
     assert_eq!(irq["blocking"], true, "{irq}");
     assert_eq!(irq["params"]["prefer_busy_poll"], true, "{irq}");
+    // Threaded busy polling runs from Linux 6.19; before, the reason names the version.
+    let tbp = modes
+        .iter()
+        .find(|m| m["mode"] == "threaded-busy-poll")
+        .expect("threaded-busy-poll listed");
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok();
+    if napilab_tune::knobs::busy_poll_support(release.as_deref().map(str::trim), None).is_err() {
+        assert_eq!(tbp["runnable"], false, "{tbp}");
+        let why = tbp["reason"].as_str().unwrap_or_default();
+        assert!(why.contains("6.19") && why.contains("`threaded`"), "{tbp}");
+    }
 }
 
 /// `napilab kv-server` as a process of its own (the lab runs the same server in-process,

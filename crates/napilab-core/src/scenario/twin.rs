@@ -16,6 +16,10 @@ pub enum TwinNapi {
     /// A work item on the per-CPU worker of the CPU that scheduled the instance: no
     /// stock kernel has it (the WireGuard study's remedy 2, docs/studies.md#wg-4).
     Workqueue,
+    /// Threaded busy polling (Linux 6.19, netdev napi-set threaded=busy-poll): the
+    /// kthread polls continuously with the IRQ masked. Twin-only on kernels before
+    /// 6.19, such as the lab's 6.18.
+    ThreadedBusyPoll,
 }
 
 impl TwinNapi {
@@ -24,6 +28,7 @@ impl TwinNapi {
             TwinNapi::Softirq => "softirq",
             TwinNapi::Threaded => "threaded",
             TwinNapi::Workqueue => "workqueue",
+            TwinNapi::ThreadedBusyPoll => "threaded-busy-poll",
         }
     }
 }

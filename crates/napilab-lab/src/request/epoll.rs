@@ -14,7 +14,7 @@ use super::results::EpollParams;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EpollMode {
     /// The mode's name (`no-coalescing`, `deferral`, `threaded`, `busy-wait`,
-    /// `irq-suspend`, or `custom`).
+    /// `irq-suspend`, `threaded-busy-poll`, or `custom`).
     pub name: String,
     /// `EPIOCSPARAMS` per epoll instance; None leaves the kernel's defaults (no busy
     /// polling unless the global `net.core.busy_poll` says so).
@@ -28,7 +28,7 @@ pub struct EpollMode {
 
 /// The modes whose application side is plain blocking epoll: their difference lies in
 /// the per-NAPI settings the tune profiles apply.
-const PLAIN_MODES: [&str; 3] = [MODES[0], MODES[1], MODES[2]];
+const PLAIN_MODES: [&str; 4] = [MODES[0], MODES[1], MODES[2], MODES[5]];
 /// The modes whose tune profile carries an `[app]` section for the server.
 const POLLING_MODES: [&str; 2] = [MODES[3], MODES[4]];
 
@@ -72,13 +72,15 @@ impl EpollMode {
     }
 }
 
-/// Every mode the server knows, in the study's order.
-pub const MODES: [&str; 5] = [
+/// Every mode the server knows, in the study's order, then threaded busy polling
+/// (Linux 6.19, not one of the study's modes).
+pub const MODES: [&str; 6] = [
     "no-coalescing",
     "deferral",
     "threaded",
     "busy-wait",
     "irq-suspend",
+    "threaded-busy-poll",
 ];
 
 /// Whether one mode runs here, and why not.
@@ -118,11 +120,23 @@ pub fn support() -> Vec<ModeSupport> {
         .collect()
 }
 
-/// Why a mode cannot run on this kernel, or Ok. Checks `EPIOCSPARAMS` on a scratch
+/// Why a mode cannot run on this kernel, or Ok. For `threaded-busy-poll`, that the
+/// kernel has napi-set threaded=busy-poll (6.19+). Checks `EPIOCSPARAMS` on a scratch
 /// epoll instance and, for `irq-suspend`, that the kernel reports the per-NAPI
 /// `irq-suspend-timeout` attribute (netdev netlink `napi-get`) on a NAPI instance of
 /// the calling thread's namespace.
 pub fn check_supported(mode: &EpollMode) -> Result<(), String> {
+    if mode.name == "threaded-busy-poll" {
+        // napi-set threaded=busy-poll: the kernel's release, or an instance already
+        // reporting the value, says whether it exists.
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok();
+        let reported = napilab_probe::netlink::Netlink::new()
+            .napis()
+            .ok()
+            .and_then(|n| n.iter().find_map(|x| x.threaded.filter(|v| *v == 2)));
+        napilab_tune::knobs::busy_poll_support(release.as_deref().map(str::trim), reported)
+            .map_err(|e| format!("mode {} is not runnable on this kernel: {e}", mode.name))?;
+    }
     if let Some(p) = mode.params {
         let ep = Epoll::new().map_err(|e| format!("epoll_create1: {e}"))?;
         ep.set_params(&p)

@@ -83,6 +83,7 @@ impl Costs {
             xmit: ns(profile, s.xmit),
             qdisc: ns(profile, s.qdisc),
             reclaim: ns(profile, s.tx_reclaim),
+            busy_loop: ns(profile, super::threaded_busy_poll::BUSY_LOOP_CYCLES).max(1),
         }
     }
 }
@@ -251,7 +252,8 @@ impl Parts {
                 ));
             }
             self.lines.push(l);
-            let kthread = (qc.napi == NapiContext::Threaded).then(|| {
+            let busy = qc.napi == NapiContext::ThreadedBusyPoll;
+            let kthread = (qc.napi == NapiContext::Threaded || busy).then(|| {
                 self.threads.push(thread(
                     1000 + napi_id as u32,
                     format!("napi/{}-{}", cfg.ingress.name, 8192 + napi_id),
@@ -269,6 +271,7 @@ impl Parts {
                 defer_hard_irqs: qc.defer_hard_irqs,
                 gro_flush_timeout: qc.gro_flush_timeout_ns,
                 thread: kthread,
+                threaded_busy_poll: busy,
                 workqueue: qc.napi == NapiContext::Workqueue,
                 ..Napi::idle(
                     8192 + napi_id as u32,
@@ -628,6 +631,7 @@ impl<'a> Sim<'a> {
             workers,
             dispatch_pending: vec![false; ncpu],
             tunnel,
+            coalesce_idle_passes: true,
         }
     }
 }

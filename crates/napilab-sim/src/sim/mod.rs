@@ -22,6 +22,7 @@ mod napi_poll;
 mod packet_path;
 mod scheduler;
 mod softirq_action;
+mod threaded_busy_poll;
 mod tunnel;
 mod workqueue;
 
@@ -108,11 +109,14 @@ enum Finish {
         work: u32,
         repoll: bool,
     },
+    /// A NAPI kthread's poll; `passes` > 1: a busy-polling kthread's empty passes
+    /// simulated as one batch (the last `passes - 1` found nothing either).
     ThreadPoll {
         thread: usize,
         napi: usize,
         work: u32,
         repoll: bool,
+        passes: u64,
     },
     /// A workqueue worker's poll of a NAPI instance.
     WorkPoll {
@@ -275,6 +279,8 @@ pub(crate) struct Costs {
     xmit: Nanos,
     qdisc: Nanos,
     reclaim: Nanos,
+    /// A busy-polling kthread's loop per pass, beyond the driver poll.
+    busy_loop: Nanos,
 }
 
 pub(crate) struct Sim<'a> {
@@ -352,6 +358,10 @@ pub(crate) struct Sim<'a> {
     dispatch_pending: Vec<bool>,
     /// The tunnel's receive pipeline, when the configuration has one.
     tunnel: Option<tunnel::Tunnel>,
+    /// Simulate a busy-polling kthread's uninterruptible empty passes as one batch
+    /// (`threaded_busy_poll::idle_passes`); off only in the test that shows it changes
+    /// nothing.
+    coalesce_idle_passes: bool,
 }
 
 fn ns(p: &Profile, cycles: f64) -> Nanos {

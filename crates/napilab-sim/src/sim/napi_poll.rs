@@ -193,6 +193,18 @@ impl Sim<'_> {
     }
 
     pub(super) fn record_poll(&mut self, now: Nanos, c: usize, work: u32, repoll: bool) {
+        self.record_polls(now, c, work, repoll, 1);
+    }
+
+    /// `passes` polls ending at `now`: the first took `work` packets, the others none.
+    pub(super) fn record_polls(
+        &mut self,
+        now: Nanos,
+        c: usize,
+        work: u32,
+        repoll: bool,
+        passes: u64,
+    ) {
         let full = repoll as u64;
         // The context, in ExecContext::ALL order: a softirq run says which entry;
         // otherwise a thread polls (an application: busy polling).
@@ -205,13 +217,13 @@ impl Sim<'_> {
                 _ => 3,
             },
         };
-        let empty = (work == 0) as u64;
+        let empty = (work == 0) as u64 + passes - 1;
         self.count(now, |k| {
             let cc = &mut k.cpus[c];
-            cc.polls += 1;
+            cc.polls += passes;
             cc.poll_packets += work as u64;
             cc.full_polls += full;
-            cc.ctx_polls[ctx] += 1;
+            cc.ctx_polls[ctx] += passes;
             cc.ctx_packets[ctx] += work as u64;
             cc.ctx_empty[ctx] += empty;
             cc.ctx_full[ctx] += full;
@@ -219,6 +231,7 @@ impl Sim<'_> {
         if self.win.index(now).is_some() {
             let i = (work as usize).min(self.poll_hist.len() - 1);
             self.poll_hist[i] += 1;
+            self.poll_hist[0] += passes - 1;
         }
     }
 }

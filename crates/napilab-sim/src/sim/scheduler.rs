@@ -270,10 +270,16 @@ impl Sim<'_> {
                 napi,
                 work,
                 repoll,
+                passes,
             } => {
-                self.record_poll(now, c, work, repoll);
-                self.count(now, |k| k.cpus[c].thread_polls += 1);
-                if !repoll {
+                self.record_polls(now, c, work, repoll, passes);
+                self.count(now, |k| k.cpus[c].thread_polls += passes);
+                if !repoll && self.napis[napi].threaded_busy_poll {
+                    // IN_BUSY_POLL: napi_complete_done returns false before it looks
+                    // at MISSED or clears SCHED, so the driver does not unmask the
+                    // IRQ and the kthread, still the owner, polls again.
+                    self.napis[napi].missed = false;
+                } else if !repoll {
                     self.napi_complete(napi, work, now);
                     self.threads[thread].runnable = self.napis[napi].scheduled;
                 }
@@ -402,6 +408,9 @@ impl Sim<'_> {
                     self.threads[t].runnable = false;
                     return false;
                 }
+                if self.napis[n].threaded_busy_poll {
+                    return self.busy_kthread_pass(c, t, n);
+                }
                 let (start, pen) = self.begin(c, false);
                 let (end, work, repoll) = self.poll(c, n, start + pen, self.weight);
                 self.commit(
@@ -414,6 +423,7 @@ impl Sim<'_> {
                         napi: n,
                         work,
                         repoll,
+                        passes: 1,
                     },
                 );
                 true

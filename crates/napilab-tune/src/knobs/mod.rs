@@ -9,6 +9,7 @@ mod sysctl;
 mod sysfs;
 mod thread;
 
+pub use napi::{busy_poll_support, BUSY_POLL_SINCE, THREADED_BUSY_POLL};
 pub use thread::parse_sched;
 
 use std::path::{Path, PathBuf};

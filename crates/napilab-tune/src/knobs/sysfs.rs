@@ -34,8 +34,10 @@ impl Knob for DeviceAttr {
 
     fn validate(&self, _ctx: &mut Ctx, key: &Key, value: &Value) -> KnobResult<()> {
         let max = match key.attr.as_str() {
-            // 0 softirq, 1 threaded, 2 threaded busy-poll (6.17+).
-            "threaded" => 2,
+            // 0 softirq, 1 threaded. Threaded busy polling (6.19) has no device-wide
+            // form: `modify_napi_threaded` refuses anything but 0 and 1, so busy-poll
+            // goes per instance through netdev napi-set (`napi.threaded` 2).
+            "threaded" => 1,
             // Kernel: napi_defer_hard_irqs is capped at S32_MAX.
             "napi_defer_hard_irqs" => i32::MAX as u64,
             // An unsigned long of nanoseconds; napilab keeps to 32 bits so the
