@@ -344,6 +344,20 @@ impl HostIdentity {
     }
 }
 
+/// `(major, minor)` of a kernel release such as `6.18.0-1-amd64` or `6.19`: what a
+/// feature's "Linux X.Y or later" is compared with. None when it does not start so.
+pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut it = release.trim().split('.');
+    let major = it.next()?.parse().ok()?;
+    let minor = it
+        .next()?
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()?;
+    Some((major, minor))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

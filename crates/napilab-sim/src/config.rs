@@ -1013,16 +1013,9 @@ impl SimConfig {
 /// The first kernel with threaded busy polling (`NETDEV_NAPI_THREADED_BUSY_POLL`).
 pub const THREADED_BUSY_POLL_KERNEL: (u32, u32) = (6, 19);
 
+/// `(major, minor)` of `host.kernel` (napilab_core's one parser of kernel releases).
 pub fn parse_kernel(s: &str) -> Option<(u32, u32)> {
-    let mut it = s.trim().split('.');
-    let major = it.next()?.parse().ok()?;
-    let minor = it
-        .next()?
-        .split(|c: char| !c.is_ascii_digit())
-        .next()?
-        .parse()
-        .ok()?;
-    Some((major, minor))
+    napilab_core::host_identity::kernel_version(s)
 }
 
 #[cfg(test)]

@@ -33,9 +33,8 @@ use napilab_core::scenario::{
 };
 
 use crate::config::{
-    ClassConfig, EgressConfig, HostConfig, IngressConfig, MeasurementConfig, NapiContext,
-    NetSettings, Pattern, QdiscKind as TwinQdisc, RxQueueConfig, ThreadPolicy, TickMode,
-    TrafficConfig,
+    ClassConfig, EgressConfig, IngressConfig, MeasurementConfig, NapiContext, Pattern,
+    QdiscKind as TwinQdisc, RxQueueConfig, ThreadPolicy, TrafficConfig,
 };
 use crate::twin_plan::{notice, BUSY_POLL_KERNEL};
 // One configuration's sweep and search run through the experiment layer's loop.
@@ -215,19 +214,8 @@ fn map_configuration(
     let traffic = veth_traffic(s, rate, &mut notices);
     let config = SimConfig {
         name: format!("{} {}", s.name, name),
-        host: HostConfig {
-            cpus,
-            hz: LAB_HZ,
-            kernel: kernel.into(),
-            tick: TickMode::NohzIdle,
-        },
-        settings: NetSettings {
-            netdev_budget: r.netdev_budget.unwrap_or(300),
-            netdev_budget_usecs: r.netdev_budget_usecs,
-            weight: VETH_WEIGHT,
-            max_backlog: MAX_BACKLOG,
-            max_softirq_restart: crate::softirq::MAX_SOFTIRQ_RESTART,
-        },
+        host: crate::twin_plan::lab_host(cpus, kernel),
+        settings: crate::twin_plan::lab_net_settings(r),
         ingress: IngressConfig {
             name: "dut-in".into(),
             rx_ring_size: if r.gro { VETH_RING } else { MAX_BACKLOG },

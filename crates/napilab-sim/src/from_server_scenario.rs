@@ -33,14 +33,14 @@ use napilab_experiment::request_search::RequestTestbed;
 use napilab_experiment::requests::{self, Capacity, RequestBench};
 
 use crate::config::{
-    AppConfig, BusyPoll, ClassConfig, EgressConfig, HostConfig, IngressConfig, MeasurementConfig,
-    NapiContext, NetSettings, Pattern, RxQueueConfig, ThreadPolicy, TickMode, TrafficConfig,
+    AppConfig, BusyPoll, ClassConfig, EgressConfig, IngressConfig, MeasurementConfig, NapiContext,
+    Pattern, RxQueueConfig, ThreadPolicy, TrafficConfig,
 };
 use crate::profile::{ParamSource, SourceKind};
 pub use crate::server_plan::{ServerConfiguration, ServerCosts, ServerPlan};
 use crate::twin_plan::{
-    EnginesOnPoller, TwinConfiguration, TwinPlan, LAB_HZ, LAB_KERNEL, MAX_BACKLOG, VETH_LINK_MBPS,
-    VETH_RING, VETH_WEIGHT,
+    EnginesOnPoller, TwinConfiguration, TwinPlan, LAB_KERNEL, MAX_BACKLOG, VETH_LINK_MBPS,
+    VETH_RING,
 };
 use crate::{ConfigError, Profile, SimConfig, SimResult};
 
@@ -364,19 +364,8 @@ fn map_configuration(
         .collect();
     let config = SimConfig {
         name: format!("{} {}", s.name, name),
-        host: HostConfig {
-            cpus,
-            hz: LAB_HZ,
-            kernel: kernel.into(),
-            tick: TickMode::NohzIdle,
-        },
-        settings: NetSettings {
-            netdev_budget: r.netdev_budget.unwrap_or(300),
-            netdev_budget_usecs: r.netdev_budget_usecs,
-            weight: VETH_WEIGHT,
-            max_backlog: MAX_BACKLOG,
-            max_softirq_restart: crate::softirq::MAX_SOFTIRQ_RESTART,
-        },
+        host: crate::twin_plan::lab_host(cpus, kernel),
+        settings: crate::twin_plan::lab_net_settings(r),
         ingress: IngressConfig {
             name: "dut-veth".into(),
             rx_ring_size: VETH_RING,

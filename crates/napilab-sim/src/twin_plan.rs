@@ -92,6 +92,31 @@ pub struct TwinPlan {
     pub requests: Option<crate::server_plan::ServerPlan>,
 }
 
+/// The veth lab's DUT host as the twin runs it: `cpus` CPUs at [`LAB_HZ`], NOHZ idle,
+/// `kernel` (which sets the mechanisms it has).
+pub(crate) fn lab_host(cpus: u32, kernel: &str) -> crate::config::HostConfig {
+    crate::config::HostConfig {
+        cpus,
+        hz: LAB_HZ,
+        kernel: kernel.into(),
+        tick: crate::config::TickMode::NohzIdle,
+    }
+}
+
+/// The veth lab DUT's softirq settings: the scenario's netdev budgets, veth's weight
+/// and the kernel's backlog and restart defaults.
+pub(crate) fn lab_net_settings(
+    r: &napilab_core::scenario::DutSettings,
+) -> crate::config::NetSettings {
+    crate::config::NetSettings {
+        netdev_budget: r.netdev_budget.unwrap_or(300),
+        netdev_budget_usecs: r.netdev_budget_usecs,
+        weight: VETH_WEIGHT,
+        max_backlog: MAX_BACKLOG,
+        max_softirq_restart: crate::softirq::MAX_SOFTIRQ_RESTART,
+    }
+}
+
 pub(crate) fn notice(what: impl Into<String>, why: impl Into<String>) -> Notice {
     Notice {
         what: what.into(),

@@ -37,7 +37,7 @@ pub fn busy_poll_support(release: Option<&str>, reported: Option<u32>) -> Result
             "netdev napi-set attribute `threaded` = busy-poll (value {THREADED_BUSY_POLL}) needs Linux {major}.{minor} or later, and /proc/sys/kernel/osrelease could not be read to tell this kernel's version"
         ));
     };
-    let version = parse_release(release);
+    let version = napilab_core::host_identity::kernel_version(release);
     if version.is_some_and(|v| v >= BUSY_POLL_SINCE) {
         return Ok(());
     }
@@ -48,19 +48,6 @@ pub fn busy_poll_support(release: Option<&str>, reported: Option<u32>) -> Result
     Err(format!(
         "netdev napi-set attribute `threaded` = busy-poll (value {THREADED_BUSY_POLL}, NETDEV_NAPI_THREADED_BUSY_POLL) needs Linux {major}.{minor} or later; this kernel is {release}, {why}. Run it on a {major}.{minor}+ kernel, or choose profile `threaded` (NAPI kthreads that sleep between polls) or `busy-wait` (the application busy-polls from epoll)"
     ))
-}
-
-/// `major.minor` of a kernel release such as `6.18.0-1-amd64`.
-fn parse_release(release: &str) -> Option<(u32, u32)> {
-    let mut it = release.trim().split('.');
-    let major = it.next()?.parse().ok()?;
-    let minor = it
-        .next()?
-        .split(|c: char| !c.is_ascii_digit())
-        .next()?
-        .parse()
-        .ok()?;
-    Some((major, minor))
 }
 
 pub struct NapiAttr;
