@@ -192,8 +192,7 @@ pub fn run_server(a: ServerArgs) -> Result<()> {
 }
 
 fn print_server(s: &ServerStats, json: bool) -> Result<()> {
-    if json {
-        println!("{}", serde_json::to_string_pretty(s)?);
+    if crate::render::printed_as_json(s, json)? {
         return Ok(());
     }
     println!(
@@ -275,8 +274,7 @@ pub fn run_load(a: LoadArgs) -> Result<()> {
 }
 
 fn print_load(r: &LoadResult, json: bool) -> Result<()> {
-    if json {
-        println!("{}", serde_json::to_string_pretty(r)?);
+    if crate::render::printed_as_json(r, json)? {
         return Ok(());
     }
     let kind = match r.kind {

@@ -11,6 +11,15 @@ use napilab_core::{
     Observation, Poller, Settings, Severity, Source, TopologyMap,
 };
 
+/// Prints `value` as pretty JSON when `json` is set and says whether it did: a
+/// command's printer returns early then and prints its text otherwise.
+pub fn printed_as_json<T: serde::Serialize>(value: &T, json: bool) -> anyhow::Result<bool> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(value)?);
+    }
+    Ok(json)
+}
+
 /// A table in the CLI's one style (UTF-8 borders only) with `header`.
 pub fn table(header: impl Into<comfy_table::Row>) -> Table {
     let mut t = Table::new();

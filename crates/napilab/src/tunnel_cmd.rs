@@ -225,8 +225,7 @@ pub fn run_endpoint(a: EndpointArgs) -> Result<()> {
 }
 
 fn print_endpoint(s: &EndpointStats, json: bool) -> Result<()> {
-    if json {
-        println!("{}", serde_json::to_string_pretty(s)?);
+    if crate::render::printed_as_json(s, json)? {
         return Ok(());
     }
     println!(
@@ -296,8 +295,7 @@ pub fn run_peers(a: PeersArgs) -> Result<()> {
 }
 
 fn print_peers(r: &PeersStats, json: bool) -> Result<()> {
-    if json {
-        println!("{}", serde_json::to_string_pretty(r)?);
+    if crate::render::printed_as_json(r, json)? {
         return Ok(());
     }
     println!(
