@@ -33,8 +33,8 @@ use napilab_core::scenario::{
 };
 
 use crate::config::{
-    ClassConfig, EgressConfig, IngressConfig, MeasurementConfig, NapiContext, Pattern,
-    QdiscKind as TwinQdisc, RxQueueConfig, ThreadPolicy, TrafficConfig,
+    ClassConfig, EgressConfig, MeasurementConfig, NapiContext, Pattern, QdiscKind as TwinQdisc,
+    RxQueueConfig, ThreadPolicy, TrafficConfig,
 };
 use crate::twin_plan::{notice, BUSY_POLL_KERNEL};
 // One configuration's sweep and search run through the experiment layer's loop.
@@ -216,15 +216,11 @@ fn map_configuration(
         name: format!("{} {}", s.name, name),
         host: crate::twin_plan::lab_host(cpus, kernel),
         settings: crate::twin_plan::lab_net_settings(r),
-        ingress: IngressConfig {
-            name: "dut-in".into(),
-            rx_ring_size: if r.gro { VETH_RING } else { MAX_BACKLOG },
-            rx_usecs: 0,
-            rx_frames: 0,
-            moderation: crate::config::Moderation::Timer,
-            adaptive_rx: false,
+        ingress: crate::twin_plan::veth_ingress(
+            "dut-in",
+            if r.gro { VETH_RING } else { MAX_BACKLOG },
             queues,
-        },
+        ),
         egress,
         traffic,
         measurement: MeasurementConfig {

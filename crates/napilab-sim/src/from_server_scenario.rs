@@ -33,8 +33,8 @@ use napilab_experiment::request_search::RequestTestbed;
 use napilab_experiment::requests::{self, Capacity, RequestBench};
 
 use crate::config::{
-    AppConfig, BusyPoll, ClassConfig, EgressConfig, IngressConfig, MeasurementConfig, NapiContext,
-    Pattern, RxQueueConfig, ThreadPolicy, TrafficConfig,
+    AppConfig, BusyPoll, ClassConfig, EgressConfig, MeasurementConfig, NapiContext, Pattern,
+    RxQueueConfig, ThreadPolicy, TrafficConfig,
 };
 use crate::profile::{ParamSource, SourceKind};
 pub use crate::server_plan::{ServerConfiguration, ServerCosts, ServerPlan};
@@ -366,15 +366,7 @@ fn map_configuration(
         name: format!("{} {}", s.name, name),
         host: crate::twin_plan::lab_host(cpus, kernel),
         settings: crate::twin_plan::lab_net_settings(r),
-        ingress: IngressConfig {
-            name: "dut-veth".into(),
-            rx_ring_size: VETH_RING,
-            rx_usecs: 0,
-            rx_frames: 0,
-            moderation: crate::config::Moderation::Timer,
-            adaptive_rx: false,
-            queues,
-        },
+        ingress: crate::twin_plan::veth_ingress("dut-veth", VETH_RING, queues),
         egress: EgressConfig {
             name: "dut-veth-out".into(),
             qdisc_limit: MAX_BACKLOG,

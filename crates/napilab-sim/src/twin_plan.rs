@@ -117,6 +117,24 @@ pub(crate) fn lab_net_settings(
     }
 }
 
+/// A veth device's receive side as the twin runs it: `ring` entries per queue and no
+/// interrupt moderation (veth has no interrupt at all).
+pub(crate) fn veth_ingress(
+    name: &str,
+    ring: u32,
+    queues: Vec<crate::config::RxQueueConfig>,
+) -> crate::config::IngressConfig {
+    crate::config::IngressConfig {
+        name: name.into(),
+        rx_ring_size: ring,
+        rx_usecs: 0,
+        rx_frames: 0,
+        moderation: crate::config::Moderation::Timer,
+        adaptive_rx: false,
+        queues,
+    }
+}
+
 pub(crate) fn notice(what: impl Into<String>, why: impl Into<String>) -> Notice {
     Notice {
         what: what.into(),
