@@ -270,6 +270,12 @@ pub struct IngressConfig {
     pub queues: Vec<RxQueueConfig>,
 }
 
+/// `IXGBE_MAX_EITR`: the EITR interval field (bits 3..11, in 2-us units), so the
+/// driver's ITR value is microseconds times 4 (drivers/net/ethernet/intel/ixgbe/ixgbe.h,
+/// Linux 3.16). Here, not in `crate::nic`, so that validating a configuration does not
+/// import the NIC model.
+pub const IXGBE_MAX_EITR: u32 = 0x0FF8;
+
 /// How a NIC holds back its RX interrupt (docs/sim.md, "Interrupt moderation").
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
@@ -752,7 +758,7 @@ impl SimConfig {
                 "ingress.rx_frames",
                 "ixgbe's interrupt throttling has no frame count: set it to 0",
             ),
-            Moderation::IxgbeItr if i.rx_usecs > crate::nic::IXGBE_MAX_EITR >> 2 => err(
+            Moderation::IxgbeItr if i.rx_usecs > IXGBE_MAX_EITR >> 2 => err(
                 "ingress.rx_usecs",
                 "above ixgbe's largest ITR interval (1022 us, IXGBE_MAX_EITR >> 2); \
                  ixgbe_set_coalesce refuses it",
@@ -765,7 +771,7 @@ impl SimConfig {
                 "egress.tx_frames",
                 "ixgbe's interrupt throttling has no frame count: set it to 0",
             ),
-            Moderation::IxgbeItr if e.tx_usecs > crate::nic::IXGBE_MAX_EITR >> 2 => err(
+            Moderation::IxgbeItr if e.tx_usecs > IXGBE_MAX_EITR >> 2 => err(
                 "egress.tx_usecs",
                 "above ixgbe's largest ITR interval (1022 us, IXGBE_MAX_EITR >> 2)",
             ),

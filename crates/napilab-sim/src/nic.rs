@@ -588,10 +588,8 @@ impl IrqLine {
     }
 }
 
-/// `IXGBE_MAX_EITR`: the EITR interval field (bits 3..11, in 2-us units), so the
-/// driver's ITR value is microseconds times 4 (drivers/net/ethernet/intel/ixgbe/ixgbe.h,
-/// Linux 3.16).
-pub const IXGBE_MAX_EITR: u32 = 0x0FF8;
+/// Where the configuration's validation can use it without importing this module.
+pub use crate::config::IXGBE_MAX_EITR;
 /// The driver's ITR values for its three latency ranges (ixgbe.h, Linux 3.16):
 /// `IXGBE_100K_ITR` 40 (10 us), `IXGBE_20K_ITR` 200 (50 us), `IXGBE_8K_ITR` 500
 /// (125 us). Bulk became 12K (336) only in Linux 4.3 (commit 8ac34f10a5ea, "ixgbe:
