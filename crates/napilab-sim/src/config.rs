@@ -1028,21 +1028,13 @@ pub fn parse_kernel(s: &str) -> Option<(u32, u32)> {
 mod tests {
     use super::*;
 
-    const MIN: &str = r#"
-        [host]
-        cpus = 1
-        [ingress]
-        queues = [{ cpu = 0 }]
-        [traffic]
-        rate_pps = 1000
-        classes = [{ name = "be", share = 1.0 }]
-        [measurement]
-        duration_ms = 10
-    "#;
+    fn min() -> String {
+        napilab_testkit::minimal_twin_config("", "")
+    }
 
     #[test]
     fn minimal_config_parses_with_defaults() {
-        let c = SimConfig::from_toml_str(MIN, "min.toml").expect("parses");
+        let c = SimConfig::from_toml_str(&min(), "min.toml").expect("parses");
         assert_eq!(c.settings.netdev_budget, 300);
         assert_eq!(c.host.hz, 250);
         assert_eq!(c.egress.qdisc, QdiscKind::Fifo);
@@ -1051,11 +1043,11 @@ mod tests {
 
     #[test]
     fn errors_name_file_and_field() {
-        let bad = MIN.replace("cpu = 0", "cpu = 3");
+        let bad = min().replace("cpu = 0", "cpu = 3");
         let e = SimConfig::from_toml_str(&bad, "x.toml").expect_err("must be rejected");
         assert_eq!(e.file, "x.toml");
         assert_eq!(e.field, "ingress.queues[0].cpu");
-        let unknown = MIN.replace("cpus = 1", "cpus = 1\nfoo = 2");
+        let unknown = min().replace("cpus = 1", "cpus = 1\nfoo = 2");
         let e = SimConfig::from_toml_str(&unknown, "y.toml").expect_err("must be rejected");
         assert!(
             e.to_string().contains("y.toml") && e.to_string().contains("foo"),
@@ -1066,7 +1058,7 @@ mod tests {
     #[test]
     fn kernel_rule() {
         assert_eq!(parse_kernel("5.15.0-91-generic"), Some((5, 15)));
-        let mut c = SimConfig::from_toml_str(MIN, "m").expect("parses");
+        let mut c = SimConfig::from_toml_str(&min(), "m").expect("parses");
         c.host.kernel = "5.15".into();
         assert!(c.skip_inline_while_ksoftirqd());
         c.host.kernel = "4.4".into();

@@ -142,18 +142,10 @@ fn validation_names_the_kernel_and_the_field() {
     c.ingress.queues[0].gro_flush_timeout_ns = 20_000;
     let e = c.validate("t.toml").expect_err("deferral is meaningless");
     assert_eq!(e.field, "ingress.queues[0].defer_hard_irqs");
-    let text = r#"
-        [host]
-        cpus = 1
-        kernel = "6.19"
-        [ingress]
-        queues = [{ cpu = 0, napi = "threaded_busy_poll" }]
-        [traffic]
-        rate_pps = 1000
-        classes = [{ name = "be", share = 1.0 }]
-        [measurement]
-        duration_ms = 10
-    "#;
-    let c = SimConfig::from_toml_str(text, "v.toml").expect("the configuration vocabulary");
+    let text = napilab_testkit::minimal_twin_config(
+        "kernel = \"6.19\"",
+        ", napi = \"threaded_busy_poll\"",
+    );
+    let c = SimConfig::from_toml_str(&text, "v.toml").expect("the configuration vocabulary");
     assert_eq!(c.ingress.queues[0].napi, NapiContext::ThreadedBusyPoll);
 }

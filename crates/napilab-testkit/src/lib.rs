@@ -42,6 +42,15 @@ pub fn router_scenario(name: &str, traffic: &str, measurement: &str, rest: &str)
     )
 }
 
+/// The smallest twin configuration (the old `SimConfig` format): one CPU, one queue on
+/// CPU 0 whose inline table gets `queue` after `cpu = 0`, 1,000 pps of one class for
+/// 10 ms; `host` is added to the `[host]` table.
+pub fn minimal_twin_config(host: &str, queue: &str) -> String {
+    format!(
+        "[host]\ncpus = 1\n{host}\n[ingress]\nqueues = [{{ cpu = 0{queue} }}]\n[traffic]\nrate_pps = 1000\nclasses = [{{ name = \"be\", share = 1.0 }}]\n[measurement]\nduration_ms = 10\n"
+    )
+}
+
 /// A server scenario's text: the client on CPU 0 and the server on CPU 1; `requests`
 /// and `measurement` are added to their tables (an empty `measurement` leaves the
 /// table out) and `rest` (configurations) follows.

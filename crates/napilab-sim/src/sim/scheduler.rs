@@ -408,11 +408,13 @@ impl Sim<'_> {
                     self.threads[t].runnable = false;
                     return false;
                 }
-                if self.napis[n].threaded_busy_poll {
-                    return self.busy_kthread_pass(c, t, n);
-                }
                 let (start, pen) = self.begin(c, false);
                 let (end, work, repoll) = self.poll(c, n, start + pen, self.weight);
+                let (end, passes) = if self.napis[n].threaded_busy_poll {
+                    self.busy_pass_end(c, t, n, start + pen, end, work == 0 && !repoll)
+                } else {
+                    (end, 1)
+                };
                 self.commit(
                     c,
                     start,
@@ -423,7 +425,7 @@ impl Sim<'_> {
                         napi: n,
                         work,
                         repoll,
-                        passes: 1,
+                        passes,
                     },
                 );
                 true

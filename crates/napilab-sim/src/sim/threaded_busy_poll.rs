@@ -18,35 +18,26 @@ pub(crate) const BUSY_LOOP_CYCLES: f64 = 250.0;
 const MAX_IDLE_PASSES: u64 = 1024;
 
 impl Sim<'_> {
-    /// One step of a busy-polling kthread: one pass of its loop, or, when the pass
-    /// found nothing, that pass and the further empty passes that nothing can
-    /// interrupt, as one batch.
-    pub(super) fn busy_kthread_pass(&mut self, c: usize, t: usize, n: usize) -> bool {
-        let (start, pen) = self.begin(c, false);
-        let (end, work, repoll) = self.poll(c, n, start + pen, self.weight);
-        let end = end + self.costs.busy_loop;
-        let mut passes = 1;
-        let mut stop = end;
-        if work == 0 && !repoll && self.coalesce_idle_passes {
-            let pass = (end - start - pen).max(1);
-            let extra = self.idle_passes(c, t, n, end, pass);
-            passes += extra;
-            stop = end + extra * pass;
+    /// The end of a busy-polling kthread's pass whose driver poll ran from `polled_from`
+    /// to `poll_end`, and how many passes it stands for: its loop's own cycles added,
+    /// and, when the pass found nothing, the further empty passes that nothing can
+    /// interrupt simulated with it as one batch.
+    pub(super) fn busy_pass_end(
+        &mut self,
+        c: usize,
+        t: usize,
+        n: usize,
+        polled_from: Nanos,
+        poll_end: Nanos,
+        found_nothing: bool,
+    ) -> (Nanos, u64) {
+        let end = poll_end + self.costs.busy_loop;
+        if !(found_nothing && self.coalesce_idle_passes) {
+            return (end, 1);
         }
-        self.commit(
-            c,
-            start,
-            stop,
-            Ctx::NapiThread,
-            Finish::ThreadPoll {
-                thread: t,
-                napi: n,
-                work,
-                repoll,
-                passes,
-            },
-        );
-        true
+        let pass = (end - polled_from).max(1);
+        let extra = self.idle_passes(c, t, n, end, pass);
+        (end + extra * pass, 1 + extra)
     }
 
     /// How many further empty passes of `pass` ns, the first starting at `from`, run
