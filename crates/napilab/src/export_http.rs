@@ -132,78 +132,67 @@ where
         .enable_time()
         .build()
         .context("cannot start the HTTP server's runtime")?;
-    runtime.block_on(accept_loop(listener, limits, counters, stop, answer))
-}
-
-async fn accept_loop<F>(
-    listener: std::net::TcpListener,
-    limits: HttpLimits,
-    counters: Arc<HttpCounters>,
-    stop: Arc<Notify>,
-    answer: F,
-) -> Result<()>
-where
-    F: Fn(&Asked) -> Answer + Clone + Send + Sync + 'static,
-{
-    let listener = tokio::net::TcpListener::from_std(listener)
-        .context("cannot register the listening socket with the HTTP server's runtime")?;
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
-        .max_header_size(MAX_HEADER_BYTES)
-        // The read buffer never grows past a head's limit (the default is ~400 KB).
-        .max_buf_size(MAX_HEADER_BYTES);
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let mut refusals = RefusalLog::default();
-    loop {
-        let stream = tokio::select! {
-            accepted = listener.accept() => accepted,
-            () = stop.notified() => break,
-        };
-        let stream = match stream {
-            Ok((stream, _peer)) => stream,
-            Err(e) => {
-                // Out of descriptors or a connection reset before accept: nothing to
-                // answer; a short pause keeps a persistent error from spinning.
-                eprintln!("napilab export: accepting a connection failed: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            counters.refused_over_limit.fetch_add(1, Ordering::Relaxed);
-            drop(stream);
-            refusals.refused(limits.max_connections);
-            continue;
-        };
-        counters.accepted.fetch_add(1, Ordering::Relaxed);
-        let open = Open::new(counters.clone());
-        let answer = answer.clone();
-        let service = hyper::service::service_fn(move |request: Request<_>| {
-            let response = answer(&asked(&request));
-            async move { Ok::<_, Infallible>(response) }
-        });
-        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
-        let counters = counters.clone();
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                if e.is_timeout() {
-                    counters.header_timeouts.fetch_add(1, Ordering::Relaxed);
-                } else if e.is_parse_too_large() {
-                    counters.header_too_large.fetch_add(1, Ordering::Relaxed);
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::from_std(listener)
+            .context("cannot register the listening socket with the HTTP server's runtime")?;
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(TokioTimer::new())
+            .header_read_timeout(limits.header_timeout)
+            .max_header_size(MAX_HEADER_BYTES)
+            // The read buffer never grows past a head's limit (the default is ~400 KB).
+            .max_buf_size(MAX_HEADER_BYTES);
+        let slots = Arc::new(Semaphore::new(limits.max_connections));
+        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        let mut refusals = RefusalLog::default();
+        loop {
+            let stream = tokio::select! {
+                accepted = listener.accept() => accepted,
+                () = stop.notified() => break,
+            };
+            let stream = match stream {
+                Ok((stream, _peer)) => stream,
+                Err(e) => {
+                    // Out of descriptors or a connection reset before accept: nothing to
+                    // answer; a short pause keeps a persistent error from spinning.
+                    eprintln!("napilab export: accepting a connection failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
                 }
-                // Other errors are the client's (reset, malformed request: hyper
-                // answered 400): nothing for the exporter to do.
-            }
-            drop((slot, open));
-        });
-    }
-    // Stop accepting, let answers being written finish, then drop what is left (slow
-    // clients that never sent a head among them).
-    drop(listener);
-    let _ = tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await;
-    Ok(())
+            };
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                counters.refused_over_limit.fetch_add(1, Ordering::Relaxed);
+                drop(stream);
+                refusals.refused(limits.max_connections);
+                continue;
+            };
+            counters.accepted.fetch_add(1, Ordering::Relaxed);
+            let open = Open::new(counters.clone());
+            let answer = answer.clone();
+            let service = hyper::service::service_fn(move |request: Request<_>| {
+                let response = answer(&asked(&request));
+                async move { Ok::<_, Infallible>(response) }
+            });
+            let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+            let counters = counters.clone();
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    if e.is_timeout() {
+                        counters.header_timeouts.fetch_add(1, Ordering::Relaxed);
+                    } else if e.is_parse_too_large() {
+                        counters.header_too_large.fetch_add(1, Ordering::Relaxed);
+                    }
+                    // Other errors are the client's (reset, malformed request: hyper
+                    // answered 400): nothing for the exporter to do.
+                }
+                drop((slot, open));
+            });
+        }
+        // Stop accepting, let answers being written finish, then drop what is left (slow
+        // clients that never sent a head among them).
+        drop(listener);
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await;
+        anyhow::Ok(())
+    })
 }
 
 fn asked<B>(request: &Request<B>) -> Asked<'_> {
