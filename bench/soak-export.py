@@ -23,9 +23,14 @@ Every second it writes one row per exporter to DIR/soak.csv: elapsed seconds, th
 exporter, its RSS, its CPU seconds per second, scrapes that succeeded and failed in that
 second, series in the latest answer, devices alive. At the end (or on Ctrl-C) it plots
 RSS and CPU over time (DIR/rss.svg, DIR/cpu.svg, by the soak_plot example, plotters) and
-prints a verdict per exporter from a least-squares line over the second half of the run:
-"RSS flat after warm-up" when the fitted growth, extrapolated to 24 hours, is under 5% of
-the second half's mean RSS; and the scrape errors, which must be zero.
+prints a verdict per exporter over the second half of the run: "RSS flat after warm-up"
+when its growth, extrapolated to 24 hours, is under 5% of that half's mean RSS, and the
+scrape errors, which must be zero. The growth is the Theil-Sen slope (the median of the
+slopes between every two of the half's per-minute median RSS values), not a least-squares
+line: RSS moves in allocator steps, and one step late in a 2-hour run decided the
+least-squares verdict of the 2026-11-27 soak; a steady leak moves every pair and the
+median with it. Only growth counts: RSS given back is not a leak. The least-squares line
+is printed beside it. (Criterion fixed on 2026-11-27 before the next soak was run.)
 
 --report CSV re-plots and re-judges an existing (possibly still growing) CSV.
 """
@@ -357,6 +362,28 @@ def fit_slope(xs, ys):
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx, my
 
 
+def per_minute_medians(xs, ys):
+    minutes = {}
+    for x, y in zip(xs, ys):
+        minutes.setdefault(int(x // 60), []).append(y)
+    return [(60 * m + 30, sorted(v)[len(v) // 2]) for m, v in sorted(minutes.items())]
+
+
+def theil_sen_slope(points):
+    """The median of the slopes between every two points (robust to steps that move
+    fewer than about 29% of the pairs)."""
+    slopes = sorted(
+        (y2 - y1) / (x2 - x1)
+        for i, (x1, y1) in enumerate(points)
+        for x2, y2 in points[i + 1 :]
+        if x2 != x1
+    )
+    if not slopes:
+        return 0.0
+    mid = len(slopes) // 2
+    return slopes[mid] if len(slopes) % 2 else (slopes[mid - 1] + slopes[mid]) / 2
+
+
 def report(csv_path, out, plot_bin):
     rows = {}
     with open(csv_path) as f:
@@ -378,9 +405,10 @@ def report(csv_path, out, plot_bin):
             return fit_slope([x for x, _ in half], [y for _, y in half])
 
         slope, mean = second_half(rss)
-        per_day = slope * 86400
+        robust = theil_sen_slope(per_minute_medians(*zip(*[(x, y) for x, y in zip(t, rss) if x >= t[-1] / 2])))
+        per_day = robust * 86400
         anon_slope, anon_mean = second_half(anon)
-        flat = abs(per_day) < FLAT_FRACTION_PER_DAY * mean
+        flat = per_day < FLAT_FRACTION_PER_DAY * mean
         errors = sum(int(r["scrape_errors"]) for r in rs)
         scrapes = sum(int(r["scrapes_ok"]) for r in rs)
         cpu = [float(r["cpu_s_per_s"]) for r in rs[1:]]
@@ -389,8 +417,9 @@ def report(csv_path, out, plot_bin):
         lines.append(
             f"{name}: {t[-1] / 3600:.2f} h; RSS {rss[0] / 2**20:.2f} MB at start, "
             f"{warm / 2**20:.2f} MB after warm-up (10% of the run), {rss[-1] / 2**20:.2f} MB last, "
-            f"max {max(rss) / 2**20:.2f} MB; second-half fit {slope * 3600 / 1024:+.1f} KB/h "
-            f"({per_day / mean:+.2%} of {mean / 2**20:.2f} MB per day; anonymous part "
+            f"max {max(rss) / 2**20:.2f} MB; second-half growth (Theil-Sen over per-minute medians) "
+            f"{robust * 3600 / 1024:+.1f} KB/h ({per_day / mean:+.2%} of {mean / 2**20:.2f} MB per day; "
+            f"least-squares {slope * 3600 / 1024:+.1f} KB/h; anonymous part "
             f"{anon[min(len(anon) - 1, int(len(anon) * 0.1))] / 2**20:.2f} -> {anon[-1] / 2**20:.2f} MB, "
             f"fit {anon_slope * 3600 / 1024:+.1f} KB/h): "
             + ("RSS flat after warm-up" if flat else "RSS NOT flat after warm-up")
