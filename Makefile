@@ -127,7 +127,8 @@ bench-sim: deps
 	NAPILAB_PYTHON=target/simpy-venv/bin/python $(CARGO) run --release -p napilab-sim --example sim-bench
 
 # Cost of the always-on tracing tier and of 1 kHz stage sampling on a veth router,
-# alternating A/B rounds in one run (root).
+# alternating A/B rounds in one run (root); rounds are added until the control arm's 95%
+# interval is within +-0.3 points (docs/trace.md, "Overhead").
 bench-trace: deps
 	@bash bench/host-line.sh
 	$(CARGO) run --release -p napilab-trace --example overhead -- 48 0.5

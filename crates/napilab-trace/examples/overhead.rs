@@ -24,14 +24,20 @@
 //! run exactly, as the tier does); R the tier without `softirq_raise`; B the always-on
 //! tier as shipped (`softirq_raise` attached in 100 ms windows of every second); E the
 //! tier with `softirq_raise` attached all the time (as before the tracing windows); C 1 kHz stage
-//! sampling alone. A round counts only if the DUT was at least 95% busy in every window
+//! sampling alone; W an empty program on a tracepoint that does not fire (`mark_victim`,
+//! an OOM kill) attached and detached in the tier's raise windows: what the windows cost
+//! by attaching and detaching alone (each one patches the kernel's text, which on a VM
+//! means IPIs and exits on every CPU). A round counts only if the DUT was at least 95% busy in every window
 //! (at its maximum). Each window reports the DUT's CPU per forwarded packet; a is compared
 //! with A, every other arm with the round's two untraced windows merged (median and mean
 //! of the pair ratios, pooled ns per packet). B's windows start with the raise window
 //! open (the thread opens one at once), so B sees the hook for about a fifth of its
 //! time instead of a tenth: its figure is an upper bound. The pooled
 //! figures are put side by side: the tier, its floor, the tier above its floor, the
-//! share of `softirq_raise`. Then one window with the kernel's BPF run-time statistics
+//! share of `softirq_raise`, each with a 95% interval over the rounds' pairs.
+//! ROUNDS is the least number of rounds: more are run, a full Williams square (twice
+//! the number of arms) at a time and up to four times ROUNDS, until the control's
+//! interval (a against A) is within +-0.3 points, so that a 1% cost can be told apart. Then one window with the kernel's BPF run-time statistics
 //! on (kept out of B because the statistics add two clock reads per program run): runs
 //! per forwarded packet and ns per run of each program.
 //! Needs root and two online CPUs.
@@ -228,9 +234,20 @@ enum Arm {
     TierEveryRaise,
     /// 1 kHz stage sampling (`observe --stages`) alone.
     StageSampling,
+    /// An empty program on a tracepoint that does not fire, attached and detached in
+    /// the tier's raise windows: the windows' own cost.
+    WindowsAlone,
 }
 
-const ARMS: usize = 8;
+const ARMS: usize = 9;
+
+/// The tracepoint of `Arm::WindowsAlone`: `oom:mark_victim` fires only when the OOM
+/// killer picks a victim.
+const SILENT_TRACEPOINT: &str = "mark_victim";
+
+/// The control's (a against A) 95% interval, in points of the DUT's CPU per packet,
+/// within which a 1% cost can be told apart; rounds are added until it is reached.
+const CONTROL_HALF_WIDTH_POINTS: f64 = 0.3;
 
 /// A round counts only when the DUT was at least this busy in all its windows.
 const MIN_DUT_BUSY: f64 = 0.95;
@@ -245,6 +262,7 @@ impl Arm {
         Arm::Tier,
         Arm::TierEveryRaise,
         Arm::StageSampling,
+        Arm::WindowsAlone,
     ];
 
     fn letter(self) -> char {
@@ -257,6 +275,7 @@ impl Arm {
             Arm::Tier => 'B',
             Arm::TierEveryRaise => 'E',
             Arm::StageSampling => 'C',
+            Arm::WindowsAlone => 'W',
         }
     }
 
@@ -272,6 +291,9 @@ impl Arm {
             Arm::Tier => "the always-on tier as shipped (softirq_raise in 100 ms windows of every second)",
             Arm::TierEveryRaise => "the always-on tier with softirq_raise attached all the time",
             Arm::StageSampling => "1 kHz stage sampling alone",
+            Arm::WindowsAlone => {
+                "an empty program on oom:mark_victim (never fires) attached and detached in the tier's raise windows (the windows' own cost)"
+            }
         }
     }
 }
@@ -329,13 +351,31 @@ fn summary(a: &[&Window], x: &[&Window]) -> f64 {
         rate_x / rate_a.max(1.0)
     );
     let (mean, se) = mean_se(&cost);
+    let (points, half) = cost_interval(a, x);
     println!(
-        "  forwarding rate per DUT CPU second (ns/pkt ratio): median of pair ratios {:.4}, mean {mean:.4} +- {se:.4} (standard error); pooled {cost_a:.1} against {cost_x:.1} ns/pkt: costs {:.1} ns/pkt = {:.2}%",
+        "  forwarding rate per DUT CPU second (ns/pkt ratio): median of pair ratios {:.4}, mean {mean:.4} +- {se:.4} (standard error); pooled {cost_a:.1} against {cost_x:.1} ns/pkt: costs {:.1} ns/pkt = {:.2}%; per pair {points:+.2}% [{:+.2}, {:+.2}] (95%)",
         median(&cost),
         cost_x - cost_a,
-        100.0 * (cost_x - cost_a) / cost_a.max(1e-9)
+        100.0 * (cost_x - cost_a) / cost_a.max(1e-9),
+        points - half,
+        points + half
     );
     cost_x - cost_a
+}
+
+/// X's extra DUT CPU per packet over A, per pair of the same round, in % of A's: the
+/// mean and the half-width of its 95% interval (Student's t; infinite with fewer than
+/// two pairs).
+fn cost_interval(a: &[&Window], x: &[&Window]) -> (f64, f64) {
+    let extra: Vec<f64> = a
+        .iter()
+        .zip(x)
+        .map(|(a, x)| 100.0 * (x.cost - a.cost) / a.cost.max(1e-9))
+        .collect();
+    match napilab_core::uncertainty::t_interval(&extra, 0.95) {
+        Some(i) => ((i.low + i.high) / 2.0, (i.high - i.low) / 2.0),
+        None => (f64::NAN, f64::INFINITY),
+    }
 }
 
 /// Switches the machine to `arm`'s state: attaches or detaches the tier and the floor,
@@ -374,6 +414,17 @@ fn switch_to(
                 .map_err(|e| format!("cannot attach the floor's empty programs: {e}"))?;
             *floor = Some((arm, probe));
         }
+    } else if arm == Arm::WindowsAlone {
+        // A fresh window thread per window, as B's: its first window opens at once.
+        *floor = None;
+        let plan = match shipped {
+            RaiseTiming::InWindows(w) => w,
+            RaiseTiming::Always => RaiseTiming::DEFAULT_WINDOWS,
+        };
+        let probe = FloorProbe::windowed_on(SILENT_TRACEPOINT, plan).map_err(|e| {
+            format!("cannot load an empty program on {SILENT_TRACEPOINT} for arm W: {e}")
+        })?;
+        *floor = Some((arm, probe));
     } else {
         *floor = None;
     }
@@ -386,6 +437,22 @@ fn switch_to(
     Ok(None)
 }
 
+/// At most four times the rounds asked for, rounded up to whole Williams squares.
+fn rounds_at_most(rounds: usize) -> usize {
+    (4 * rounds).div_ceil(2 * ARMS) * 2 * ARMS
+}
+
+/// The half-width, in points, of the control's (a against A) 95% interval over the
+/// rounds kept; infinite with fewer than three.
+fn control_half_width(kept: &[[Window; ARMS]]) -> f64 {
+    if kept.len() < 3 {
+        return f64::INFINITY;
+    }
+    let a: Vec<&Window> = kept.iter().map(|w| &w[0]).collect();
+    let again: Vec<&Window> = kept.iter().map(|w| &w[1]).collect();
+    cost_interval(&a, &again).1
+}
+
 fn run(rounds: usize, seconds: f64, senders: usize, nice: i32) -> Result<(), String> {
     if possible_cpus() < 2 {
         return Err("needs two CPUs: the generator on CPU 0, the DUT on CPU 1".into());
@@ -393,8 +460,9 @@ fn run(rounds: usize, seconds: f64, senders: usize, nice: i32) -> Result<(), Str
     pin(0, GEN_CPU)?;
     let router = Router::create(&NAMES, nice)?;
     println!(
-        "generator: {senders} AF_PACKET sendmmsg thread(s) on CPU {GEN_CPU}; DUT: threaded NAPI of {} on CPU {DUT_CPU}; sink: drop as PACKET_OTHERHOST; nice {nice}; {rounds} rounds of {} windows of {seconds} s",
+        "generator: {senders} AF_PACKET sendmmsg thread(s) on CPU {GEN_CPU}; DUT: threaded NAPI of {} on CPU {DUT_CPU}; sink: drop as PACKET_OTHERHOST; nice {nice}; at least {rounds} rounds (at most {}, until the control's 95% interval is within +-{CONTROL_HALF_WIDTH_POINTS} points) of {} windows of {seconds} s",
         router.ingress,
+        rounds_at_most(rounds),
         Arm::ALL.len()
     );
     for arm in Arm::ALL {
@@ -410,21 +478,42 @@ fn run(rounds: usize, seconds: f64, senders: usize, nice: i32) -> Result<(), Str
     let mut floor: Option<(Arm, FloorProbe)> = None;
     // Every window has a settle pause and counter reads, then the statistics window;
     // the senders stop on their own after this bound.
-    let total = rounds as f64 * Arm::ALL.len() as f64 * (seconds + 0.2) + seconds.max(2.0) + 32.0;
+    let max_rounds = rounds_at_most(rounds);
+    let total =
+        max_rounds as f64 * Arm::ALL.len() as f64 * (seconds + 0.2) + seconds.max(2.0) + 32.0;
     let flood = Flood::start(&router, senders, Duration::from_secs_f64(total));
     // Warm-up: rings full, caches hot, the DUT's kthread settled on its CPU (the first
     // window after 0.5 s still cost 10-15% more per packet).
     std::thread::sleep(Duration::from_secs(2));
     let mut kept: Vec<[Window; ARMS]> = Vec::new();
     let mut left_out = 0;
-    for i in 0..rounds {
-        let order = williams_order(i, Arm::ALL.len());
+    let mut i = 0;
+    loop {
+        if i >= rounds && i % (2 * ARMS) == 0 {
+            let control = control_half_width(&kept);
+            if control <= CONTROL_HALF_WIDTH_POINTS || i >= max_rounds {
+                println!(
+                    "stopped after {i} rounds: the control's 95% interval is +-{control:.2} points ({})",
+                    if control <= CONTROL_HALF_WIDTH_POINTS {
+                        format!("within +-{CONTROL_HALF_WIDTH_POINTS}")
+                    } else {
+                        format!("NOT within +-{CONTROL_HALF_WIDTH_POINTS}: {max_rounds} rounds at most")
+                    }
+                );
+                break;
+            }
+        }
+        i += 1;
+        let order = williams_order(i - 1, Arm::ALL.len());
         let mut got: [Option<Window>; ARMS] = Default::default();
         for &k in &order {
             let arm = Arm::ALL[k];
             let sampler = switch_to(arm, &mut tracer, &mut floor, &hooks)?;
             std::thread::sleep(Duration::from_millis(20)); // let the switch settle
             got[k] = Some(window(&router, seconds)?);
+            if let Some((_, Some(e))) = floor.as_ref().and_then(|(_, f)| f.windows_opened()) {
+                return Err(format!("arm W's window thread failed: {e}"));
+            }
             drop(sampler);
         }
         let letters: String = order.iter().map(|&k| Arm::ALL[k].letter()).collect();
@@ -469,7 +558,7 @@ fn run(rounds: usize, seconds: f64, senders: usize, nice: i32) -> Result<(), Str
     }
     drop(floor);
     println!(
-        "{} of {rounds} rounds kept ({left_out} left out: the DUT below {:.0}% busy or a window without traffic)",
+        "{} of {i} rounds kept ({left_out} left out: the DUT below {:.0}% busy or a window without traffic)",
         kept.len(),
         100.0 * MIN_DUT_BUSY
     );
@@ -493,9 +582,9 @@ fn run(rounds: usize, seconds: f64, senders: usize, nice: i32) -> Result<(), Str
         }
         let (_, cost_a) = pooled(&untraced);
         let share = |ns: f64| 100.0 * ns / cost_a.max(1e-9);
-        let [_, _, floor_ns, clocked_ns, without_raise, tier, every_raise, _] = extra;
+        let [_, _, floor_ns, clocked_ns, without_raise, tier, every_raise, _, windows_ns] = extra;
         println!(
-            "pooled, of the DUT's {cost_a:.1} ns/pkt untraced: the tier {tier:.1} ns/pkt ({:.2}%; with softirq_raise all the time {every_raise:.1} = {:.2}%, without it {without_raise:.1} = {:.2}%); its floor (empty programs on its hooks) {floor_ns:.1} ({:.2}%); the floor with exact softirq timing {clocked_ns:.1} ({:.2}%); the tier above that {:.1} ({:.2}%); untraced against itself (a - A) {bias:.1} ({:.2}%)",
+            "pooled, of the DUT's {cost_a:.1} ns/pkt untraced: the tier {tier:.1} ns/pkt ({:.2}%; with softirq_raise all the time {every_raise:.1} = {:.2}%, without it {without_raise:.1} = {:.2}%); its floor (empty programs on its hooks) {floor_ns:.1} ({:.2}%); the floor with exact softirq timing {clocked_ns:.1} ({:.2}%); the tier above that {:.1} ({:.2}%); the raise windows' attach and detach alone {windows_ns:.1} ({:.2}%); untraced against itself (a - A) {bias:.1} ({:.2}%)",
             share(tier),
             share(every_raise),
             share(without_raise),
@@ -503,6 +592,7 @@ fn run(rounds: usize, seconds: f64, senders: usize, nice: i32) -> Result<(), Str
             share(clocked_ns),
             tier - clocked_ns,
             share(tier - clocked_ns),
+            share(windows_ns),
             share(bias)
         );
         // The goal of the "results that travel" round: the tier at most 1% of the DUT's

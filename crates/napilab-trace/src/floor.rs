@@ -10,12 +10,15 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, OpenObject};
 
 use crate::loader::StartError;
+use crate::windows::{WindowDriver, WindowProgram, Windows};
 
 crate::bpf_skeleton!("floor");
 
 /// The loaded and attached empty programs; dropping it detaches and unloads them.
 pub struct FloorProbe {
-    // Field order matters: the links detach before the object closes.
+    // Field order matters: the window thread and the links detach before the object
+    // closes.
+    windows: Option<WindowDriver>,
     links: Vec<Link>,
     _skel: skel::FloorSkel<'static>,
 }
@@ -35,42 +38,7 @@ impl FloorProbe {
     /// Only these are loaded, so a tracepoint this kernel lacks fails only when asked
     /// for, naming it.
     pub fn start_on(tracepoints: &[&str], clocked: &[&str]) -> Result<FloorProbe, StartError> {
-        // As in packets.rs: one small allocation per start is leaked so the loaded
-        // object can be owned by the returned value.
-        let storage: &'static mut MaybeUninit<OpenObject> =
-            Box::leak(Box::new(MaybeUninit::uninit()));
-        let mut open = skel::FloorSkelBuilder::default()
-            .open(storage)
-            .map_err(|e| StartError::Load(e.to_string()))?;
-        // The program each tracepoint gets: its clocked one if asked for, else the empty one.
-        let wanted: Vec<String> = tracepoints
-            .iter()
-            .map(|t| {
-                if clocked.contains(t) {
-                    format!("{CLOCKED_PREFIX}{t}")
-                } else {
-                    format!("{PREFIX}{t}")
-                }
-            })
-            .collect();
-        let mut missing = wanted.clone();
-        for mut prog in open.open_object_mut().progs_mut() {
-            let name = prog.name().to_string_lossy().into_owned();
-            let load = wanted.contains(&name);
-            missing.retain(|w| *w != name);
-            prog.set_autoload(load);
-        }
-        if let Some(missing) = missing.first() {
-            return Err(StartError::Load(format!(
-                "floor.bpf.c has no program {missing} (add a FLOOR or FLOOR_CLOCK line for its tracepoint)"
-            )));
-        }
-        let skel = open.load().map_err(|e| {
-            StartError::Load(format!(
-                "cannot load empty programs on {}: {e}",
-                tracepoints.join(", ")
-            ))
-        })?;
+        let skel = load(tracepoints, clocked)?;
         let mut links = Vec::new();
         for prog in skel.object().progs_mut() {
             if !prog.autoload() {
@@ -84,11 +52,89 @@ impl FloorProbe {
             })?;
             links.push(link);
         }
-        Ok(FloorProbe { links, _skel: skel })
+        Ok(FloorProbe {
+            windows: None,
+            links,
+            _skel: skel,
+        })
+    }
+
+    /// One empty program on `tracepoint`, attached for `plan.window` of every
+    /// `plan.period` by the thread that drives the tiers' tracing windows: on a
+    /// tracepoint that does not fire (e.g. `mark_victim`, an OOM kill), what the
+    /// windows cost by attaching and detaching alone (patching the kernel's text,
+    /// which on a VM means IPIs to every CPU), apart from any program run.
+    pub fn windowed_on(tracepoint: &str, plan: Windows) -> Result<FloorProbe, StartError> {
+        use std::os::fd::AsFd as _;
+        plan.validate().map_err(StartError::Load)?;
+        let skel = load(&[tracepoint], &[])?;
+        let mut programs = Vec::new();
+        for prog in skel.object().progs() {
+            if prog.autoload() {
+                let fd = prog.as_fd().try_clone_to_owned().map_err(|e| {
+                    StartError::Load(format!("cannot duplicate {tracepoint}'s program fd: {e}"))
+                })?;
+                programs.push(WindowProgram {
+                    fd,
+                    raw_tracepoint: None,
+                });
+            }
+        }
+        Ok(FloorProbe {
+            windows: Some(WindowDriver::start(plan, programs, None, None)),
+            links: Vec::new(),
+            _skel: skel,
+        })
+    }
+
+    /// Windows opened so far and the first attach error, for a windowed probe.
+    pub fn windows_opened(&self) -> Option<(u64, Option<String>)> {
+        self.windows.as_ref().map(|w| (w.windows(), w.error()))
     }
 
     /// Number of attached empty programs.
     pub fn attached(&self) -> usize {
         self.links.len()
     }
+}
+
+/// Opens `floor.bpf.c` and loads only the programs of `tracepoints` (those also in
+/// `clocked` read the clock once), so a tracepoint this kernel lacks fails only when
+/// asked for, naming it.
+fn load(tracepoints: &[&str], clocked: &[&str]) -> Result<skel::FloorSkel<'static>, StartError> {
+    // As in packets.rs: one small allocation per start is leaked so the loaded object
+    // can be owned by the returned value.
+    let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
+    let mut open = skel::FloorSkelBuilder::default()
+        .open(storage)
+        .map_err(|e| StartError::Load(e.to_string()))?;
+    // The program each tracepoint gets: its clocked one if asked for, else the empty one.
+    let wanted: Vec<String> = tracepoints
+        .iter()
+        .map(|t| {
+            if clocked.contains(t) {
+                format!("{CLOCKED_PREFIX}{t}")
+            } else {
+                format!("{PREFIX}{t}")
+            }
+        })
+        .collect();
+    let mut missing = wanted.clone();
+    for mut prog in open.open_object_mut().progs_mut() {
+        let name = prog.name().to_string_lossy().into_owned();
+        let load = wanted.contains(&name);
+        missing.retain(|w| *w != name);
+        prog.set_autoload(load);
+    }
+    if let Some(missing) = missing.first() {
+        return Err(StartError::Load(format!(
+            "floor.bpf.c has no program {missing} (add a FLOOR or FLOOR_CLOCK line for its tracepoint)"
+        )));
+    }
+    open.load().map_err(|e| {
+        StartError::Load(format!(
+            "cannot load empty programs on {}: {e}",
+            tracepoints.join(", ")
+        ))
+    })
 }

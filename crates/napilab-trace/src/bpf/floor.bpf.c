@@ -7,7 +7,9 @@
  * they measure (src/floor.rs):
  *  - examples/packets-overhead.rs, arm F: net:netif_receive_skb, once per packet;
  *  - examples/overhead.rs, arm F: the always-on tier's own hooks, so the tier is
- *    compared with empty programs at exactly the places it runs.
+ *    compared with empty programs at exactly the places it runs;
+ *  - examples/overhead.rs, arm W: oom:mark_victim (fires only on an OOM kill),
+ *    attached and detached in the tier's windows: the cost of the windows alone.
  * Each program is named floor_<tracepoint>. The floor_clock_<tracepoint> programs also
  * read the clock once into a per-CPU slot: the least a program that times something
  * (the tier's softirq_entry and softirq_exit) must do.
@@ -56,3 +58,4 @@ FLOOR(local_timer_exit)
 FLOOR(call_function_single_exit)
 FLOOR(call_function_exit)
 FLOOR(reschedule_exit)
+FLOOR(mark_victim)
