@@ -475,6 +475,48 @@ pub struct Disturbance {
     pub disturbed: bool,
     /// Why it is marked disturbed, with the numbers.
     pub reasons: Vec<String>,
+    /// Which kinds of disturbance marked it (one entry per kind; records before
+    /// 2026-11-27 have none).
+    #[serde(default)]
+    pub marked_by: Vec<DisturbanceKind>,
+}
+
+/// What took a disturbed trial away from the lab.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DisturbanceKind {
+    /// The hypervisor ran something else on a lab CPU.
+    Steal,
+    /// Processes outside the lab used a lab CPU.
+    OtherProcesses,
+    /// The generator sent late or skipped departures (a stalled vCPU).
+    GeneratorLate,
+}
+
+impl DisturbanceKind {
+    pub fn describe(self) -> &'static str {
+        match self {
+            DisturbanceKind::Steal => "steal",
+            DisturbanceKind::OtherProcesses => "other processes",
+            DisturbanceKind::GeneratorLate => "generator late",
+        }
+    }
+}
+
+/// How many of `trials` each kind of disturbance marked, most first (a trial marked
+/// by two kinds counts for both).
+pub fn disturbed_by<'a>(
+    trials: impl IntoIterator<Item = &'a Disturbance>,
+) -> Vec<(DisturbanceKind, usize)> {
+    let mut counts: std::collections::BTreeMap<DisturbanceKind, usize> = Default::default();
+    for d in trials {
+        for k in &d.marked_by {
+            *counts.entry(*k).or_default() += 1;
+        }
+    }
+    let mut counts: Vec<(DisturbanceKind, usize)> = counts.into_iter().collect();
+    counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    counts
 }
 
 /// One repeat of an MLRsearch: the result per goal.
@@ -537,7 +579,36 @@ pub fn run_id(unix_ms: u64, salt: u32) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::run_id;
+    use super::{disturbed_by, run_id, Disturbance, DisturbanceKind};
+
+    #[test]
+    fn disturbed_trials_are_counted_by_kind_most_first() {
+        let marked = |kinds: &[DisturbanceKind]| Disturbance {
+            disturbed: !kinds.is_empty(),
+            marked_by: kinds.to_vec(),
+            ..Disturbance::default()
+        };
+        let trials = [
+            marked(&[DisturbanceKind::Steal]),
+            marked(&[]),
+            marked(&[DisturbanceKind::GeneratorLate, DisturbanceKind::Steal]),
+            marked(&[DisturbanceKind::GeneratorLate]),
+            marked(&[DisturbanceKind::GeneratorLate]),
+        ];
+        assert_eq!(
+            disturbed_by(&trials),
+            [
+                (DisturbanceKind::GeneratorLate, 3),
+                (DisturbanceKind::Steal, 2)
+            ]
+        );
+        assert!(disturbed_by(&[marked(&[])]).is_empty());
+        // Records written before the kinds were kept load with none.
+        let old: Disturbance =
+            serde_json::from_str(r#"{"steal":[],"other_processes":[],"run_delay":[],"generator_late":0.0,"disturbed":true,"reasons":["x"]}"#)
+                .expect("an old record loads");
+        assert!(old.marked_by.is_empty());
+    }
 
     #[test]
     fn run_ids_are_utc_dates() {

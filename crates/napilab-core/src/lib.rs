@@ -24,10 +24,10 @@ pub mod uncertainty;
 pub mod units;
 
 pub use experiment::{
-    CapacityProbe, ClassResult, ConfigurationResult, Disturbance, EngineStats, GoalResult,
-    GoalSummary, MaxQpsAtSlo, MaxThroughput, PacketCapacityProbe, PointResult, PointRole,
-    RangeSource, RequestPointResult, RequestResults, RunKind, RunRecord, SearchRange, SearchRecord,
-    ServerSummary, TrialRecord, TwinMaxQps, RUN_SCHEMA,
+    disturbed_by, CapacityProbe, ClassResult, ConfigurationResult, Disturbance, DisturbanceKind,
+    EngineStats, GoalResult, GoalSummary, MaxQpsAtSlo, MaxThroughput, PacketCapacityProbe,
+    PointResult, PointRole, RangeSource, RequestPointResult, RequestResults, RunKind, RunRecord,
+    SearchRange, SearchRecord, ServerSummary, TrialRecord, TwinMaxQps, RUN_SCHEMA,
 };
 pub use finding::{Evidence, Finding, RuleId, Severity, Subject};
 pub use host_identity::{

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
 
-use napilab_core::{Disturbance, EngineStats};
+use napilab_core::{Disturbance, DisturbanceKind, EngineStats};
 use napilab_probe::procfs::{parse_task_stat, read_stat};
 
 /// Marks a trial disturbed above these.
@@ -197,6 +197,7 @@ pub fn assess(
     d.other_processes = other;
     for (cpu, s) in &d.steal {
         if *s > STEAL_LIMIT {
+            mark(&mut d.marked_by, DisturbanceKind::Steal);
             d.reasons.push(format!(
                 "CPU {cpu}: steal {:.1}% of the trial (limit {:.0}%)",
                 s * 100.0,
@@ -206,6 +207,7 @@ pub fn assess(
     }
     for (cpu, s) in &d.other_processes {
         if *s > OTHER_PROCESSES_LIMIT {
+            mark(&mut d.marked_by, DisturbanceKind::OtherProcesses);
             d.reasons.push(format!(
                 "CPU {cpu}: other processes used {:.1}% (limit {:.0}%)",
                 s * 100.0,
@@ -214,6 +216,7 @@ pub fn assess(
         }
     }
     if generator_late > GENERATOR_LATE_LIMIT && !generator_short {
+        mark(&mut d.marked_by, DisturbanceKind::GeneratorLate);
         d.reasons.push(format!(
             "generator late or skipped on {:.2}% of departures (limit {:.1}%)",
             generator_late * 100.0,
@@ -222,6 +225,13 @@ pub fn assess(
     }
     d.disturbed = !d.reasons.is_empty();
     d
+}
+
+/// Records `kind` once, however many CPUs it marked.
+fn mark(marked_by: &mut Vec<DisturbanceKind>, kind: DisturbanceKind) {
+    if !marked_by.contains(&kind) {
+        marked_by.push(kind);
+    }
 }
 
 #[cfg(test)]
@@ -274,6 +284,10 @@ mod tests {
         let d = assess(&before, &after, &[0], &["napi/"], 0.0, false);
         assert!(d.disturbed);
         assert_eq!(d.reasons.len(), 2, "{d:?}");
+        assert_eq!(
+            d.marked_by,
+            [DisturbanceKind::Steal, DisturbanceKind::OtherProcesses]
+        );
         assert!((d.steal[0].1 - 0.5).abs() < 1e-9);
         assert!(
             d.other_processes[0].1 > 0.4 && d.other_processes[0].1 < 0.6,
@@ -286,6 +300,7 @@ mod tests {
         // A stalled generator alone marks it; a generator beyond its speed does not.
         let d = assess(&before, &after, &[1], &["napi/"], 0.01, false);
         assert!(d.disturbed && d.reasons[0].contains("generator"));
+        assert_eq!(d.marked_by, [DisturbanceKind::GeneratorLate]);
         let d = assess(&before, &after, &[1], &["napi/"], 0.5, true);
         assert!(!d.disturbed, "{d:?}");
         assert_eq!(d.generator_late, 0.5);

@@ -428,6 +428,31 @@ fn maxima_table(r: &RunRecord) -> String {
         out.push_str("maximum throughput (RFC 2544 bisection; a load passes when loss <= threshold and the generator offered >= 99% of it)\n");
     }
     out.push_str(&format!("{m}\n"));
+    // What the disturbed trials were taken out by, per configuration.
+    for c in &r.configurations {
+        let Some(max) = c.max_throughput.as_ref() else {
+            continue;
+        };
+        let by = napilab_core::disturbed_by(max.trials.iter().map(|t| &t.disturbance));
+        if by.is_empty() {
+            continue;
+        }
+        let kinds: Vec<String> = by
+            .iter()
+            .map(|(k, n)| format!("{} {n}", k.describe()))
+            .collect();
+        let disturbed = max
+            .trials
+            .iter()
+            .filter(|t| t.disturbance.disturbed)
+            .count();
+        out.push_str(&format!(
+            "  {}: {disturbed} of {} trials disturbed, by {}\n",
+            c.name,
+            max.trials.len(),
+            kinds.join(", ")
+        ));
+    }
     // Where each search's range came from, and who set an answer the DUT did not.
     for c in &r.configurations {
         if let Some(range) = c.max_throughput.as_ref().and_then(|m| m.range.as_ref()) {
@@ -465,4 +490,42 @@ fn maxima_table(r: &RunRecord) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use napilab_core::{Disturbance, DisturbanceKind, RunKind, TrialRecord};
+    use napilab_report::synthetic::SyntheticRun;
+
+    #[test]
+    fn the_summary_says_what_took_the_disturbed_trials_out() {
+        let mut searched = SyntheticRun::new(RunKind::Lab);
+        searched.search_repeats = 3;
+        let mut run = searched.build();
+        let quiet = super::summary(&run, false);
+        assert!(!quiet.contains("trials disturbed"), "{quiet}");
+        let name = run.configurations[0].name.clone();
+        let max = run.configurations[0]
+            .max_throughput
+            .as_mut()
+            .expect("the synthetic run has a maximum");
+        let trial = |kinds: Vec<DisturbanceKind>| TrialRecord {
+            disturbance: Disturbance {
+                disturbed: !kinds.is_empty(),
+                marked_by: kinds,
+                ..Disturbance::default()
+            },
+            ..TrialRecord::default()
+        };
+        max.trials = vec![
+            trial(vec![DisturbanceKind::GeneratorLate]),
+            trial(vec![]),
+            trial(vec![DisturbanceKind::GeneratorLate, DisturbanceKind::Steal]),
+        ];
+        let trials = max.trials.len();
+        let text = super::summary(&run, false);
+        let expected =
+            format!("{name}: 2 of {trials} trials disturbed, by generator late 2, steal 1");
+        assert!(text.contains(&expected), "{expected} not in\n{text}");
+    }
 }
