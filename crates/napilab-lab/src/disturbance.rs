@@ -16,10 +16,115 @@ use std::time::Instant;
 use napilab_core::{Disturbance, DisturbanceKind, EngineStats};
 use napilab_probe::procfs::{parse_task_stat, read_stat};
 
-/// Marks a trial disturbed above these.
+/// Marks a trial disturbed above these, over what the machine does anyway (its
+/// noise, measured at the start of a run: [`Limits`]).
 pub const STEAL_LIMIT: f64 = 0.02;
 pub const OTHER_PROCESSES_LIMIT: f64 = 0.05;
 pub const GENERATOR_LATE_LIMIT: f64 = 0.001;
+
+/// A limit never rises above this share, however noisy the start of the run was: a
+/// machine busier than that all the time gives busy-machine figures, and its trials
+/// say so.
+pub const MOST_A_LIMIT_RISES_TO: f64 = 0.25;
+
+/// The limits a run marks trials by: the fixed margins above over this machine's own
+/// noise (docs/lab.md, "Disturbed trials").
+#[derive(Clone, Debug, PartialEq)]
+pub struct Limits {
+    pub steal: f64,
+    pub other_processes: f64,
+    pub generator_late: f64,
+    /// How each limit was set, for the run's notices.
+    pub detail: String,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            steal: STEAL_LIMIT,
+            other_processes: OTHER_PROCESSES_LIMIT,
+            generator_late: GENERATOR_LATE_LIMIT,
+            detail: "fixed limits (no noise measured)".into(),
+        }
+    }
+}
+
+/// The margin over a noise level, capped.
+fn over_noise(noise: f64, margin: f64) -> f64 {
+    (noise + margin).clamp(margin, MOST_A_LIMIT_RISES_TO.max(margin))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+impl Limits {
+    /// Steal and other processes from `windows` (consecutive snapshots with the lab
+    /// idle) on `cpus`: per window the largest share on any of them, and the limit
+    /// is the median of those (what the machine does all the time, not one burst)
+    /// plus the fixed margin.
+    pub fn from_idle_windows(windows: &[Snapshot], cpus: &[u32]) -> Limits {
+        let (mut steal, mut other) = (Vec::new(), Vec::new());
+        for w in windows.windows(2) {
+            let d = assess(&w[0], &w[1], cpus, &[], 0.0, false, &Limits::default());
+            steal.push(d.steal.iter().map(|(_, s)| *s).fold(0.0, f64::max));
+            other.push(
+                d.other_processes
+                    .iter()
+                    .map(|(_, s)| *s)
+                    .fold(0.0, f64::max),
+            );
+        }
+        if steal.is_empty() {
+            return Limits::default();
+        }
+        let (n, steal, other) = (steal.len(), median(steal), median(other));
+        let seconds = windows
+            .last()
+            .zip(windows.first())
+            .map_or(0.0, |(l, f)| l.at.duration_since(f.at).as_secs_f64());
+        let mut limits = Limits {
+            steal: over_noise(steal, STEAL_LIMIT),
+            other_processes: over_noise(other, OTHER_PROCESSES_LIMIT),
+            detail: String::new(),
+            ..Limits::default()
+        };
+        limits.detail = format!(
+            "the machine's own noise over {n} idle windows ({seconds:.1} s) at the run's start on CPUs {cpus:?}, median of each window's largest share: steal {:.2}%, other processes {:.2}%; limits steal {:.2}%, other processes {:.2}% (noise + {:.0}% / {:.0}%, at most {:.0}%); generator late {:.2}%",
+            100.0 * steal,
+            100.0 * other,
+            100.0 * limits.steal,
+            100.0 * limits.other_processes,
+            100.0 * STEAL_LIMIT,
+            100.0 * OTHER_PROCESSES_LIMIT,
+            100.0 * MOST_A_LIMIT_RISES_TO,
+            100.0 * limits.generator_late,
+        );
+        limits
+    }
+
+    /// These limits with the generator's own lateness, `late` (a share of
+    /// departures, measured where the DUT does not hold it back: the capacity probe's
+    /// first, lightest trial), under the fixed margin.
+    pub fn with_generator_noise(&self, late: f64, measured_where: &str) -> Limits {
+        let generator_late = over_noise(late, GENERATOR_LATE_LIMIT);
+        Limits {
+            generator_late,
+            detail: format!(
+                "{}; generator late {:.3}% of departures {measured_where}, limit {:.3}%",
+                self.detail,
+                100.0 * late,
+                100.0 * generator_late
+            ),
+            ..self.clone()
+        }
+    }
+}
 
 /// Who a task belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,7 +243,7 @@ pub fn generator_late(generator: &EngineStats, sent: u64) -> f64 {
 /// kernel threads' run delay to record (by command-name prefix, e.g. `napi/`,
 /// `ksoftirqd/`). `generator_short`: the generator offered less than the load; its
 /// lateness then is saturation (the load is beyond it), not a stall, and does not
-/// mark the trial.
+/// mark the trial. `limits`: above what a share marks it.
 pub fn assess(
     before: &Snapshot,
     after: &Snapshot,
@@ -146,6 +251,7 @@ pub fn assess(
     lab_threads: &[&str],
     generator_late: f64,
     generator_short: bool,
+    limits: &Limits,
 ) -> Disturbance {
     let wall_s = after.at.duration_since(before.at).as_secs_f64().max(1e-3);
     let hz = f64::from(napilab_probe::kernel::user_hz());
@@ -196,31 +302,31 @@ pub fn assess(
     other.sort_by_key(|(c, _)| *c);
     d.other_processes = other;
     for (cpu, s) in &d.steal {
-        if *s > STEAL_LIMIT {
+        if *s > limits.steal {
             mark(&mut d.marked_by, DisturbanceKind::Steal);
             d.reasons.push(format!(
-                "CPU {cpu}: steal {:.1}% of the trial (limit {:.0}%)",
+                "CPU {cpu}: steal {:.1}% of the trial (limit {:.1}%)",
                 s * 100.0,
-                STEAL_LIMIT * 100.0
+                limits.steal * 100.0
             ));
         }
     }
     for (cpu, s) in &d.other_processes {
-        if *s > OTHER_PROCESSES_LIMIT {
+        if *s > limits.other_processes {
             mark(&mut d.marked_by, DisturbanceKind::OtherProcesses);
             d.reasons.push(format!(
-                "CPU {cpu}: other processes used {:.1}% (limit {:.0}%)",
+                "CPU {cpu}: other processes used {:.1}% (limit {:.1}%)",
                 s * 100.0,
-                OTHER_PROCESSES_LIMIT * 100.0
+                limits.other_processes * 100.0
             ));
         }
     }
-    if generator_late > GENERATOR_LATE_LIMIT && !generator_short {
+    if generator_late > limits.generator_late && !generator_short {
         mark(&mut d.marked_by, DisturbanceKind::GeneratorLate);
         d.reasons.push(format!(
-            "generator late or skipped on {:.2}% of departures (limit {:.1}%)",
+            "generator late or skipped on {:.2}% of departures (limit {:.2}%)",
             generator_late * 100.0,
-            GENERATOR_LATE_LIMIT * 100.0
+            limits.generator_late * 100.0
         ));
     }
     d.disturbed = !d.reasons.is_empty();
@@ -281,7 +387,15 @@ mod tests {
                 (11, "napi/x-1", Owner::Kernel, hz, 0, 300_000_000),
             ],
         );
-        let d = assess(&before, &after, &[0], &["napi/"], 0.0, false);
+        let d = assess(
+            &before,
+            &after,
+            &[0],
+            &["napi/"],
+            0.0,
+            false,
+            &Limits::default(),
+        );
         assert!(d.disturbed);
         assert_eq!(d.reasons.len(), 2, "{d:?}");
         assert_eq!(
@@ -295,15 +409,95 @@ mod tests {
         );
         assert!(d.run_delay[0].0.starts_with("napi/x-1"));
         // The same on a CPU the lab does not use: not disturbed.
-        let d = assess(&before, &after, &[1], &["napi/"], 0.0, false);
+        let d = assess(
+            &before,
+            &after,
+            &[1],
+            &["napi/"],
+            0.0,
+            false,
+            &Limits::default(),
+        );
         assert!(!d.disturbed, "{d:?}");
         // A stalled generator alone marks it; a generator beyond its speed does not.
-        let d = assess(&before, &after, &[1], &["napi/"], 0.01, false);
+        let d = assess(
+            &before,
+            &after,
+            &[1],
+            &["napi/"],
+            0.01,
+            false,
+            &Limits::default(),
+        );
         assert!(d.disturbed && d.reasons[0].contains("generator"));
         assert_eq!(d.marked_by, [DisturbanceKind::GeneratorLate]);
-        let d = assess(&before, &after, &[1], &["napi/"], 0.5, true);
+        let d = assess(
+            &before,
+            &after,
+            &[1],
+            &["napi/"],
+            0.5,
+            true,
+            &Limits::default(),
+        );
         assert!(!d.disturbed, "{d:?}");
         assert_eq!(d.generator_late, 0.5);
+    }
+
+    /// Snapshots one second apart in which a process outside the lab used `shares[i]`
+    /// of CPU 0 in window i.
+    fn windows_with_other_process(shares: &[f64]) -> Vec<Snapshot> {
+        let hz = f64::from(napilab_probe::kernel::user_hz());
+        let start = Instant::now() - std::time::Duration::from_secs(shares.len() as u64 + 1);
+        let mut ticks = 0.0;
+        let mut out = Vec::new();
+        for i in 0..=shares.len() {
+            if i > 0 {
+                ticks += shares[i - 1] * hz;
+            }
+            let mut s = snap(
+                0,
+                1000 * i as u64,
+                &[(10, "cron", Owner::Other, ticks.round() as u64, 0, 0)],
+            );
+            s.at = start + std::time::Duration::from_secs(i as u64);
+            out.push(s);
+        }
+        out
+    }
+
+    #[test]
+    fn limits_sit_the_margin_above_the_machines_steady_noise() {
+        // 3% all the time and one 40% burst: the burst is not the machine's noise.
+        let w = windows_with_other_process(&[0.03, 0.03, 0.40, 0.03, 0.03]);
+        let l = Limits::from_idle_windows(&w, &[0]);
+        assert!((l.other_processes - 0.08).abs() < 0.011, "{l:?}");
+        assert!((l.steal - STEAL_LIMIT).abs() < 1e-9, "{l:?}");
+        assert!(l.detail.contains("5 idle windows"), "{}", l.detail);
+        // A trial with 10% of other processes is disturbed above these, 6% is not.
+        let t = windows_with_other_process(&[0.10]);
+        let d = assess(&t[0], &t[1], &[0], &[], 0.0, false, &l);
+        assert_eq!(d.marked_by, [DisturbanceKind::OtherProcesses], "{d:?}");
+        let t = windows_with_other_process(&[0.06]);
+        assert!(!assess(&t[0], &t[1], &[0], &[], 0.0, false, &l).disturbed);
+        // A machine busy all the time: the limit stops at the cap.
+        let w = windows_with_other_process(&[0.6, 0.6, 0.6]);
+        let l = Limits::from_idle_windows(&w, &[0]);
+        assert!(
+            (l.other_processes - MOST_A_LIMIT_RISES_TO).abs() < 1e-9,
+            "{l:?}"
+        );
+        // No windows: the fixed limits.
+        assert_eq!(Limits::from_idle_windows(&w[..1], &[0]), Limits::default());
+    }
+
+    #[test]
+    fn the_generator_limit_sits_above_its_own_lateness() {
+        let l = Limits::default().with_generator_noise(0.0018, "in a light trial");
+        assert!((l.generator_late - 0.0028).abs() < 1e-12, "{l:?}");
+        assert!(l.detail.contains("0.180%") && l.detail.contains("in a light trial"));
+        let l = Limits::default().with_generator_noise(0.0, "x");
+        assert!((l.generator_late - GENERATOR_LATE_LIMIT).abs() < 1e-12);
     }
 
     #[test]

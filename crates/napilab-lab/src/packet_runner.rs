@@ -74,9 +74,45 @@ struct Built {
     sysctls: SysctlGuard,
     cfg: Configuration,
     lab_cpus: Vec<u32>,
+    /// The run's limits, with this configuration's generator noise once probed.
+    limits: disturbance::Limits,
 }
 
+/// Sets `b`'s generator limit from the generator's lateness `late` in a light trial
+/// ([`LIGHT_TRIAL_PPS`]), and notes the limits in the run.
+fn generator_noise(ctx: &mut Ctx<'_>, b: &mut Built, late: f64) {
+    b.limits = ctx.disturbance_limits.with_generator_noise(
+        late,
+        &format!("in a {PROBE_S} s trial at {LIGHT_TRIAL_PPS:.0} pkt/s"),
+    );
+    notice(
+        &mut ctx.notices,
+        format!("disturbance limits of {}", b.cfg.name),
+        b.limits.detail.clone(),
+    );
+}
+
+/// A load far below any DUT's capacity here: what a generator is late on at this load
+/// is its own noise (the DUT does not hold it back). The paced probe's first trial.
+const LIGHT_TRIAL_PPS: f64 = PACED_PROBE_FROM_PPS;
+
 impl<'a> LabPackets<'_, 'a> {
+    /// One light trial with the configuration's current engine, for its lateness.
+    fn measure_generator_noise(&mut self) -> Result<()> {
+        let (ctx, b) = self.built()?;
+        let spec = PointSpec {
+            load_pps: LIGHT_TRIAL_PPS,
+            role: PointRole::Search,
+            repeat: 0,
+            duration_s: PROBE_S,
+        };
+        if let Some(p) = measure_point(ctx, &b.lab, &mut b.engine, &b.cfg, spec)? {
+            let sent = p.classes.iter().map(|c| c.sent).sum();
+            generator_noise(ctx, b, disturbance::generator_late(&p.generator, sent));
+        }
+        Ok(())
+    }
+
     fn built(&mut self) -> Result<(&mut Ctx<'a>, &mut Built)> {
         match self.built.as_mut() {
             Some(b) => Ok((&mut *self.ctx, b)),
@@ -134,6 +170,7 @@ impl Testbed for LabPackets<'_, '_> {
             sysctls,
             cfg: cfg.clone(),
             lab_cpus: lab_cpus(&cfg.settings),
+            limits: self.ctx.disturbance_limits.clone(),
         });
         Ok(settings)
     }
@@ -147,6 +184,9 @@ impl Testbed for LabPackets<'_, '_> {
         let backend = if paced { "paced" } else { "line-rate" };
         ctx.bar
             .set_message(format!("{} capacity probe ({backend})", b.cfg.name));
+        // The generator's lateness in the probe's first trial, the lightest: what it
+        // is late on its own, with the DUT far from holding it back.
+        let mut first_late: Option<f64> = None;
         let mut trial = |ctx: &mut Ctx<'_>, load_pps: f64| {
             let spec = PointSpec {
                 load_pps,
@@ -154,7 +194,12 @@ impl Testbed for LabPackets<'_, '_> {
                 repeat: 0,
                 duration_s: PROBE_S,
             };
-            measure_point(ctx, &b.lab, &mut b.engine, &b.cfg, spec)
+            let p = measure_point(ctx, &b.lab, &mut b.engine, &b.cfg, spec)?;
+            if let (None, Some(p)) = (first_late, p.as_ref()) {
+                let sent = p.classes.iter().map(|c| c.sent).sum();
+                first_late = Some(disturbance::generator_late(&p.generator, sent));
+            }
+            anyhow::Ok(p)
         };
         // The line-rate generator sends as fast as it can when asked for more: one trial
         // at an unreachable rate. The paced one keeps a schedule, and a schedule it
@@ -182,6 +227,9 @@ impl Testbed for LabPackets<'_, '_> {
             else {
                 return Ok(Probed::Stopped);
             };
+            if let Some(late) = first_late {
+                generator_noise(ctx, b, late);
+            }
             let method = format!(
                 "{PROBE_S} s trials doubling from {PACED_PROBE_FROM_PPS:.0} pkt/s while the paced generator followed and the DUT forwarded everything, last {:.0} pkt/s requested",
                 p.requested_pps
@@ -191,6 +239,7 @@ impl Testbed for LabPackets<'_, '_> {
             let Some(p) = trial(ctx, PROBE_REQUEST_PPS)? else {
                 return Ok(Probed::Stopped);
             };
+            self.measure_generator_noise()?;
             let method = format!(
                 "one {PROBE_S} s trial at {PROBE_REQUEST_PPS:.0} pkt/s requested, line-rate back end"
             );
@@ -243,6 +292,7 @@ impl Testbed for LabPackets<'_, '_> {
             sysctls,
             cfg,
             lab_cpus,
+            limits: _,
         }) = self.built.take()
         else {
             anyhow::bail!("internal: a search was asked for before its configuration was built");
@@ -268,7 +318,10 @@ impl Testbed for LabPackets<'_, '_> {
             sysctls,
             cfg,
             lab_cpus,
+            limits: self.ctx.disturbance_limits.clone(),
         });
+        // The search's generator is late on its own differently from the sweep's.
+        self.measure_generator_noise()?;
         Ok(SearchSetup {
             settings,
             sweep_verdicts_hold: false,
@@ -337,6 +390,7 @@ impl PacketTestbed for LabPackets<'_, '_> {
                 LAB_KERNEL_THREADS,
                 late,
                 short,
+                &b.limits,
             );
             MeasuredTrial {
                 point,

@@ -269,6 +269,9 @@ pub(crate) struct Ctx<'a> {
     /// (loading BPF programs), the most seen, seconds: the server topology starts it
     /// that much ahead, with its start time the measurement window's opening.
     pub(crate) observer_lead_s: f64,
+    /// Above what a search trial is marked disturbed: this machine's noise, measured
+    /// at the run's start, plus fixed margins.
+    pub(crate) disturbance_limits: crate::disturbance::Limits,
 }
 
 pub(crate) fn notice(notices: &mut Vec<Notice>, what: impl Into<String>, why: impl Into<String>) {

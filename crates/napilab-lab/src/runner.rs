@@ -110,7 +110,21 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
         observer_offset_noted: false,
         ncpus,
         observer_lead_s: 1.0,
+        disturbance_limits: crate::disturbance::Limits::default(),
     };
+    if scenario.measurement.search
+        && matches!(
+            scenario.topology.kind,
+            scenario::TopologyKind::Router
+                | scenario::TopologyKind::Ap
+                | scenario::TopologyKind::ManyNapi
+        )
+    {
+        ctx.bar.set_message("the machine's own noise");
+        ctx.disturbance_limits = machine_noise(ncpus, &opts.stop);
+        let detail = ctx.disturbance_limits.detail.clone();
+        notice(&mut ctx.notices, "disturbance limits", detail);
+    }
     if !opts.observe {
         notice(
             &mut ctx.notices,
@@ -159,6 +173,24 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
         )));
     }
     Ok(RunOutcome { record, path })
+}
+
+/// Idle windows at the run's start, before anything is built: what the machine does
+/// on its own (steal, other processes), so that the limits a trial is marked by sit
+/// above it. About 2 s; a stop request ends it early with what was read.
+fn machine_noise(ncpus: u32, stop: &std::sync::atomic::AtomicBool) -> crate::disturbance::Limits {
+    const WINDOWS: usize = 5;
+    const WINDOW: std::time::Duration = std::time::Duration::from_millis(400);
+    let cpus: Vec<u32> = (0..ncpus).collect();
+    let mut snapshots = vec![crate::disturbance::snapshot(Path::new("/"))];
+    for _ in 0..WINDOWS {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            break;
+        }
+        std::thread::sleep(WINDOW);
+        snapshots.push(crate::disturbance::snapshot(Path::new("/")));
+    }
+    crate::disturbance::Limits::from_idle_windows(&snapshots, &cpus)
 }
 
 /// The lab namespaces of a run (`napilab lab clean` deletes them after a kill).
