@@ -141,11 +141,15 @@ enum Owner {
 struct TaskSample {
     comm: String,
     owner: Owner,
-    /// utime + stime, USER_HZ ticks.
+    /// utime + stime, USER_HZ ticks; for a process's main thread also the time of
+    /// its children that ended and were waited for (cutime + cstime): a short-lived
+    /// process is gone from /proc when the trial ends, its time is in its parent's.
     ticks: u64,
     cpu: Option<u32>,
     /// schedstat's second field: ns spent runnable, waiting for a CPU.
     run_delay_ns: u64,
+    /// The process's parent, on its main thread.
+    parent: Option<u32>,
 }
 
 /// /proc read before or after a trial.
@@ -211,14 +215,20 @@ pub fn snapshot(root: &Path) -> Snapshot {
                 .ok()
                 .and_then(|s| s.split_whitespace().nth(1)?.parse().ok())
                 .unwrap_or(0);
+            let reaped = if tid == pid {
+                ts.reaped_children_ticks
+            } else {
+                0
+            };
             tasks.insert(
                 tid,
                 TaskSample {
                     comm: ts.comm,
                     owner,
-                    ticks: ts.utime + ts.stime,
+                    ticks: ts.utime + ts.stime + reaped,
                     cpu: ts.processor,
                     run_delay_ns,
+                    parent: if tid == pid { ppid } else { None },
                 },
             );
         }
@@ -270,6 +280,21 @@ pub fn assess(
         }
     }
     let mut other: HashMap<u32, f64> = cpus.iter().map(|c| (*c, 0.0)).collect();
+    // A process that ended inside the trial left its whole time in its parent's
+    // reaped-children time; what it had used before the trial is taken off again,
+    // where the parent's time is counted.
+    for (tid, b) in &before.tasks {
+        if b.owner != Owner::Other || after.tasks.contains_key(tid) {
+            continue;
+        }
+        let parent_cpu = b
+            .parent
+            .and_then(|p| after.tasks.get(&p))
+            .and_then(|p| p.cpu);
+        if let Some(share) = parent_cpu.and_then(|c| other.get_mut(&c)) {
+            *share -= b.ticks as f64 / hz / wall_s;
+        }
+    }
     let mut delays: Vec<(String, f64)> = Vec::new();
     for (tid, a) in &after.tasks {
         let b = before.tasks.get(tid);
@@ -298,7 +323,10 @@ pub fn assess(
     d.run_delay = delays;
     // Attribution by last CPU can put a multi-threaded process's time of both CPUs on
     // one: a CPU cannot lose more than all of itself.
-    let mut other: Vec<(u32, f64)> = other.into_iter().map(|(c, s)| (c, s.min(1.0))).collect();
+    let mut other: Vec<(u32, f64)> = other
+        .into_iter()
+        .map(|(c, s)| (c, s.clamp(0.0, 1.0)))
+        .collect();
     other.sort_by_key(|(c, _)| *c);
     d.other_processes = other;
     for (cpu, s) in &d.steal {
@@ -366,6 +394,7 @@ mod tests {
                             ticks,
                             cpu: Some(cpu),
                             run_delay_ns: delay,
+                            parent: None,
                         },
                     )
                 })
@@ -498,6 +527,32 @@ mod tests {
         assert!(l.detail.contains("0.180%") && l.detail.contains("in a light trial"));
         let l = Limits::default().with_generator_noise(0.0, "x");
         assert!((l.generator_late - GENERATOR_LATE_LIMIT).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_process_that_ends_inside_the_trial_counts_once_through_its_parent() {
+        let hz = u64::from(napilab_probe::kernel::user_hz());
+        // A shell (20) whose child (21) had used 2 s before the trial, then 0.3 s more
+        // in it, and ended: the shell's reaped-children time jumps by the 2.3 s.
+        let mut before = snap(
+            0,
+            0,
+            &[
+                (20, "sh", Owner::Other, hz, 0, 0),
+                (21, "cc1", Owner::Other, 2 * hz, 0, 0),
+            ],
+        );
+        before.tasks.get_mut(&21).expect("child").parent = Some(20);
+        before.at -= std::time::Duration::from_secs(1);
+        let after = snap(
+            0,
+            100,
+            &[(20, "sh", Owner::Other, hz + 2 * hz + 3 * hz / 10, 0, 0)],
+        );
+        let d = assess(&before, &after, &[0], &[], 0.0, false, &Limits::default());
+        let share = d.other_processes[0].1;
+        assert!((share - 0.3).abs() < 0.02, "{d:?}");
+        assert!(d.disturbed);
     }
 
     #[test]

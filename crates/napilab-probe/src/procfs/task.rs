@@ -23,6 +23,10 @@ pub struct TaskStat {
     pub utime: u64,
     /// System time, USER_HZ ticks. Threaded NAPI polling is charged here.
     pub stime: u64,
+    /// User and system time of the process's children that ended and were waited
+    /// for (`cutime` + `cstime`, fields 16 and 17), USER_HZ ticks: where the CPU time of
+    /// a short-lived child goes once it is gone from /proc.
+    pub reaped_children_ticks: u64,
     /// Kernel priority: 20 + nice for normal tasks, -1 - rt_priority for RT ones.
     pub priority: i64,
     pub nice: i64,
@@ -77,7 +81,9 @@ pub fn parse_task_stat(text: &str) -> Result<TaskStat, ProcError> {
     let state_tok = required(0, "the state (field 3)")?;
     let utime_tok = required(10, "utime (field 14)")?;
     let stime_tok = required(0, "stime (field 15)")?;
-    let priority_tok = required(2, "priority (field 18)")?;
+    let cutime_tok = required(0, "cutime (field 16)")?;
+    let cstime_tok = required(0, "cstime (field 17)")?;
+    let priority_tok = required(0, "priority (field 18)")?;
     let nice_tok = required(0, "nice (field 19)")?;
     let processor_tok = fields.nth(19);
     let rt_priority_tok = fields.next();
@@ -111,6 +117,9 @@ pub fn parse_task_stat(text: &str) -> Result<TaskStat, ProcError> {
         state,
         utime: unsigned(utime_tok, "utime ticks")?,
         stime: unsigned(stime_tok, "stime ticks")?,
+        // Signed in the kernel's format (clock_t), never negative in practice.
+        reaped_children_ticks: signed(cutime_tok, "cutime ticks")?.max(0).unsigned_abs()
+            + signed(cstime_tok, "cstime ticks")?.max(0).unsigned_abs(),
         priority: signed(priority_tok, "a priority")?,
         nice: signed(nice_tok, "a nice value")?,
         processor: optional_u32(processor_tok, "a CPU number")?,
@@ -366,6 +375,16 @@ mod tests {
     const KSOFTIRQD: &str = "14 (ksoftirqd/0) S 2 0 0 0 -1 69238848 0 0 0 0 2 0 0 0 20 0 1 0 14 0 0 18446744073709551615 0 0 0 0 0 0 0 2147483647 0 1 0 0 17 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n";
 
     #[test]
+    fn reaped_children_time_is_cutime_plus_cstime() {
+        let shell = KSOFTIRQD
+            .replacen("(ksoftirqd/0) S 2", "(sh) S 1", 1)
+            .replacen(" 2 0 0 0 20 0 ", " 2 0 7 3 20 0 ", 1);
+        let t = parse_task_stat(&shell).expect("parses");
+        assert_eq!((t.utime, t.stime, t.reaped_children_ticks), (2, 0, 10));
+        assert_eq!(t.priority, 20);
+    }
+
+    #[test]
     fn ksoftirqd_line() {
         let t = parse_task_stat(KSOFTIRQD).expect("parses");
         assert_eq!(
@@ -376,6 +395,7 @@ mod tests {
                 state: 'S',
                 utime: 2,
                 stime: 0,
+                reaped_children_ticks: 0,
                 priority: 20,
                 nice: 0,
                 processor: Some(0),
