@@ -1,47 +1,49 @@
 //! Calibrated disturbance limits still catch a real stall: the limits come from this
 //! machine's own idle noise (as a lab run's start measures it), then a process outside
-//! the lab takes 100 ms of a window of 120 ms and the snapshots' own time (a short
-//! search trial) on one CPU at SCHED_FIFO priority (the injected stall), and the window
-//! is marked disturbed by other processes on that CPU: above the limits however noisy
-//! the machine was (they stop at `MOST_A_LIMIT_RISES_TO`, 25%), as a trial that the
-//! stall took most of must be. Both when the stalling process is still there at the
-//! window's end and when it ended inside it (its time then is its parent's).
-//! Needs root (SCHED_FIFO) and two CPUs; otherwise it prints why it is skipped.
+//! the lab takes most of a short window (a short search trial) on one CPU at SCHED_FIFO
+//! priority (the injected stall), and the window is marked disturbed by other processes
+//! on that CPU: above the limits however noisy the machine was (they stop at
+//! `MOST_A_LIMIT_RISES_TO`, 25%). Both when the stalling process is still there at the
+//! window's end and when it ended inside it (its time then is its parent's). Needs root
+//! (SCHED_FIFO) and two CPUs; otherwise it prints why it is skipped.
 
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use napilab_core::DisturbanceKind;
 use napilab_lab::disturbance::{assess, snapshot, Limits, MOST_A_LIMIT_RISES_TO};
 
 /// The idle windows the limits come from, as a lab run's start measures them.
 const IDLE_WINDOW: Duration = Duration::from_millis(250);
-/// The window the stall falls in, besides the snapshots' own time (tens of ms on a
-/// busy machine).
-const WINDOW: Duration = Duration::from_millis(120);
-const STALL_MS: u32 = 100;
+/// The least stall. A window runs from the start of one /proc snapshot to the start
+/// of the next, and a snapshot takes tens to hundreds of ms on a busy machine, so the
+/// stall also lasts twice the first snapshot's time: it then takes most of the window.
+const STALL: Duration = Duration::from_millis(100);
 
 /// How the injected stall ends.
 #[derive(Clone, Copy, Debug)]
 enum Stall {
-    /// Stopped (SIGSTOP) after `STALL_MS`: still in /proc when the window closes.
+    /// Stopped (SIGSTOP): still in /proc when the window closes.
     Stopped,
-    /// Ended after `STALL_MS` and waited for by its parent, a shell outside the lab
+    /// Ended and waited for by its parent, a shell outside the lab
     /// that lives on: gone from /proc, its time in the shell's reaped-children time.
     Ended,
 }
 
-/// A SCHED_FIFO busy loop pinned to `cpu`, ended by `timeout` after `STALL_MS` as
+/// A SCHED_FIFO busy loop pinned to `cpu`, ended by `timeout` after `length` as
 /// `how` says. `timeout` runs at a higher SCHED_FIFO priority than the loop, so it gets
 /// the CPU to end it; the loop runs under a shell that is not this test's child (the
 /// lab counts its own children as lab). The child leads its own process group, which
 /// [`end`] kills.
-fn stall(cpu: u32, how: Stall) -> std::process::Child {
+fn stall(cpu: u32, how: Stall, length: Duration) -> std::process::Child {
     use std::os::unix::process::CommandExt as _;
-    let seconds = f64::from(STALL_MS) / 1000.0;
+    let seconds = length.as_secs_f64();
+    // --foreground: `timeout` signals the loop only and stays in this group (without
+    // it, it moves to a group of its own, stops itself with the loop, and outlives
+    // `end`).
     let stalled = format!(
-        "timeout {}{seconds}s chrt -f 1 sh -c 'while :; do :; done'",
+        "timeout --foreground {}{seconds:.3}s chrt -f 1 sh -c 'while :; do :; done'",
         match how {
             Stall::Stopped => "-s STOP ",
             Stall::Ended => "",
@@ -114,15 +116,17 @@ fn caught(test: &str, how: Stall) {
     );
     assert!(limits.detail.contains("idle windows"), "{}", limits.detail);
 
+    let reading = Instant::now();
     let before = snapshot(Path::new("/"));
-    let hog = stall(cpu, how);
-    std::thread::sleep(WINDOW);
+    let length = STALL + 2 * reading.elapsed();
+    let hog = stall(cpu, how, length);
+    std::thread::sleep(length + Duration::from_millis(20));
     let after = snapshot(Path::new("/"));
     end(hog);
     let d = assess(&before, &after, &[cpu], &[], 0.0, false, &limits);
     assert!(
         d.marked_by.contains(&DisturbanceKind::OtherProcesses),
-        "a {STALL_MS} ms stall ({how:?}) in {WINDOW:?} on CPU {cpu} was not caught above {:.1}%: {d:?}",
+        "a {length:?} stall ({how:?}) on CPU {cpu} was not caught above {:.1}%: {d:?}",
         100.0 * limits.other_processes
     );
 }
