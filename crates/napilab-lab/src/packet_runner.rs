@@ -79,15 +79,20 @@ struct Built {
 }
 
 /// Sets `b`'s generator limit from the generator's lateness `late` in a light trial
-/// ([`LIGHT_TRIAL_PPS`]), and notes the limits in the run.
+/// ([`LIGHT_TRIAL_PPS`]), and notes the limits in the run, per configuration and
+/// back end (the sweep's and the search's generators differ).
 fn generator_noise(ctx: &mut Ctx<'_>, b: &mut Built, late: f64) {
+    let backend = match b.engine {
+        Engine::LineRate { .. } => "line-rate",
+        Engine::Paced(_) => "paced",
+    };
     b.limits = ctx.disturbance_limits.with_generator_noise(
         late,
-        &format!("in a {PROBE_S} s trial at {LIGHT_TRIAL_PPS:.0} pkt/s"),
+        &format!("in a {PROBE_S} s trial at {LIGHT_TRIAL_PPS:.0} pkt/s ({backend} generator)"),
     );
     notice(
         &mut ctx.notices,
-        format!("disturbance limits of {}", b.cfg.name),
+        format!("disturbance limits of {} ({backend})", b.cfg.name),
         b.limits.detail.clone(),
     );
 }
