@@ -34,8 +34,10 @@ pub struct Limits {
     pub steal: f64,
     pub other_processes: f64,
     pub generator_late: f64,
-    /// How each limit was set, for the run's notices.
-    pub detail: String,
+    /// How the steal and other-process limits were set.
+    pub machine: String,
+    /// How the generator limit was set.
+    pub generator: String,
 }
 
 impl Default for Limits {
@@ -44,7 +46,15 @@ impl Default for Limits {
             steal: STEAL_LIMIT,
             other_processes: OTHER_PROCESSES_LIMIT,
             generator_late: GENERATOR_LATE_LIMIT,
-            detail: "fixed limits (no noise measured)".into(),
+            machine: format!(
+                "steal {:.0}%, other processes {:.0}% (fixed: the machine's noise not measured)",
+                100.0 * STEAL_LIMIT,
+                100.0 * OTHER_PROCESSES_LIMIT
+            ),
+            generator: format!(
+                "generator late {:.1}% (fixed: its own lateness not measured)",
+                100.0 * GENERATOR_LATE_LIMIT
+            ),
         }
     }
 }
@@ -88,24 +98,30 @@ impl Limits {
             .last()
             .zip(windows.first())
             .map_or(0.0, |(l, f)| l.at.duration_since(f.at).as_secs_f64());
-        let mut limits = Limits {
-            steal: over_noise(steal, STEAL_LIMIT),
-            other_processes: over_noise(other, OTHER_PROCESSES_LIMIT),
-            detail: String::new(),
-            ..Limits::default()
-        };
-        limits.detail = format!(
-            "the machine's own noise over {n} idle windows ({seconds:.1} s) at the run's start on CPUs {cpus:?}, median of each window's largest share: steal {:.2}%, other processes {:.2}%; limits steal {:.2}%, other processes {:.2}% (noise + {:.0}% / {:.0}%, at most {:.0}%); generator late {:.2}%",
-            100.0 * steal,
-            100.0 * other,
-            100.0 * limits.steal,
-            100.0 * limits.other_processes,
-            100.0 * STEAL_LIMIT,
-            100.0 * OTHER_PROCESSES_LIMIT,
-            100.0 * MOST_A_LIMIT_RISES_TO,
-            100.0 * limits.generator_late,
+        let (steal_limit, other_limit) = (
+            over_noise(steal, STEAL_LIMIT),
+            over_noise(other, OTHER_PROCESSES_LIMIT),
         );
-        limits
+        Limits {
+            steal: steal_limit,
+            other_processes: other_limit,
+            machine: format!(
+                "the machine's own noise over {n} idle windows ({seconds:.1} s) at the run's start on CPUs {cpus:?}, median of each window's largest share: steal {:.2}%, other processes {:.2}%; limits steal {:.2}%, other processes {:.2}% (noise + {:.0}% / {:.0}%, at most {:.0}%)",
+                100.0 * steal,
+                100.0 * other,
+                100.0 * steal_limit,
+                100.0 * other_limit,
+                100.0 * STEAL_LIMIT,
+                100.0 * OTHER_PROCESSES_LIMIT,
+                100.0 * MOST_A_LIMIT_RISES_TO,
+            ),
+            ..Limits::default()
+        }
+    }
+
+    /// How every limit was set, for the run's notices.
+    pub fn detail(&self) -> String {
+        format!("{}; {}", self.machine, self.generator)
     }
 
     /// These limits with the generator's own lateness, `late` (a share of
@@ -115,11 +131,12 @@ impl Limits {
         let generator_late = over_noise(late, GENERATOR_LATE_LIMIT);
         Limits {
             generator_late,
-            detail: format!(
-                "{}; generator late {:.3}% of departures {measured_where}, limit {:.3}%",
-                self.detail,
+            generator: format!(
+                "generator late {:.3}% of departures {measured_where}, limit {:.3}% (+ {:.1}%, at most {:.0}%)",
                 100.0 * late,
-                100.0 * generator_late
+                100.0 * generator_late,
+                100.0 * GENERATOR_LATE_LIMIT,
+                100.0 * MOST_A_LIMIT_RISES_TO
             ),
             ..self.clone()
         }
@@ -502,7 +519,7 @@ mod tests {
         let l = Limits::from_idle_windows(&w, &[0]);
         assert!((l.other_processes - 0.08).abs() < 0.011, "{l:?}");
         assert!((l.steal - STEAL_LIMIT).abs() < 1e-9, "{l:?}");
-        assert!(l.detail.contains("5 idle windows"), "{}", l.detail);
+        assert!(l.detail().contains("5 idle windows"), "{}", l.detail());
         // A trial with 10% of other processes is disturbed above these, 6% is not.
         let t = windows_with_other_process(&[0.10]);
         let d = assess(&t[0], &t[1], &[0], &[], 0.0, false, &l);
@@ -524,7 +541,7 @@ mod tests {
     fn the_generator_limit_sits_above_its_own_lateness() {
         let l = Limits::default().with_generator_noise(0.0018, "in a light trial");
         assert!((l.generator_late - 0.0028).abs() < 1e-12, "{l:?}");
-        assert!(l.detail.contains("0.180%") && l.detail.contains("in a light trial"));
+        assert!(l.detail().contains("0.180%") && l.detail().contains("in a light trial"));
         let l = Limits::default().with_generator_noise(0.0, "x");
         assert!((l.generator_late - GENERATOR_LATE_LIMIT).abs() < 1e-12);
     }

@@ -93,7 +93,7 @@ fn generator_noise(ctx: &mut Ctx<'_>, b: &mut Built, late: f64) {
     notice(
         &mut ctx.notices,
         format!("disturbance limits of {} ({backend})", b.cfg.name),
-        b.limits.detail.clone(),
+        b.limits.detail(),
     );
 }
 

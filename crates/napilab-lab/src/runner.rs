@@ -122,7 +122,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
     {
         ctx.bar.set_message("the machine's own noise");
         ctx.disturbance_limits = machine_noise(ncpus, &opts.stop);
-        let detail = ctx.disturbance_limits.detail.clone();
+        let detail = ctx.disturbance_limits.detail();
         notice(&mut ctx.notices, "disturbance limits", detail);
     }
     if !opts.observe {

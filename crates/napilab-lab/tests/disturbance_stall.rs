@@ -114,7 +114,11 @@ fn caught(test: &str, how: Stall) {
         limits.other_processes >= 0.05 && limits.other_processes <= MOST_A_LIMIT_RISES_TO,
         "{limits:?}"
     );
-    assert!(limits.detail.contains("idle windows"), "{}", limits.detail);
+    assert!(
+        limits.detail().contains("idle windows"),
+        "{}",
+        limits.detail()
+    );
 
     let reading = Instant::now();
     let before = snapshot(Path::new("/"));
