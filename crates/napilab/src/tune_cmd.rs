@@ -31,10 +31,25 @@ struct ProfileArgs {
     json: bool,
 }
 
+#[derive(clap::Args)]
+struct PlanArgs {
+    #[command(flatten)]
+    args: ProfileArgs,
+    /// Also predict the profile's effect on this host (root, BPF): observe it with the
+    /// trace tier, fit a twin to it and print current -> predicted per CPU, with
+    /// intervals, what the prediction assumed, or why it refuses (docs/tune.md).
+    #[arg(long)]
+    predict: bool,
+    /// With --predict: how long to observe the host first.
+    #[arg(long = "for", value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration, requires = "predict")]
+    duration: std::time::Duration,
+}
+
 #[derive(clap::Subcommand)]
 enum Verb {
     /// Print exactly what the profile would change (from, to, why); changes nothing.
-    Plan(ProfileArgs),
+    /// With --predict, also what it would do to this host's packet CPU.
+    Plan(PlanArgs),
     /// Make the changes, journalling each one before it is made.
     Apply {
         #[command(flatten)]
@@ -73,11 +88,15 @@ fn params(args: &ProfileArgs) -> Result<Params> {
 /// Runs a verb; with `--json`, a failure is also printed as a JSON object on stdout.
 pub fn run(args: TuneArgs) -> Result<()> {
     let json = match &args.verb {
-        Verb::Plan(a) | Verb::Apply { args: a, .. } => a.json,
+        Verb::Plan(PlanArgs { args: a, .. }) | Verb::Apply { args: a, .. } => a.json,
         Verb::Revert { json, .. } | Verb::Show { json, .. } | Verb::Profiles { json } => *json,
     };
     let result = run_verb(args);
+    // With --predict the plan's refusal is already part of the printed JSON.
     if let (true, Err(e)) = (json, &result) {
+        if e.is::<crate::tune_predict::PlanRefused>() {
+            return result;
+        }
         let out =
             serde_json::json!({ "schema": "napilab.tune-error/1", "error": format!("{e:#}") });
         println!("{out}");
@@ -87,7 +106,19 @@ pub fn run(args: TuneArgs) -> Result<()> {
 
 fn run_verb(args: TuneArgs) -> Result<()> {
     match args.verb {
-        Verb::Plan(a) => {
+        Verb::Plan(PlanArgs {
+            args: a,
+            predict: true,
+            duration,
+        }) => {
+            return crate::tune_predict::plan_and_predict(
+                &a.profile,
+                &params(&a)?,
+                duration,
+                a.json,
+            )
+        }
+        Verb::Plan(PlanArgs { args: a, .. }) => {
             let mut ctx = napilab_tune::host_ctx();
             let plan = napilab_tune::plan_profile(&mut ctx, &a.profile, &params(&a)?)?;
             if a.json {
@@ -215,7 +246,7 @@ fn run_verb(args: TuneArgs) -> Result<()> {
     Ok(())
 }
 
-fn render_plan(plan: &Plan) -> String {
+pub(crate) fn render_plan(plan: &Plan) -> String {
     let mut out = format!(
         "profile {} ({}): {}\nstudy: {}\n",
         plan.profile, plan.source, plan.summary, plan.study
