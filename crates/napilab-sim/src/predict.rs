@@ -117,6 +117,9 @@ pub struct Outcome {
     /// Packet-path CPU (all contexts, all CPUs) per offered packet, ns.
     pub cpu_ns_per_packet: Figure,
     pub cpus: Vec<CpuFigures>,
+    /// Over all CPUs (`cpu` is u32::MAX): shares and rates summed, packets per poll
+    /// over all polls.
+    pub total: CpuFigures,
 }
 
 /// What the observation measured, per CPU, for the devices.
@@ -137,7 +140,12 @@ pub struct Measured {
     pub packets_per_s: f64,
     pub frame_bytes: f64,
     pub cpu_ns_per_packet: f64,
+    /// Traced polls of the device over `seconds`.
+    pub polls: u64,
     pub cpus: Vec<MeasuredCpu>,
+    /// Over all CPUs (`cpu` is u32::MAX): shares summed, polls/s summed, packets per
+    /// poll over all polls.
+    pub total: MeasuredCpu,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -181,20 +189,21 @@ pub fn predict(
         reason: e.to_string(),
     })?;
     let devs = params.list("dev").to_vec();
-    let dev =
-        match devs.as_slice() {
-            [] => {
-                return refuse(format!(
-                    "profile {} names no device: the prediction needs --dev",
-                    profile.name
-                ))
-            }
-            [d] => d.clone(),
-            _ => return refuse(format!(
+    let dev = match devs.as_slice() {
+        [] => {
+            return refuse(format!(
+                "profile {} names no device: the prediction needs --dev",
+                profile.name
+            ))
+        }
+        [d] => d.clone(),
+        _ => {
+            return refuse(format!(
                 "the twin predicts one device at a time (given: {}): run --predict once per --dev",
                 devs.join(",")
-            )),
-        };
+            ))
+        }
+    };
     let device = obs
         .topology
         .devices
@@ -220,7 +229,6 @@ pub fn predict(
     if traced.is_empty() {
         return refuse("the observation has no trace tier (it needs root and BPF): the fit needs the measured softirq time per packet; run as root on a kernel with BPF");
     }
-    let seconds: f64 = traced.iter().map(|i| i.duration_s).sum();
     let current = current_settings(device, &traced)?;
     let target = settings_after(&current, profile, &params)?;
     if target
@@ -235,52 +243,20 @@ pub fn predict(
         ));
     }
 
-    // The observed load of the device and where its instances were polled.
-    let mean_of = |f: &dyn Fn(&napilab_core::Interval) -> f64| {
-        traced.iter().map(|i| f(i) * i.duration_s).sum::<f64>() / seconds.max(1e-9)
-    };
-    let pps = mean_of(&|i| {
-        i.devices
-            .iter()
-            .find(|d| d.name == dev)
-            .and_then(|d| d.rx_packets.as_ref())
-            .map_or(0.0, |m| m.value)
-    });
-    let bits = mean_of(&|i| {
-        i.devices
-            .iter()
-            .find(|d| d.name == dev)
-            .and_then(|d| d.rx_bits.as_ref())
-            .map_or(0.0, |m| m.value)
-    });
-    let polls: u64 = traced
-        .iter()
-        .flat_map(|i| i.trace.iter().flat_map(|t| &t.napi))
-        .filter(|n| n.device == dev)
-        .map(|n| n.polls)
-        .sum();
-    if pps < MIN_PPS || polls < MIN_POLLS {
+    let measured = measure(obs, &dev)?;
+    if measured.packets_per_s < MIN_PPS || measured.polls < MIN_POLLS {
         return refuse(format!(
-            "too little load to fit: {dev} received {pps:.0} packets/s in {polls} traced polls over {seconds:.1} s; the fit needs at least {MIN_PPS:.0} packets/s and {MIN_POLLS} polls (observe under the load you want to tune for, or longer with --for)"
+            "too little load to fit: {dev} received {:.0} packets/s in {} traced polls over {:.1} s; the fit needs at least {MIN_PPS:.0} packets/s and {MIN_POLLS} polls (observe under the load you want to tune for, or longer with --for)",
+            measured.packets_per_s, measured.polls, measured.seconds
         ));
     }
-    let frame_bytes = if pps > 0.0 { bits / 8.0 / pps } else { 0.0 }.clamp(60.0, 9_000.0);
+    let (pps, frame_bytes, seconds) = (
+        measured.packets_per_s,
+        measured.frame_bytes,
+        measured.seconds,
+    );
+    let measured_share = measured.total.softirq + measured.total.napi_thread;
     let cpus: Vec<u32> = obs.host.cpus.clone();
-    let measured_cpus: Vec<MeasuredCpu> = cpus
-        .iter()
-        .map(|&cpu| measured_cpu(&traced, seconds, &dev, cpu))
-        .collect();
-    let measured_share: f64 = measured_cpus
-        .iter()
-        .map(|c| c.softirq + c.napi_thread)
-        .sum();
-    let measured = Measured {
-        seconds,
-        packets_per_s: pps,
-        frame_bytes,
-        cpu_ns_per_packet: measured_share / pps * 1e9,
-        cpus: measured_cpus,
-    };
 
     let host_cpus = cpus.iter().copied().max().unwrap_or(0) + 1;
     let twin = TwinHost {
@@ -318,7 +294,7 @@ pub fn predict(
 
     let mut assumed = vec![
         format!("the twin is the veth receive path of crate napilab-sim with the shipped veth-lab profile's costs (fitted on the lab machine), its per-packet stage costs (poll, IP stack, transmit) scaled by {factor:.3} so that the twin's packet CPU for the current settings matches the measured {:.0} ns per packet (NET_RX softirq time from the trace tier plus the NAPI kthreads' CPU over {seconds:.1} s); the fit is left at {:+.1}%", measured.cpu_ns_per_packet, residual * 100.0),
-        format!("the load stays as observed: {pps:.0} packets/s of {frame_bytes:.0}-byte frames on {dev}, Poisson arrivals, split over the instances as the trace tier saw their packets"),
+        format!("the load stays as observed: {pps:.0} packets/s of {frame_bytes:.0}-byte frames on {dev}, evenly spaced (a sender that sends one datagram at a time, as veth's synchronous softirq sees it), split evenly over the instances"),
         "the sender's own CPU (its system calls) is not in the twin: in softirq mode veth's poll runs in the sender's softirq, so the twin's CPU is the packet path only".into(),
         "packets the host delivers locally are run through the twin's forwarding path (IP stack and transmit); the fitted factor absorbs the difference in cost".into(),
         format!("intervals: Student's t at {:.0}% over {} twin seeds (the twin's own variation, not the host's)", LEVEL * 100.0, seeds.len()),
@@ -348,6 +324,76 @@ pub fn predict(
         seeds,
         level: LEVEL,
         assumed,
+    })
+}
+
+/// What `obs` measured on device `dev`: its packet rate and frame size, and per CPU
+/// (and over all CPUs) the softirq and NAPI kthread shares, polls/s and packets per
+/// poll. The prediction's fit input, and what `tune verify` compares a prediction to.
+pub fn measure(obs: &Observation, dev: &str) -> Result<Measured, Refusal> {
+    let traced: Vec<&napilab_core::Interval> =
+        obs.intervals.iter().filter(|i| i.trace.is_some()).collect();
+    if traced.is_empty() {
+        return refuse("the observation has no trace tier (it needs root and BPF): the softirq time per packet is measured there; run as root on a kernel with BPF");
+    }
+    let seconds: f64 = traced.iter().map(|i| i.duration_s).sum::<f64>().max(1e-9);
+    let mean_of = |f: &dyn Fn(&napilab_core::DeviceInterval) -> Option<f64>| {
+        traced
+            .iter()
+            .map(|i| {
+                i.devices
+                    .iter()
+                    .find(|d| d.name == dev)
+                    .and_then(f)
+                    .unwrap_or(0.0)
+                    * i.duration_s
+            })
+            .sum::<f64>()
+            / seconds
+    };
+    let pps = mean_of(&|d| d.rx_packets.as_ref().map(|m| m.value));
+    let bits = mean_of(&|d| d.rx_bits.as_ref().map(|m| m.value));
+    let polls: u64 = traced
+        .iter()
+        .flat_map(|i| i.trace.iter().flat_map(|t| &t.napi))
+        .filter(|n| n.device == dev)
+        .map(|n| n.polls)
+        .sum();
+    let packets: u64 = traced
+        .iter()
+        .flat_map(|i| i.trace.iter().flat_map(|t| &t.napi))
+        .filter(|n| n.device == dev)
+        .map(|n| n.packets)
+        .sum();
+    let cpus: Vec<MeasuredCpu> = obs
+        .host
+        .cpus
+        .iter()
+        .map(|&cpu| measured_cpu(&traced, seconds, dev, cpu))
+        .collect();
+    let total = MeasuredCpu {
+        cpu: u32::MAX,
+        softirq: cpus.iter().map(|c| c.softirq).sum(),
+        napi_thread: cpus.iter().map(|c| c.napi_thread).sum(),
+        polls_per_s: polls as f64 / seconds,
+        packets_per_poll: if polls > 0 {
+            packets as f64 / polls as f64
+        } else {
+            0.0
+        },
+    };
+    Ok(Measured {
+        seconds,
+        packets_per_s: pps,
+        frame_bytes: if pps > 0.0 { bits / 8.0 / pps } else { 0.0 }.clamp(60.0, 9_000.0),
+        cpu_ns_per_packet: if pps > 0.0 {
+            (total.softirq + total.napi_thread) / pps * 1e9
+        } else {
+            0.0
+        },
+        polls,
+        cpus,
+        total,
     })
 }
 
@@ -644,7 +690,7 @@ fn config(host: &TwinHost, settings: &[NapiSettings]) -> SimConfig {
         },
         traffic: TrafficConfig {
             rate_pps: host.pps,
-            pattern: Pattern::Poisson,
+            pattern: Pattern::Constant,
             classes: settings
                 .iter()
                 .map(|s| ClassConfig {
@@ -777,13 +823,124 @@ fn outcome(
             }
         })
         .collect();
+    let all = |f: &dyn Fn(&crate::CpuReport) -> f64| {
+        fig(&|r: &crate::SimResult| r.model.totals.cpus.iter().map(f).sum())
+    };
+    let total = CpuFigures {
+        cpu: u32::MAX,
+        softirq: all(&|x| x.hardirq + x.softirq_inline + x.ksoftirqd),
+        napi_thread: all(&|x| (x.kthread - x.busy_poll - x.app_system).max(0.0)),
+        busy_poll: all(&|x| x.busy_poll),
+        polls_per_s: all(&|x| x.polls_per_s),
+        packets_per_poll: fig(&|r| {
+            let c = &r.model.totals.cpus;
+            let polls: f64 = c.iter().map(|x| x.polls_per_s).sum();
+            let packets: f64 = c.iter().map(|x| x.polls_per_s * x.packets_per_poll).sum();
+            if polls > 0.0 {
+                packets / polls
+            } else {
+                0.0
+            }
+        }),
+        irqs_per_s: all(&|x| x.rx_irqs_per_s),
+    };
     Ok(Outcome {
+        total,
         settings: settings.to_vec(),
         packets_per_s: fig(&|r| r.model.totals.forwarded_pps),
         dropped_per_s: fig(&|r| r.model.totals.rx_dropped_pps + r.model.totals.tx_dropped_pps),
         cpu_ns_per_packet: fig(&|r| packet_cpu(r) / host.pps.max(1e-9) * 1e9),
         cpus,
     })
+}
+
+/// One figure of a prediction against its later measurement.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Check {
+    pub figure: String,
+    pub predicted: Figure,
+    pub measured: f64,
+    /// (predicted mean - measured) / measured; None when nothing was measured.
+    pub error: Option<f64>,
+    /// The measurement lies in the predicted interval.
+    pub within: bool,
+}
+
+pub const VERIFY_SCHEMA: &str = "napilab.tune-verify/1";
+
+/// A prediction checked against a measurement made after the profile was applied.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Verification {
+    pub schema: String,
+    pub profile: String,
+    pub device: String,
+    pub measured: Measured,
+    /// Over all CPUs: the kthreads may run elsewhere than the twin placed them.
+    pub checks: Vec<Check>,
+    /// Largest |error| over the checks that have one.
+    pub max_abs_error: Option<f64>,
+}
+
+/// Checks `prediction`'s figures for the profile against `measured`, over all CPUs.
+pub fn verify(prediction: &Prediction, measured: Measured) -> Verification {
+    let p = &prediction.predicted;
+    let m = &measured;
+    let rows: [(&str, Figure, f64); 7] = [
+        ("packets/s", p.packets_per_s, m.packets_per_s),
+        (
+            "packet CPU per packet (ns)",
+            p.cpu_ns_per_packet,
+            m.cpu_ns_per_packet,
+        ),
+        ("softirq (share of a CPU)", p.total.softirq, m.total.softirq),
+        (
+            "NAPI kthread (share of a CPU)",
+            p.total.napi_thread,
+            m.total.napi_thread,
+        ),
+        (
+            "packet CPU (share of a CPU)",
+            sum(p.total.softirq, p.total.napi_thread),
+            m.total.softirq + m.total.napi_thread,
+        ),
+        ("polls/s", p.total.polls_per_s, m.total.polls_per_s),
+        (
+            "packets per poll",
+            p.total.packets_per_poll,
+            m.total.packets_per_poll,
+        ),
+    ];
+    let checks: Vec<Check> = rows
+        .into_iter()
+        .map(|(figure, predicted, measured)| Check {
+            figure: figure.into(),
+            predicted,
+            measured,
+            error: (measured.abs() > 1e-12).then(|| (predicted.mean - measured) / measured),
+            within: predicted.low <= measured && measured <= predicted.high,
+        })
+        .collect();
+    let max_abs_error = checks
+        .iter()
+        .filter_map(|c| c.error.map(f64::abs))
+        .fold(None, |a: Option<f64>, e| Some(a.map_or(e, |a| a.max(e))));
+    Verification {
+        schema: VERIFY_SCHEMA.into(),
+        profile: prediction.profile.clone(),
+        device: prediction.devices.first().cloned().unwrap_or_default(),
+        measured,
+        checks,
+        max_abs_error,
+    }
+}
+
+/// Two figures added (their intervals added end to end: an upper bound on the spread).
+fn sum(a: Figure, b: Figure) -> Figure {
+    Figure {
+        mean: a.mean + b.mean,
+        low: a.low + b.low,
+        high: a.high + b.high,
+    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use napilab_sim::predict::{self, CpuFigures, Figure, Prediction};
 use napilab_trace::live::{self, Event, LiveOptions};
 use napilab_tune::plan::Plan;
@@ -44,18 +44,15 @@ fn interval_for(duration: Duration) -> Duration {
     (duration / 2).clamp(Duration::from_millis(100), Duration::from_secs(1))
 }
 
-pub fn plan_and_predict(name: &str, given: &Params, duration: Duration, json: bool) -> Result<()> {
+/// This host (the caller's network namespace) observed for `duration` with the
+/// trace tier.
+fn observe_traced(duration: Duration) -> Result<napilab_core::Observation> {
     if duration < Duration::from_millis(200) {
         anyhow::bail!(
-            "--for {} is too short to fit the twin: observe for 1s or more",
+            "--for {} is too short to measure the packet path: observe for 1s or more",
             humantime::format_duration(duration)
         );
     }
-    let (profile, _) = profile::load(name)?;
-    let mut ctx = napilab_tune::host_ctx();
-    let plan = napilab_tune::plan_profile(&mut ctx, name, given);
-    // The prediction is made also when the plan is refused: a profile this host cannot
-    // apply (a mechanism of a newer kernel) still gets the twin's reason.
     let (stop_tx, stop) = mpsc::channel::<()>();
     let options = LiveOptions {
         duration,
@@ -69,10 +66,29 @@ pub fn plan_and_predict(name: &str, given: &Params, duration: Duration, json: bo
         }
     });
     drop(stop_tx);
-    let prediction = match observed {
+    observed
+}
+
+/// Observes this host and predicts profile `name`: the prediction, or the refusal's
+/// reason (the twin's or the observation's).
+pub fn predict_here(
+    name: &str,
+    given: &Params,
+    duration: Duration,
+) -> Result<std::result::Result<Prediction, String>> {
+    let (profile, _) = profile::load(name)?;
+    Ok(match observe_traced(duration) {
         Ok(obs) => predict::predict(&obs, &profile, given).map_err(|r| r.reason),
         Err(e) => Err(format!("observing this host failed: {e:#}")),
-    };
+    })
+}
+
+pub fn plan_and_predict(name: &str, given: &Params, duration: Duration, json: bool) -> Result<()> {
+    let mut ctx = napilab_tune::host_ctx();
+    let plan = napilab_tune::plan_profile(&mut ctx, name, given);
+    // The prediction is made also when the plan is refused: a profile this host cannot
+    // apply (a mechanism of a newer kernel) still gets the twin's reason.
+    let prediction = predict_here(name, given, duration)?;
     let plan_error = plan.as_ref().err().map(|e| e.to_string());
     if json {
         let out = PlanPrediction {
@@ -207,4 +223,66 @@ pub fn render(p: &Prediction) -> String {
         out.push_str(&format!("  - {a}\n"));
     }
     out
+}
+
+/// `napilab tune verify`: the prediction kept in `journal` against this host observed
+/// now for `duration`.
+pub fn verify(journal: &std::path::Path, duration: Duration, json: bool) -> Result<()> {
+    let j = napilab_tune::journal::Journal::read(journal)
+        .with_context(|| format!("reading {}", journal.display()))?;
+    let Some(kept) = j.prediction() else {
+        anyhow::bail!(
+            "{} keeps no prediction: apply the profile with --predict (napilab tune apply PROFILE --predict) to check it later",
+            journal.display()
+        );
+    };
+    let prediction: Prediction = serde_json::from_value(kept.clone()).with_context(|| {
+        format!(
+            "{}: the kept prediction is not a {} (made by another napilab version?)",
+            journal.display(),
+            predict::PREDICTION_SCHEMA
+        )
+    })?;
+    if j.status() == napilab_tune::journal::Status::Reverted {
+        anyhow::bail!(
+            "{} is reverted: its profile is no longer in force, so there is nothing to verify (apply it again with --predict)",
+            journal.display()
+        );
+    }
+    let dev = prediction.devices.first().cloned().unwrap_or_default();
+    let obs = observe_traced(duration)?;
+    let measured = predict::measure(&obs, &dev).map_err(|r| anyhow::anyhow!(r.reason))?;
+    let v = predict::verify(&prediction, measured);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    let mut out = format!(
+        "verify {} on {dev} (journal {}): predicted before apply vs measured now over {:.1} s, all CPUs\n",
+        v.profile,
+        journal.display(),
+        v.measured.seconds
+    );
+    out.push_str(&format!(
+        "  {:<32} {:>30} {:>12} {:>8}\n",
+        "figure", "predicted", "measured", "error"
+    ));
+    for c in &v.checks {
+        let digits = if c.measured.abs() < 10.0 { 3 } else { 0 };
+        out.push_str(&format!(
+            "  {:<32} {:>30} {:>12.*} {:>8}{}\n",
+            c.figure,
+            fig(&c.predicted, 1.0, digits),
+            digits,
+            c.measured,
+            c.error
+                .map_or("-".to_string(), |e| format!("{:+.0}%", e * 100.0)),
+            if c.within { "  (in the interval)" } else { "" }
+        ));
+    }
+    if let Some(e) = v.max_abs_error {
+        out.push_str(&format!("max |error| {:.0}%\n", e * 100.0));
+    }
+    print!("{out}");
+    Ok(())
 }
