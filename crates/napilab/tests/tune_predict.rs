@@ -196,3 +196,121 @@ fn prediction_refuses_without_load_and_without_the_kernel() {
         "the refusal names the kernel: {r}"
     );
 }
+
+/// `napilab tune ARGS` in vb's namespace: stdout (JSON when asked), stderr, success.
+fn tune(pair: &VethPair, args: &[&str]) -> (String, String, bool) {
+    let out = pair
+        .command(&pair.b, env!("CARGO_BIN_EXE_napilab"))
+        .arg("tune")
+        .args(args)
+        .output()
+        .expect("run napilab");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        out.status.success(),
+    )
+}
+
+#[test]
+fn apply_keeps_the_prediction_and_verify_measures_it() {
+    let name = "apply_keeps_the_prediction_and_verify_measures_it";
+    let Some(pair) = pair_or_skip(name, "verify") else {
+        return;
+    };
+    let dir = napilab_testkit::scratch_dir(env!("CARGO_TARGET_TMPDIR"), "tune-predict-journal");
+    let dir = dir.to_str().expect("utf-8 path").to_string();
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = flood(pair.a.clone(), stop.clone());
+    std::thread::sleep(Duration::from_millis(300));
+    let (applied, err, ok) = tune(
+        &pair,
+        &[
+            "apply",
+            "threaded",
+            "--dev",
+            "vb",
+            "--predict",
+            "--for",
+            "2s",
+            "--json",
+            "--journal-dir",
+            &dir,
+        ],
+    );
+    let verified = ok.then(|| {
+        tune(
+            &pair,
+            &["verify", "--journal-dir", &dir, "--for", "2s", "--json"],
+        )
+    });
+    stop.store(true, Ordering::Relaxed);
+    let _ = sender.join();
+    // Revert before any assertion, so a failure leaves nothing applied (the namespace
+    // goes with the pair anyway).
+    let (_, revert_err, reverted) = tune(&pair, &["revert", "--journal-dir", &dir]);
+    assert!(ok, "apply --predict failed: {err}");
+    assert!(reverted, "revert failed: {revert_err}");
+    let applied: Value = serde_json::from_str(&applied).expect("apply JSON");
+    if let Some(r) = applied["refusal"].as_str() {
+        if r.contains("trace tier") {
+            println!("SKIPPED {name}: {r}");
+            return;
+        }
+        panic!("prediction refused under load: {r}");
+    }
+    assert_eq!(applied["prediction_kept"], true, "{applied:#}");
+    let (out, err, ok) = verified.expect("verify ran");
+    assert!(ok, "verify failed: {err}");
+    let v: Value = serde_json::from_str(&out).expect("verify JSON");
+    assert_eq!(v["schema"], "napilab.tune-verify/1");
+    let checks = v["checks"].as_array().expect("checks");
+    let check = |figure: &str| {
+        checks
+            .iter()
+            .find(|c| c["figure"].as_str().is_some_and(|f| f.starts_with(figure)))
+            .unwrap_or_else(|| panic!("no check {figure}: {v:#}"))
+    };
+    // After apply the kthread polls: the measurement shows the mechanism the
+    // prediction named, and every figure has its error.
+    let kthread = check("NAPI kthread");
+    assert!(
+        kthread["measured"].as_f64().expect("measured") > 0.0,
+        "{kthread}"
+    );
+    assert!(
+        kthread["predicted"]["mean"].as_f64().expect("predicted") > 0.0,
+        "{kthread}"
+    );
+    for c in checks {
+        assert!(c["error"].is_number() || c["measured"] == 0.0, "{c}");
+    }
+    println!(
+        "{name}: {}",
+        checks
+            .iter()
+            .map(|c| format!(
+                "{} predicted {:.3} measured {:.3} error {}",
+                c["figure"].as_str().unwrap_or(""),
+                c["predicted"]["mean"].as_f64().unwrap_or(0.0),
+                c["measured"].as_f64().unwrap_or(0.0),
+                c["error"]
+            ))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+
+    // A journal without a prediction: verify says how to get one.
+    let (_, err, ok) = tune(
+        &pair,
+        &["apply", "threaded", "--dev", "vb", "--journal-dir", &dir],
+    );
+    assert!(ok, "apply failed: {err}");
+    let (_, verify_err, verified) = tune(&pair, &["verify", "--journal-dir", &dir, "--for", "1s"]);
+    let (_, revert_err, reverted) = tune(&pair, &["revert", "--journal-dir", &dir]);
+    assert!(reverted, "revert failed: {revert_err}");
+    assert!(
+        !verified && verify_err.contains("--predict"),
+        "verify of a journal without a prediction: {verify_err}"
+    );
+}
