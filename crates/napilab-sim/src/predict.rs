@@ -295,10 +295,18 @@ pub fn predict(
     let mut assumed = vec![
         format!("the twin is the veth receive path of crate napilab-sim with the shipped veth-lab profile's costs (fitted on the lab machine), its per-packet stage costs (poll, IP stack, transmit) scaled by {factor:.3} so that the twin's packet CPU for the current settings matches the measured {:.0} ns per packet (NET_RX softirq time from the trace tier plus the NAPI kthreads' CPU over {seconds:.1} s); the fit is left at {:+.1}%", measured.cpu_ns_per_packet, residual * 100.0),
         format!("the load stays as observed: {pps:.0} packets/s of {frame_bytes:.0}-byte frames on {dev}, evenly spaced (a sender that sends one datagram at a time, as veth's synchronous softirq sees it), split evenly over the instances"),
-        "the sender's own CPU (its system calls) is not in the twin: in softirq mode veth's poll runs in the sender's softirq, so the twin's CPU is the packet path only".into(),
+        "the sender's own CPU (its system calls) is not in the twin: in softirq mode veth's poll runs in the sender's softirq, so the twin's CPU is the packet path only; a sender limited by its own CPU may send faster once the poll leaves its softirq, which the twin does not predict".into(),
         "packets the host delivers locally are run through the twin's forwarding path (IP stack and transmit); the fitted factor absorbs the difference in cost".into(),
         format!("intervals: Student's t at {:.0}% over {} twin seeds (the twin's own variation, not the host's)", LEVEL * 100.0, seeds.len()),
     ];
+    if current.iter().chain(&target).any(|s| {
+        matches!(
+            s.context,
+            NapiContext::Threaded | NapiContext::ThreadedBusyPoll
+        )
+    }) {
+        assumed.push(format!("a NAPI kthread wakes {:.0} us after veth schedules it: the veth-lab profile's delay, fitted on the lab machine's maximum throughput and not fitted to this host (the fit is of the per-packet cost only); polls/s and packets per poll of threaded polling depend on it", base.latency_ns.irq_delivery as f64 / 1e3));
+    }
     for s in &target {
         if matches!(
             s.context,
