@@ -21,6 +21,7 @@ pub mod nic;
 pub mod output;
 pub mod point;
 pub mod poll_loop;
+pub mod predict;
 pub mod profile;
 pub mod rng;
 pub mod server_plan;

@@ -62,6 +62,13 @@ pub enum Record {
     Reverted {
         unix_ms: u64,
     },
+    /// What the twin predicted for the profile on this host before it was applied
+    /// (`tune apply --predict`; napilab-sim's `napilab.tune-prediction/1`, kept as JSON
+    /// because the twin's crate depends on this one), for `tune verify`.
+    Prediction {
+        unix_ms: u64,
+        prediction: serde_json::Value,
+    },
 }
 
 pub fn now_ms() -> u64 {
@@ -215,6 +222,14 @@ impl Journal {
         self.records.first()
     }
 
+    /// The prediction kept with the apply, if one was.
+    pub fn prediction(&self) -> Option<&serde_json::Value> {
+        self.records.iter().rev().find_map(|r| match r {
+            Record::Prediction { prediction, .. } => Some(prediction),
+            _ => None,
+        })
+    }
+
     /// The change entries with whether each was marked done.
     pub fn changes(&self) -> Vec<(u32, &Key, &Value, &Value, bool)> {
         self.records
@@ -233,6 +248,14 @@ impl Journal {
             })
             .collect()
     }
+}
+
+/// Appends `prediction` to the journal at `path` (fsynced like every record).
+pub fn keep_prediction(path: &Path, prediction: serde_json::Value) -> std::io::Result<()> {
+    Writer::open(path)?.append(&Record::Prediction {
+        unix_ms: now_ms(),
+        prediction,
+    })
 }
 
 /// Every journal in `dir`, oldest first.
@@ -301,6 +324,10 @@ mod tests {
         let ch = j.changes();
         assert_eq!(ch.len(), 2);
         assert!(ch[0].4 && !ch[1].4);
+        keep_prediction(&w.path, serde_json::json!({ "schema": "p" })).expect("keep");
+        let j = Journal::read(&w.path).expect("read");
+        assert_eq!(j.prediction(), Some(&serde_json::json!({ "schema": "p" })));
+        assert_eq!(j.status(), Status::Incomplete, "a prediction is no state");
         let mut w = Writer::open(&w.path).expect("open");
         w.append(&Record::Reverted { unix_ms: now_ms() })
             .expect("append");

@@ -19,6 +19,7 @@ mod timed_run;
 mod top;
 mod top_cmd;
 mod tune_cmd;
+mod tune_predict;
 mod tunnel_cmd;
 mod twin_table;
 

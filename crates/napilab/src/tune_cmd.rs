@@ -31,10 +31,25 @@ struct ProfileArgs {
     json: bool,
 }
 
+#[derive(clap::Args)]
+struct PlanArgs {
+    #[command(flatten)]
+    args: ProfileArgs,
+    /// Also predict the profile's effect on this host (root, BPF): observe it with the
+    /// trace tier, fit a twin to it and print current -> predicted per CPU, with
+    /// intervals, what the prediction assumed, or why it refuses (docs/tune.md).
+    #[arg(long)]
+    predict: bool,
+    /// With --predict: how long to observe the host first.
+    #[arg(long = "for", value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration, requires = "predict")]
+    duration: std::time::Duration,
+}
+
 #[derive(clap::Subcommand)]
 enum Verb {
     /// Print exactly what the profile would change (from, to, why); changes nothing.
-    Plan(ProfileArgs),
+    /// With --predict, also what it would do to this host's packet CPU.
+    Plan(PlanArgs),
     /// Make the changes, journalling each one before it is made.
     Apply {
         #[command(flatten)]
@@ -42,6 +57,27 @@ enum Verb {
         /// Journal directory (default $NAPILAB_JOURNAL_DIR, else /var/lib/napilab/journal).
         #[arg(long, value_name = "DIR")]
         journal_dir: Option<PathBuf>,
+        /// Predict first (as `plan --predict`) and keep the prediction in the journal
+        /// for `napilab tune verify`.
+        #[arg(long)]
+        predict: bool,
+        /// With --predict: how long to observe the host first.
+        #[arg(long = "for", value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration, requires = "predict")]
+        duration: std::time::Duration,
+    },
+    /// Observe again and print the prediction kept by `apply --predict` against what is
+    /// measured now, with the error of each figure.
+    Verify {
+        /// A journal file, or its name in the journal directory (default: the newest
+        /// one in force here).
+        journal: Option<String>,
+        #[arg(long, value_name = "DIR")]
+        journal_dir: Option<PathBuf>,
+        /// How long to observe.
+        #[arg(long = "for", value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+        duration: std::time::Duration,
+        #[arg(long)]
+        json: bool,
     },
     /// Restore the old values of a journal (default: the newest one in force here).
     Revert {
@@ -73,11 +109,18 @@ fn params(args: &ProfileArgs) -> Result<Params> {
 /// Runs a verb; with `--json`, a failure is also printed as a JSON object on stdout.
 pub fn run(args: TuneArgs) -> Result<()> {
     let json = match &args.verb {
-        Verb::Plan(a) | Verb::Apply { args: a, .. } => a.json,
-        Verb::Revert { json, .. } | Verb::Show { json, .. } | Verb::Profiles { json } => *json,
+        Verb::Plan(PlanArgs { args: a, .. }) | Verb::Apply { args: a, .. } => a.json,
+        Verb::Revert { json, .. }
+        | Verb::Verify { json, .. }
+        | Verb::Show { json, .. }
+        | Verb::Profiles { json } => *json,
     };
     let result = run_verb(args);
+    // With --predict the plan's refusal is already part of the printed JSON.
     if let (true, Err(e)) = (json, &result) {
+        if e.is::<crate::tune_predict::PlanRefused>() {
+            return result;
+        }
         let out =
             serde_json::json!({ "schema": "napilab.tune-error/1", "error": format!("{e:#}") });
         println!("{out}");
@@ -87,7 +130,19 @@ pub fn run(args: TuneArgs) -> Result<()> {
 
 fn run_verb(args: TuneArgs) -> Result<()> {
     match args.verb {
-        Verb::Plan(a) => {
+        Verb::Plan(PlanArgs {
+            args: a,
+            predict: true,
+            duration,
+        }) => {
+            return crate::tune_predict::plan_and_predict(
+                &a.profile,
+                &params(&a)?,
+                duration,
+                a.json,
+            )
+        }
+        Verb::Plan(PlanArgs { args: a, .. }) => {
             let mut ctx = napilab_tune::host_ctx();
             let plan = napilab_tune::plan_profile(&mut ctx, &a.profile, &params(&a)?)?;
             if a.json {
@@ -99,14 +154,55 @@ fn run_verb(args: TuneArgs) -> Result<()> {
         Verb::Apply {
             args: a,
             journal_dir: dir,
+            predict,
+            duration,
         } => {
             let mut ctx = napilab_tune::host_ctx();
             let plan = napilab_tune::plan_profile(&mut ctx, &a.profile, &params(&a)?)?;
+            // Predicted before anything changes, kept once the journal exists.
+            let prediction = if predict {
+                Some(crate::tune_predict::predict_here(
+                    &a.profile,
+                    &params(&a)?,
+                    duration,
+                )?)
+            } else {
+                None
+            };
             let dir = journal_dir(dir.as_deref());
             let report = napilab_tune::apply(&mut ctx, plan, &dir)?;
+            let kept = match (&prediction, &report.journal) {
+                (Some(Ok(p)), Some(j)) => {
+                    napilab_tune::journal::keep_prediction(j, serde_json::to_value(p)?)
+                        .with_context(|| format!("keeping the prediction in {}", j.display()))?;
+                    true
+                }
+                _ => false,
+            };
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                let mut v = serde_json::to_value(&report)?;
+                if let Some(p) = &prediction {
+                    v["prediction"] = match p {
+                        Ok(p) => serde_json::to_value(p)?,
+                        Err(_) => serde_json::Value::Null,
+                    };
+                    v["refusal"] = p
+                        .as_ref()
+                        .err()
+                        .map_or(serde_json::Value::Null, |r| r.clone().into());
+                    v["prediction_kept"] = kept.into();
+                }
+                println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
+                if let Some(p) = &prediction {
+                    match p {
+                        Ok(p) => println!("{}", crate::tune_predict::render(p)),
+                        Err(r) => println!("prediction refused: {r}\n"),
+                    }
+                }
+                if kept {
+                    println!("prediction kept in the journal: check it with napilab tune verify");
+                }
                 let mut out = render_plan(&report.plan);
                 match &report.journal {
                     None => out.push_str("\nnothing to change: no journal written\n"),
@@ -154,6 +250,16 @@ fn run_verb(args: TuneArgs) -> Result<()> {
                     println!("  nothing to restore for {k}: {why}");
                 }
             }
+        }
+        Verb::Verify {
+            journal,
+            journal_dir: dir,
+            duration,
+            json,
+        } => {
+            let dir = journal_dir(dir.as_deref());
+            let path = napilab_tune::find_journal(&dir, journal.as_deref())?;
+            crate::tune_predict::verify(&path, duration, json)?;
         }
         Verb::Show {
             journal_dir: dir,
@@ -215,7 +321,7 @@ fn run_verb(args: TuneArgs) -> Result<()> {
     Ok(())
 }
 
-fn render_plan(plan: &Plan) -> String {
+pub(crate) fn render_plan(plan: &Plan) -> String {
     let mut out = format!(
         "profile {} ({}): {}\nstudy: {}\n",
         plan.profile, plan.source, plan.summary, plan.study

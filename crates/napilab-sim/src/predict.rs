@@ -1,0 +1,999 @@
+//! Predict before you tune: a twin of a live host, built from one of its Observations
+//! (the map, the observed load and the trace tier's times), run with the host's current
+//! per-NAPI settings and with a tune profile's, so `napilab tune plan PROFILE
+//! --predict` can say what the profile would change before anything changes.
+//!
+//! What it does, in order:
+//! 1. Reads the current settings of each NAPI instance of the profile's devices from
+//!    the map (context, the CPU that polls it, deferral) and the profile's settings
+//!    from its items ([`settings_after`]).
+//! 2. Refuses when the twin is out of its depth ([`Refusal`]): a driver it has no
+//!    model of (veth only), a setting it has no model of, a mechanism the host's
+//!    kernel does not have, no trace tier, or too little load to fit.
+//! 3. Builds the twin of the veth receive path (crate::twin_plan's veth host, net
+//!    settings and ingress) at the observed packet rate and frame size, and fits the
+//!    veth-lab profile's per-packet stage costs, one factor for all, so that the twin's
+//!    packet CPU for the current settings matches the measured one (NET_RX softirq
+//!    time from the trace tier plus the NAPI kthreads' CPU).
+//! 4. Runs the fitted twin over [`SEEDS`] seeds for the current and the profile's
+//!    settings and reports, per CPU, the CPU share by context, polls/s, packets per
+//!    poll and the notification ("IRQ") rate, each as a mean with its interval.
+
+use serde::{Deserialize, Serialize};
+
+use napilab_core::observation::ThreadRole;
+use napilab_core::{Observation, Poller};
+use napilab_tune::model::{Kind, Value};
+use napilab_tune::profile::{parse_setting, value_for, Params, Profile as TuneProfile};
+
+use crate::config::{
+    ClassConfig, EgressConfig, MeasurementConfig, NapiContext, Pattern, QdiscKind, RxQueueConfig,
+    ThreadPolicy, TrafficConfig, THREADED_BUSY_POLL_KERNEL,
+};
+use crate::twin_plan::{lab_host, veth_ingress, VETH_LINK_MBPS, VETH_RING, VETH_WEIGHT};
+use crate::{Profile, SimConfig};
+
+pub const PREDICTION_SCHEMA: &str = "napilab.tune-prediction/1";
+/// Fewest packets per second on the profile's devices to fit the per-packet cost: below
+/// it the fixed costs per poll and per wake-up dominate the measured time and the
+/// per-packet cost is not determined.
+pub const MIN_PPS: f64 = 1_000.0;
+/// Fewest traced NAPI polls of the devices over the observation.
+pub const MIN_POLLS: u64 = 100;
+/// Twin runs per setting: the interval of each figure is over these seeds.
+pub const SEEDS: u64 = 5;
+/// Confidence level of the intervals.
+pub const LEVEL: f64 = 0.95;
+/// The twin's window per run (after its warm-up): long enough for thousands of polls
+/// at the loads that pass [`MIN_PPS`] times ten, short enough for a plan.
+const TWIN_WINDOW_MS: f64 = 200.0;
+const TWIN_WARMUP_MS: f64 = 20.0;
+/// The fit stops when the twin's packet CPU is within this fraction of the measured.
+const FIT_TOLERANCE: f64 = 0.02;
+const FIT_ROUNDS: usize = 6;
+
+/// One NAPI instance's settings as the twin runs them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NapiSettings {
+    pub device: String,
+    pub queue: u32,
+    pub napi_id: Option<u32>,
+    pub context: NapiContext,
+    /// The CPU that polls it: the softirq's (the sender's, for veth) or the kthread's.
+    pub cpu: u32,
+    pub defer_hard_irqs: u32,
+    pub gro_flush_timeout_ns: u64,
+}
+
+/// A figure over the twin's seeds: mean and its interval.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Figure {
+    pub mean: f64,
+    pub low: f64,
+    pub high: f64,
+}
+
+impl Figure {
+    fn of(values: &[f64]) -> Figure {
+        let mean = values.iter().sum::<f64>() / values.len().max(1) as f64;
+        match napilab_core::uncertainty::t_interval(values, LEVEL) {
+            Some(ci) => Figure {
+                mean,
+                low: ci.low,
+                high: ci.high,
+            },
+            None => Figure {
+                mean,
+                low: mean,
+                high: mean,
+            },
+        }
+    }
+}
+
+/// One CPU in the twin, for one set of settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CpuFigures {
+    pub cpu: u32,
+    /// Shares of the CPU: NET_RX softirq (with the twin's veth notification, which the
+    /// sender's `veth_xmit` does), NAPI kthreads (their polls and context switches),
+    /// busy polling.
+    pub softirq: Figure,
+    pub napi_thread: Figure,
+    pub busy_poll: Figure,
+    pub polls_per_s: Figure,
+    pub packets_per_poll: Figure,
+    /// Notifications per second that schedule the instance: veth has no IRQ, the
+    /// sender's `veth_xmit` raises the poll (the twin's RX IRQ stands for it).
+    pub irqs_per_s: Figure,
+}
+
+/// The twin's outcome for one set of settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub settings: Vec<NapiSettings>,
+    pub packets_per_s: Figure,
+    pub dropped_per_s: Figure,
+    /// Packet-path CPU (all contexts, all CPUs) per offered packet, ns.
+    pub cpu_ns_per_packet: Figure,
+    pub cpus: Vec<CpuFigures>,
+    /// Over all CPUs (`cpu` is u32::MAX): shares and rates summed, packets per poll
+    /// over all polls.
+    pub total: CpuFigures,
+}
+
+/// What the observation measured, per CPU, for the devices.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MeasuredCpu {
+    pub cpu: u32,
+    /// NET_RX/NET_TX softirq time (trace tier), share of the CPU.
+    pub softirq: f64,
+    /// The devices' NAPI kthreads' CPU (/proc/<pid>/stat, tick-sampled).
+    pub napi_thread: f64,
+    pub polls_per_s: f64,
+    pub packets_per_poll: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Measured {
+    pub seconds: f64,
+    pub packets_per_s: f64,
+    pub frame_bytes: f64,
+    pub cpu_ns_per_packet: f64,
+    /// Traced polls of the device over `seconds`.
+    pub polls: u64,
+    pub cpus: Vec<MeasuredCpu>,
+    /// Over all CPUs (`cpu` is u32::MAX): shares summed, polls/s summed, packets per
+    /// poll over all polls.
+    pub total: MeasuredCpu,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Prediction {
+    pub schema: String,
+    pub profile: String,
+    pub hostname: Option<String>,
+    pub kernel: String,
+    pub devices: Vec<String>,
+    pub measured: Measured,
+    /// The fitted factor on the veth-lab profile's per-packet stage costs.
+    pub fit_factor: f64,
+    pub current: Outcome,
+    pub predicted: Outcome,
+    pub seeds: Vec<u64>,
+    pub level: f64,
+    /// Every assumption the prediction rests on, in words.
+    pub assumed: Vec<String>,
+}
+
+/// Why the twin will not predict, and what to do instead.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, thiserror::Error)]
+#[error("no prediction: {reason}")]
+pub struct Refusal {
+    pub reason: String,
+}
+
+fn refuse<T>(reason: impl Into<String>) -> Result<T, Refusal> {
+    Err(Refusal {
+        reason: reason.into(),
+    })
+}
+
+/// Predicts `profile` (with `given` parameters) on the host `obs` observed.
+pub fn predict(
+    obs: &Observation,
+    profile: &TuneProfile,
+    given: &Params,
+) -> Result<Prediction, Refusal> {
+    let params = given.resolve(profile).map_err(|e| Refusal {
+        reason: e.to_string(),
+    })?;
+    let devs = params.list("dev").to_vec();
+    let dev = match devs.as_slice() {
+        [] => {
+            return refuse(format!(
+                "profile {} names no device: the prediction needs --dev",
+                profile.name
+            ))
+        }
+        [d] => d.clone(),
+        _ => {
+            return refuse(format!(
+                "the twin predicts one device at a time (given: {}): run --predict once per --dev",
+                devs.join(",")
+            ))
+        }
+    };
+    let device = obs
+        .topology
+        .devices
+        .iter()
+        .find(|d| d.name == dev)
+        .ok_or_else(|| Refusal {
+            reason: format!("device {dev} is not in this host's map: name one `napilab map` lists"),
+        })?;
+    let driver = device.driver.as_deref().unwrap_or("unknown");
+    if driver != "veth" {
+        return refuse(format!(
+            "{dev} uses driver {driver}: the twin has a model of a live host's veth receive path only (a NIC's ring, interrupt moderation and DMA are fitted per machine, docs/sim.md); measure the profile instead (napilab tune apply, then napilab observe)"
+        ));
+    }
+    let kernel = obs.origin.kernel.clone().unwrap_or_default();
+    let Some(version) = crate::config::parse_kernel(&kernel) else {
+        return refuse(format!(
+            "the observation names no kernel release ({kernel:?}): observe this host again"
+        ));
+    };
+    let traced: Vec<&napilab_core::Interval> =
+        obs.intervals.iter().filter(|i| i.trace.is_some()).collect();
+    if traced.is_empty() {
+        return refuse("the observation has no trace tier (it needs root and BPF): the fit needs the measured softirq time per packet; run as root on a kernel with BPF");
+    }
+    let current = current_settings(device, &traced)?;
+    let target = settings_after(&current, profile, &params)?;
+    if target
+        .iter()
+        .any(|s| s.context == NapiContext::ThreadedBusyPoll)
+        && version < THREADED_BUSY_POLL_KERNEL
+    {
+        let (maj, min) = THREADED_BUSY_POLL_KERNEL;
+        return refuse(format!(
+            "profile {} needs threaded busy polling, a Linux {maj}.{min} mechanism; this host runs {kernel}, which cannot apply it: upgrade the kernel to {maj}.{min} or later, or predict `threaded`",
+            profile.name
+        ));
+    }
+
+    let measured = measure(obs, &dev)?;
+    if measured.packets_per_s < MIN_PPS || measured.polls < MIN_POLLS {
+        return refuse(format!(
+            "too little load to fit: {dev} received {:.0} packets/s in {} traced polls over {:.1} s; the fit needs at least {MIN_PPS:.0} packets/s and {MIN_POLLS} polls (observe under the load you want to tune for, or longer with --for)",
+            measured.packets_per_s, measured.polls, measured.seconds
+        ));
+    }
+    let (pps, frame_bytes, seconds) = (
+        measured.packets_per_s,
+        measured.frame_bytes,
+        measured.seconds,
+    );
+    let measured_share = measured.total.softirq + measured.total.napi_thread;
+    let cpus: Vec<u32> = obs.host.cpus.clone();
+
+    let host_cpus = cpus.iter().copied().max().unwrap_or(0) + 1;
+    let twin = TwinHost {
+        cpus: host_cpus.max(
+            current
+                .iter()
+                .chain(&target)
+                .map(|s| s.cpu + 1)
+                .max()
+                .unwrap_or(1),
+        ),
+        hz: obs.host.hz.value.unwrap_or(crate::twin_plan::LAB_HZ),
+        kernel: format!("{}.{}", version.0, version.1),
+        netdev_budget: obs
+            .settings
+            .netdev_budget
+            .and_then(|b| u32::try_from(b).ok())
+            .unwrap_or(300),
+        netdev_budget_usecs: obs
+            .settings
+            .netdev_budget_usecs
+            .and_then(|b| u32::try_from(b).ok()),
+        pps,
+        frame_bytes,
+    };
+    let base = crate::calibrate::LabProfile::load(crate::calibrate::VETH_LAB_NAME)
+        .map_err(|e| Refusal {
+            reason: format!("the shipped veth-lab profile does not load: {e}"),
+        })?
+        .profile;
+    let (factor, fitted, residual) = fit(&twin, &current, &base, measured_share)?;
+    let seeds: Vec<u64> = (1..=SEEDS).collect();
+    let current_out = outcome(&twin, &current, &fitted, &seeds)?;
+    let predicted = outcome(&twin, &target, &fitted, &seeds)?;
+
+    let mut assumed = vec![
+        format!("the twin is the veth receive path of crate napilab-sim with the shipped veth-lab profile's costs (fitted on the lab machine), its per-packet stage costs (poll, IP stack, transmit) scaled by {factor:.3} so that the twin's packet CPU for the current settings matches the measured {:.0} ns per packet (NET_RX softirq time from the trace tier plus the NAPI kthreads' CPU over {seconds:.1} s); the fit is left at {:+.1}%", measured.cpu_ns_per_packet, residual * 100.0),
+        format!("the load stays as observed: {pps:.0} packets/s of {frame_bytes:.0}-byte frames on {dev}, evenly spaced (a sender that sends one datagram at a time, as veth's synchronous softirq sees it), split evenly over the instances"),
+        "the sender's own CPU (its system calls) is not in the twin: in softirq mode veth's poll runs in the sender's softirq, so the twin's CPU is the packet path only; a sender limited by its own CPU may send faster once the poll leaves its softirq, which the twin does not predict".into(),
+        "packets the host delivers locally are run through the twin's forwarding path (IP stack and transmit); the fitted factor absorbs the difference in cost".into(),
+        format!("intervals: Student's t at {:.0}% over {} twin seeds (the twin's own variation, not the host's)", LEVEL * 100.0, seeds.len()),
+    ];
+    if current.iter().chain(&target).any(|s| {
+        matches!(
+            s.context,
+            NapiContext::Threaded | NapiContext::ThreadedBusyPoll
+        )
+    }) {
+        assumed.push(format!("a NAPI kthread wakes {:.0} us after veth schedules it: the veth-lab profile's delay, fitted on the lab machine's maximum throughput and not fitted to this host (the fit is of the per-packet cost only); polls/s and packets per poll of threaded polling depend on it", base.latency_ns.irq_delivery as f64 / 1e3));
+    }
+    for s in &target {
+        if matches!(
+            s.context,
+            NapiContext::Threaded | NapiContext::ThreadedBusyPoll
+        ) && !params.has("cpus")
+            && current
+                .iter()
+                .any(|c| c.queue == s.queue && c.context == NapiContext::Softirq)
+        {
+            assumed.push(format!("the new kthread of {}-{} is unpinned: the twin places it on CPU {} (the CPU that polls it today and wakes it); give --cpus to place it", s.device, s.queue, s.cpu));
+        }
+    }
+    Ok(Prediction {
+        schema: PREDICTION_SCHEMA.into(),
+        profile: profile.name.clone(),
+        hostname: obs.origin.hostname.clone(),
+        kernel,
+        devices: vec![dev],
+        measured,
+        fit_factor: factor,
+        current: current_out,
+        predicted,
+        seeds,
+        level: LEVEL,
+        assumed,
+    })
+}
+
+/// What `obs` measured on device `dev`: its packet rate and frame size, and per CPU
+/// (and over all CPUs) the softirq and NAPI kthread shares, polls/s and packets per
+/// poll. The prediction's fit input, and what `tune verify` compares a prediction to.
+pub fn measure(obs: &Observation, dev: &str) -> Result<Measured, Refusal> {
+    let traced: Vec<&napilab_core::Interval> =
+        obs.intervals.iter().filter(|i| i.trace.is_some()).collect();
+    if traced.is_empty() {
+        return refuse("the observation has no trace tier (it needs root and BPF): the softirq time per packet is measured there; run as root on a kernel with BPF");
+    }
+    let seconds: f64 = traced.iter().map(|i| i.duration_s).sum::<f64>().max(1e-9);
+    let mean_of = |f: &dyn Fn(&napilab_core::DeviceInterval) -> Option<f64>| {
+        traced
+            .iter()
+            .map(|i| {
+                i.devices
+                    .iter()
+                    .find(|d| d.name == dev)
+                    .and_then(f)
+                    .unwrap_or(0.0)
+                    * i.duration_s
+            })
+            .sum::<f64>()
+            / seconds
+    };
+    let pps = mean_of(&|d| d.rx_packets.as_ref().map(|m| m.value));
+    let bits = mean_of(&|d| d.rx_bits.as_ref().map(|m| m.value));
+    let polls: u64 = traced
+        .iter()
+        .flat_map(|i| i.trace.iter().flat_map(|t| &t.napi))
+        .filter(|n| n.device == dev)
+        .map(|n| n.polls)
+        .sum();
+    let packets: u64 = traced
+        .iter()
+        .flat_map(|i| i.trace.iter().flat_map(|t| &t.napi))
+        .filter(|n| n.device == dev)
+        .map(|n| n.packets)
+        .sum();
+    let cpus: Vec<MeasuredCpu> = obs
+        .host
+        .cpus
+        .iter()
+        .map(|&cpu| measured_cpu(&traced, seconds, dev, cpu))
+        .collect();
+    let total = MeasuredCpu {
+        cpu: u32::MAX,
+        softirq: cpus.iter().map(|c| c.softirq).sum(),
+        napi_thread: cpus.iter().map(|c| c.napi_thread).sum(),
+        polls_per_s: polls as f64 / seconds,
+        packets_per_poll: if polls > 0 {
+            packets as f64 / polls as f64
+        } else {
+            0.0
+        },
+    };
+    Ok(Measured {
+        seconds,
+        packets_per_s: pps,
+        frame_bytes: if pps > 0.0 { bits / 8.0 / pps } else { 0.0 }.clamp(60.0, 9_000.0),
+        cpu_ns_per_packet: if pps > 0.0 {
+            (total.softirq + total.napi_thread) / pps * 1e9
+        } else {
+            0.0
+        },
+        polls,
+        cpus,
+        total,
+    })
+}
+
+/// The device's NAPI instances as they are: the context from the map, the CPU from
+/// the kthread's placement or, for softirq polling, where the trace tier saw its polls.
+fn current_settings(
+    device: &napilab_core::Device,
+    traced: &[&napilab_core::Interval],
+) -> Result<Vec<NapiSettings>, Refusal> {
+    if device.napis.is_empty() {
+        return refuse(format!(
+            "{} has no NAPI instance in the map: veth gets one with GRO or XDP (ethtool -K {} gro on), and the map needs netdev netlink (Linux 6.8+)",
+            device.name, device.name
+        ));
+    }
+    let mut out = Vec::new();
+    // veth does not link its instances to its queues (netlink's queue-get has no
+    // napi-id for them): it creates one instance per RX queue, in queue order, so the
+    // k-th instance by id serves the k-th queue when neither side names the other.
+    let mut napis: Vec<&napilab_core::Napi> = device.napis.iter().collect();
+    napis.sort_by_key(|n| n.id);
+    for (k, napi) in napis.into_iter().enumerate() {
+        let mut queues = napi.rx_queues.clone();
+        queues.extend(
+            device
+                .rx_queues
+                .iter()
+                .filter(|q| q.napi_id == Some(napi.id))
+                .map(|q| q.index),
+        );
+        if queues.is_empty() {
+            queues.extend(device.rx_queues.get(k).map(|q| q.index));
+        }
+        // The CPU that polled it most, from the trace tier.
+        let mut by_cpu: std::collections::BTreeMap<u32, u64> = Default::default();
+        for n in traced
+            .iter()
+            .flat_map(|i| i.trace.iter().flat_map(|t| &t.napi))
+        {
+            if n.napi_id == napi.id {
+                *by_cpu.entry(n.cpu).or_default() += n.polls;
+            }
+        }
+        let polled_on = by_cpu.iter().max_by_key(|(_, p)| **p).map(|(c, _)| *c);
+        let (context, cpu) = match &napi.poller {
+            Poller::Thread(t) => {
+                let pinned = (t.allowed_cpus.len() == 1).then(|| t.allowed_cpus[0]);
+                (
+                    NapiContext::Threaded,
+                    pinned.or(polled_on).or(t.last_cpu).unwrap_or(0),
+                )
+            }
+            _ if napi.threaded == Some(true) => (NapiContext::Threaded, polled_on.unwrap_or(0)),
+            _ => (NapiContext::Softirq, polled_on.unwrap_or(0)),
+        };
+        for &queue in queues.iter().take(1) {
+            out.push(NapiSettings {
+                device: device.name.clone(),
+                queue,
+                napi_id: Some(napi.id),
+                context,
+                cpu,
+                defer_hard_irqs: napi
+                    .defer_hard_irqs
+                    .or(device.napi_defer_hard_irqs)
+                    .unwrap_or(0),
+                gro_flush_timeout_ns: napi
+                    .gro_flush_timeout_ns
+                    .or(device.gro_flush_timeout_ns)
+                    .unwrap_or(0),
+            });
+        }
+    }
+    if out.is_empty() {
+        return refuse(format!(
+            "{}'s NAPI instances serve no RX queue in the map: the twin needs the instance of each RX queue",
+            device.name
+        ));
+    }
+    out.sort_by_key(|s| s.queue);
+    Ok(out)
+}
+
+/// `current` with the profile's settings made: the NAPI context, the kthreads' CPUs
+/// and deferral. Any other setting is refused by name: the twin would ignore it.
+pub fn settings_after(
+    current: &[NapiSettings],
+    profile: &TuneProfile,
+    params: &Params,
+) -> Result<Vec<NapiSettings>, Refusal> {
+    let mut out = current.to_vec();
+    for item in &profile.items {
+        if item.when.as_ref().is_some_and(|w| !params.has(w)) {
+            continue;
+        }
+        let (kind, attr) = parse_setting(&item.setting).map_err(|reason| Refusal { reason })?;
+        let modelled = matches!(
+            (kind, attr.as_str()),
+            (
+                Kind::Napi,
+                "threaded" | "defer-hard-irqs" | "gro-flush-timeout" | "irq-suspend-timeout"
+            ) | (
+                Kind::Device,
+                "threaded" | "napi_defer_hard_irqs" | "gro_flush_timeout"
+            ) | (Kind::Thread, "affinity")
+        );
+        if !modelled {
+            return refuse(format!(
+                "profile {} sets {}, which the twin has no model of on a live host: the prediction covers the NAPI context (threaded, softirq), the kthreads' CPUs and deferral; measure this profile instead (napilab tune apply, then napilab observe)",
+                profile.name, item.setting
+            ));
+        }
+        let devs: Option<Vec<String>> = match &item.dev {
+            None => None,
+            Some(d) => Some(
+                params
+                    .substitute(d, None)
+                    .map_err(|reason| Refusal { reason })?
+                    .split(',')
+                    .map(|s| s.trim().to_string())
+                    .collect(),
+            ),
+        };
+        for s in out.iter_mut() {
+            if devs.as_ref().is_some_and(|d| !d.contains(&s.device)) {
+                continue;
+            }
+            if !queue_selected(item.queues.as_ref(), params, s.queue)? {
+                continue;
+            }
+            let value =
+                value_for(kind, &attr, &item.value, params, Some(s.queue)).map_err(|e| {
+                    Refusal {
+                        reason: format!("profile {}, {}: {e}", profile.name, item.setting),
+                    }
+                })?;
+            match (attr.as_str(), value) {
+                ("threaded", Value::Num(0)) => s.context = NapiContext::Softirq,
+                ("threaded", Value::Num(2)) => s.context = NapiContext::ThreadedBusyPoll,
+                ("threaded", Value::Num(_)) => s.context = NapiContext::Threaded,
+                ("affinity", Value::Cpus(c)) => {
+                    if let Some(&first) = c.first() {
+                        s.cpu = first;
+                    }
+                }
+                ("defer-hard-irqs" | "napi_defer_hard_irqs", Value::Num(n)) => {
+                    s.defer_hard_irqs = u32::try_from(n).unwrap_or(u32::MAX)
+                }
+                ("gro-flush-timeout" | "gro_flush_timeout", Value::Num(n)) => {
+                    s.gro_flush_timeout_ns = n
+                }
+                // Off is what the twin runs anyway; suspension needs an application that
+                // busy polls, which the twin of a live host does not have.
+                ("irq-suspend-timeout", Value::Num(0)) => {}
+                ("irq-suspend-timeout", Value::Num(_)) => {
+                    return refuse(format!(
+                        "profile {} suspends IRQs while an application busy polls: the twin of a live host has no model of the host's applications; measure this profile instead (napilab tune apply, then napilab observe)",
+                        profile.name
+                    ))
+                }
+                (a, v) => {
+                    return refuse(format!(
+                        "profile {}: {a} = {v} is not a value the twin takes",
+                        profile.name
+                    ))
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn queue_selected(queues: Option<&toml::Value>, params: &Params, q: u32) -> Result<bool, Refusal> {
+    Ok(match queues {
+        None => true,
+        Some(toml::Value::String(s)) if s == "all" => true,
+        Some(toml::Value::Integer(i)) => *i == i64::from(q),
+        Some(toml::Value::String(s)) => params
+            .substitute(s, None)
+            .map_err(|reason| Refusal { reason })?
+            .split(',')
+            .any(|p| p.trim().parse::<u32>().ok() == Some(q)),
+        Some(other) => return refuse(format!("queues = {other} is not a queue list")),
+    })
+}
+
+fn measured_cpu(
+    traced: &[&napilab_core::Interval],
+    seconds: f64,
+    dev: &str,
+    cpu: u32,
+) -> MeasuredCpu {
+    let mut softirq = 0.0;
+    let mut kthread = 0.0;
+    let (mut polls, mut packets) = (0u64, 0u64);
+    for i in traced {
+        let Some(t) = &i.trace else { continue };
+        if let Some(c) = t.cpus.iter().find(|c| c.cpu == cpu) {
+            softirq += c.net_softirq.value * i.duration_s;
+        }
+        for th in &i.threads {
+            let mine =
+                matches!(&th.role, ThreadRole::NapiThread { device: Some(d), .. } if d == dev);
+            if mine && th.last_cpu == Some(cpu) {
+                kthread += th.cpu.as_ref().map_or(0.0, |m| m.value) * i.duration_s;
+            }
+        }
+        for n in t.napi.iter().filter(|n| n.device == dev && n.cpu == cpu) {
+            polls += n.polls;
+            packets += n.packets;
+        }
+    }
+    let seconds = seconds.max(1e-9);
+    MeasuredCpu {
+        cpu,
+        softirq: softirq / seconds,
+        napi_thread: kthread / seconds,
+        polls_per_s: polls as f64 / seconds,
+        packets_per_poll: if polls > 0 {
+            packets as f64 / polls as f64
+        } else {
+            0.0
+        },
+    }
+}
+
+/// The host the twin runs: what is the same for every setting.
+struct TwinHost {
+    cpus: u32,
+    hz: u32,
+    kernel: String,
+    netdev_budget: u32,
+    netdev_budget_usecs: Option<u32>,
+    pps: f64,
+    frame_bytes: f64,
+}
+
+fn config(host: &TwinHost, settings: &[NapiSettings]) -> SimConfig {
+    let mut h = lab_host(host.cpus, &host.kernel);
+    h.hz = host.hz;
+    let queues = settings
+        .iter()
+        .map(|s| RxQueueConfig {
+            cpu: s.cpu,
+            napi: s.context,
+            thread: ThreadPolicy::default(),
+            // Deferral never acts in threaded busy polling (the kthread never completes
+            // the instance): the twin refuses it there.
+            defer_hard_irqs: if s.context == NapiContext::ThreadedBusyPoll {
+                0
+            } else {
+                s.defer_hard_irqs
+            },
+            gro_flush_timeout_ns: if s.defer_hard_irqs > 0
+                && s.context != NapiContext::ThreadedBusyPoll
+            {
+                s.gro_flush_timeout_ns
+            } else {
+                0
+            },
+            irq_suspend_timeout_ns: 0,
+            rps_cpus: Vec::new(),
+            rings: Vec::new(),
+            ring_poll: Default::default(),
+        })
+        .collect();
+    let window_s = (TWIN_WINDOW_MS + TWIN_WARMUP_MS) / 1e3 + 0.1;
+    let share = 1.0 / settings.len().max(1) as f64;
+    SimConfig {
+        name: "live host twin".into(),
+        host: h,
+        settings: crate::config::NetSettings {
+            netdev_budget: host.netdev_budget,
+            netdev_budget_usecs: host.netdev_budget_usecs,
+            weight: VETH_WEIGHT,
+            max_backlog: crate::twin_plan::MAX_BACKLOG,
+            max_softirq_restart: crate::softirq::MAX_SOFTIRQ_RESTART,
+        },
+        ingress: veth_ingress(&settings[0].device, VETH_RING, queues),
+        // No TX completions on veth: a ring that holds every packet of the run and a
+        // completion timer past its end (as crate::from_scenario maps the lab).
+        egress: EgressConfig {
+            name: "twin-out".into(),
+            qdisc: QdiscKind::None,
+            qdisc_limit: crate::twin_plan::MAX_BACKLOG,
+            tx_ring_size: (host.pps * window_s).ceil().min(f64::from(u32::MAX - 4096)) as u32
+                + 4096,
+            link_mbps: VETH_LINK_MBPS,
+            tx_usecs: u32::MAX,
+            tx_frames: 0,
+            moderation: crate::config::Moderation::Timer,
+            tx_work_limit: 256,
+            completion: Default::default(),
+        },
+        traffic: TrafficConfig {
+            rate_pps: host.pps,
+            pattern: Pattern::Constant,
+            classes: settings
+                .iter()
+                .map(|s| ClassConfig {
+                    name: format!("q{}", s.queue),
+                    share,
+                    size_bytes: host.frame_bytes.round() as u32,
+                    queue: Some(s.queue),
+                    ring: None,
+                    app: None,
+                    closed_loop: None,
+                })
+                .collect(),
+        },
+        measurement: MeasurementConfig {
+            duration_ms: TWIN_WINDOW_MS,
+            warmup_ms: TWIN_WARMUP_MS,
+            interval_ms: None,
+        },
+        apps: Vec::new(),
+        tunnel: None,
+    }
+}
+
+/// The profile a set of settings runs with: veth's softirq notification is synchronous
+/// (the sender's `veth_xmit` raises NET_RX), so the lab profile's wake-up delay, which
+/// is the threaded poller's, is dropped when nothing is threaded
+/// (crate::twin_plan::TwinConfiguration::profile_for).
+fn profile_for(base: &Profile, settings: &[NapiSettings]) -> Profile {
+    let mut p = base.clone();
+    if settings.iter().all(|s| s.context == NapiContext::Softirq) {
+        p.latency_ns.irq_delivery = 0;
+    }
+    p
+}
+
+fn scaled(base: &Profile, factor: f64) -> Profile {
+    let mut p = base.clone();
+    let s = &mut p.stage_cycles;
+    s.poll *= factor;
+    s.ip_stack *= factor;
+    s.xmit *= factor;
+    s.unmapped *= factor;
+    p
+}
+
+/// Packet-path CPU of a twin run, summed over CPUs: everything but applications and idle.
+fn packet_cpu(r: &crate::SimResult) -> f64 {
+    r.model
+        .totals
+        .cpus
+        .iter()
+        .map(|c| c.hardirq + c.softirq_inline + c.ksoftirqd + c.kthread)
+        .sum()
+}
+
+fn run(
+    host: &TwinHost,
+    settings: &[NapiSettings],
+    profile: &Profile,
+    seed: u64,
+) -> Result<crate::SimResult, Refusal> {
+    crate::try_run(&config(host, settings), &profile_for(profile, settings), seed).map_err(|e| Refusal {
+        reason: format!("the twin of this host is not a valid configuration ({e}): report it with the observation (napilab observe --json)"),
+    })
+}
+
+/// Scales the per-packet costs until the twin's packet CPU for `current` is the
+/// measured share; returns the factor, the fitted profile and what is left of the gap.
+fn fit(
+    host: &TwinHost,
+    current: &[NapiSettings],
+    base: &Profile,
+    measured: f64,
+) -> Result<(f64, Profile, f64), Refusal> {
+    if measured <= 0.0 {
+        return refuse("the trace tier measured no softirq or NAPI kthread time for the device: nothing to fit the per-packet cost to (is the load crossing the device observed?)");
+    }
+    let mut factor = 1.0;
+    let mut residual = f64::INFINITY;
+    for _ in 0..FIT_ROUNDS {
+        let twin = packet_cpu(&run(host, current, &scaled(base, factor), 0)?);
+        if twin <= 0.0 {
+            return refuse("the twin of this host used no CPU at the observed load: report it with the observation (napilab observe --json)");
+        }
+        residual = twin / measured - 1.0;
+        if residual.abs() <= FIT_TOLERANCE {
+            break;
+        }
+        // Fixed costs (per poll, per wake-up) do not scale, so the factor overshoots
+        // a little and a few rounds close the gap.
+        factor = (factor * measured / twin).clamp(0.01, 100.0);
+    }
+    Ok((factor, scaled(base, factor), residual))
+}
+
+fn outcome(
+    host: &TwinHost,
+    settings: &[NapiSettings],
+    profile: &Profile,
+    seeds: &[u64],
+) -> Result<Outcome, Refusal> {
+    let runs: Vec<crate::SimResult> = seeds
+        .iter()
+        .map(|&s| run(host, settings, profile, s))
+        .collect::<Result<_, _>>()?;
+    let fig =
+        |f: &dyn Fn(&crate::SimResult) -> f64| Figure::of(&runs.iter().map(f).collect::<Vec<_>>());
+    let cpu_ids: Vec<u32> = (0..host.cpus).collect();
+    let cpus = cpu_ids
+        .iter()
+        .map(|&cpu| {
+            let c = |f: &dyn Fn(&crate::CpuReport) -> f64| {
+                fig(&|r: &crate::SimResult| {
+                    r.model
+                        .totals
+                        .cpus
+                        .iter()
+                        .find(|x| x.cpu == cpu)
+                        .map_or(0.0, f)
+                })
+            };
+            CpuFigures {
+                cpu,
+                softirq: c(&|x| x.hardirq + x.softirq_inline + x.ksoftirqd),
+                napi_thread: c(&|x| (x.kthread - x.busy_poll - x.app_system).max(0.0)),
+                busy_poll: c(&|x| x.busy_poll),
+                polls_per_s: c(&|x| x.polls_per_s),
+                packets_per_poll: c(&|x| x.packets_per_poll),
+                irqs_per_s: c(&|x| x.rx_irqs_per_s),
+            }
+        })
+        .collect();
+    let all = |f: &dyn Fn(&crate::CpuReport) -> f64| {
+        fig(&|r: &crate::SimResult| r.model.totals.cpus.iter().map(f).sum())
+    };
+    let total = CpuFigures {
+        cpu: u32::MAX,
+        softirq: all(&|x| x.hardirq + x.softirq_inline + x.ksoftirqd),
+        napi_thread: all(&|x| (x.kthread - x.busy_poll - x.app_system).max(0.0)),
+        busy_poll: all(&|x| x.busy_poll),
+        polls_per_s: all(&|x| x.polls_per_s),
+        packets_per_poll: fig(&|r| {
+            let c = &r.model.totals.cpus;
+            let polls: f64 = c.iter().map(|x| x.polls_per_s).sum();
+            let packets: f64 = c.iter().map(|x| x.polls_per_s * x.packets_per_poll).sum();
+            if polls > 0.0 {
+                packets / polls
+            } else {
+                0.0
+            }
+        }),
+        irqs_per_s: all(&|x| x.rx_irqs_per_s),
+    };
+    Ok(Outcome {
+        total,
+        settings: settings.to_vec(),
+        packets_per_s: fig(&|r| r.model.totals.forwarded_pps),
+        dropped_per_s: fig(&|r| r.model.totals.rx_dropped_pps + r.model.totals.tx_dropped_pps),
+        cpu_ns_per_packet: fig(&|r| packet_cpu(r) / host.pps.max(1e-9) * 1e9),
+        cpus,
+    })
+}
+
+/// One figure of a prediction against its later measurement.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Check {
+    pub figure: String,
+    pub predicted: Figure,
+    pub measured: f64,
+    /// (predicted mean - measured) / measured; None when nothing was measured.
+    pub error: Option<f64>,
+    /// The measurement lies in the predicted interval.
+    pub within: bool,
+}
+
+pub const VERIFY_SCHEMA: &str = "napilab.tune-verify/1";
+
+/// A prediction checked against a measurement made after the profile was applied.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Verification {
+    pub schema: String,
+    pub profile: String,
+    pub device: String,
+    pub measured: Measured,
+    /// Over all CPUs: the kthreads may run elsewhere than the twin placed them.
+    pub checks: Vec<Check>,
+    /// Largest |error| over the checks that have one.
+    pub max_abs_error: Option<f64>,
+}
+
+/// Checks `prediction`'s figures for the profile against `measured`, over all CPUs.
+pub fn verify(prediction: &Prediction, measured: Measured) -> Verification {
+    let p = &prediction.predicted;
+    let m = &measured;
+    let rows: [(&str, Figure, f64); 7] = [
+        ("packets/s", p.packets_per_s, m.packets_per_s),
+        (
+            "packet CPU per packet (ns)",
+            p.cpu_ns_per_packet,
+            m.cpu_ns_per_packet,
+        ),
+        ("softirq (share of a CPU)", p.total.softirq, m.total.softirq),
+        (
+            "NAPI kthread (share of a CPU)",
+            p.total.napi_thread,
+            m.total.napi_thread,
+        ),
+        (
+            "packet CPU (share of a CPU)",
+            sum(p.total.softirq, p.total.napi_thread),
+            m.total.softirq + m.total.napi_thread,
+        ),
+        ("polls/s", p.total.polls_per_s, m.total.polls_per_s),
+        (
+            "packets per poll",
+            p.total.packets_per_poll,
+            m.total.packets_per_poll,
+        ),
+    ];
+    let checks: Vec<Check> = rows
+        .into_iter()
+        .map(|(figure, predicted, measured)| Check {
+            figure: figure.into(),
+            predicted,
+            measured,
+            error: (measured.abs() > 1e-12).then(|| (predicted.mean - measured) / measured),
+            within: predicted.low <= measured && measured <= predicted.high,
+        })
+        .collect();
+    let max_abs_error = checks
+        .iter()
+        .filter_map(|c| c.error.map(f64::abs))
+        .fold(None, |a: Option<f64>, e| Some(a.map_or(e, |a| a.max(e))));
+    Verification {
+        schema: VERIFY_SCHEMA.into(),
+        profile: prediction.profile.clone(),
+        device: prediction.devices.first().cloned().unwrap_or_default(),
+        measured,
+        checks,
+        max_abs_error,
+    }
+}
+
+/// Two figures added (their intervals added end to end: an upper bound on the spread).
+fn sum(a: Figure, b: Figure) -> Figure {
+    Figure {
+        mean: a.mean + b.mean,
+        low: a.low + b.low,
+        high: a.high + b.high,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn softirq_vb() -> Vec<NapiSettings> {
+        vec![NapiSettings {
+            device: "vb".into(),
+            queue: 0,
+            napi_id: Some(8193),
+            context: NapiContext::Softirq,
+            cpu: 0,
+            defer_hard_irqs: 0,
+            gro_flush_timeout_ns: 0,
+        }]
+    }
+
+    fn after(name: &str, cpus: Option<&str>) -> Result<Vec<NapiSettings>, Refusal> {
+        let (p, _) = napilab_tune::profile::load(name).expect("shipped profile");
+        let params = Params::from_args(&["vb".into()], cpus, &[])
+            .and_then(|g| g.resolve(&p).map_err(|e| e.to_string()))
+            .expect("params");
+        settings_after(&softirq_vb(), &p, &params)
+    }
+
+    #[test]
+    fn threaded_moves_the_poll_to_a_kthread_on_the_cpu_given() {
+        let s = after("threaded", None).expect("threaded is modelled");
+        assert_eq!(s[0].context, NapiContext::Threaded);
+        assert_eq!(s[0].cpu, 0, "unpinned: stays where it is polled today");
+        let s = after("threaded", Some("1")).expect("threaded, pinned");
+        assert_eq!((s[0].context, s[0].cpu), (NapiContext::Threaded, 1));
+        let s = after("threaded-busy-poll", None).expect("modelled");
+        assert_eq!(s[0].context, NapiContext::ThreadedBusyPoll);
+    }
+
+    #[test]
+    fn deferral_sets_the_instance_and_other_settings_are_refused_by_name() {
+        let s = after("deferral", None).expect("deferral is modelled");
+        assert!(
+            s[0].defer_hard_irqs > 0 && s[0].gro_flush_timeout_ns > 0,
+            "{s:?}"
+        );
+        let e = after("no-coalescing", None).expect_err("coalescing is not modelled");
+        assert!(e.reason.contains("coalesce"), "{}", e.reason);
+    }
+}

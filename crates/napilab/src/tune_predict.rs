@@ -1,0 +1,288 @@
+//! `napilab tune plan PROFILE --predict`: the plan as without it, then an observation of
+//! this host with the trace tier, the twin's prediction (napilab_sim::predict) and its
+//! text table or JSON (docs/tune.md, "Predict before you tune").
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use napilab_sim::predict::{self, CpuFigures, Figure, Prediction};
+use napilab_trace::live::{self, Event, LiveOptions};
+use napilab_tune::plan::Plan;
+use napilab_tune::profile::{self, Params};
+use serde::Serialize;
+
+pub const PLAN_PREDICT_SCHEMA: &str = "napilab.tune-plan-predict/1";
+
+/// What `--predict --json` prints: the plan (or why it was refused) and the prediction
+/// (or why the twin refused).
+#[derive(Serialize)]
+struct PlanPrediction<'a> {
+    schema: &'static str,
+    plan: Option<&'a Plan>,
+    plan_error: Option<String>,
+    prediction: Option<&'a Prediction>,
+    refusal: Option<String>,
+}
+
+/// The plan refused the profile; already printed with the prediction, so the caller
+/// must not print it again.
+#[derive(Debug)]
+pub struct PlanRefused(pub String);
+
+impl std::fmt::Display for PlanRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for PlanRefused {}
+
+/// The sampling interval for an observation of `duration`: one second, or half the
+/// duration when that is shorter, so there are always two intervals to average.
+fn interval_for(duration: Duration) -> Duration {
+    (duration / 2).clamp(Duration::from_millis(100), Duration::from_secs(1))
+}
+
+/// This host (the caller's network namespace) observed for `duration` with the
+/// trace tier.
+fn observe_traced(duration: Duration) -> Result<napilab_core::Observation> {
+    if duration < Duration::from_millis(200) {
+        anyhow::bail!(
+            "--for {} is too short to measure the packet path: observe for 1s or more",
+            humantime::format_duration(duration)
+        );
+    }
+    let (stop_tx, stop) = mpsc::channel::<()>();
+    let options = LiveOptions {
+        duration,
+        interval: interval_for(duration),
+        trace: true,
+        ..LiveOptions::default()
+    };
+    let observed = live::observe(&options, &stop, &mut |event| {
+        if let Event::Message(line) = event {
+            eprintln!("napilab: {line}");
+        }
+    });
+    drop(stop_tx);
+    observed
+}
+
+/// Observes this host and predicts profile `name`: the prediction, or the refusal's
+/// reason (the twin's or the observation's).
+pub fn predict_here(
+    name: &str,
+    given: &Params,
+    duration: Duration,
+) -> Result<std::result::Result<Prediction, String>> {
+    let (profile, _) = profile::load(name)?;
+    Ok(match observe_traced(duration) {
+        Ok(obs) => predict::predict(&obs, &profile, given).map_err(|r| r.reason),
+        Err(e) => Err(format!("observing this host failed: {e:#}")),
+    })
+}
+
+pub fn plan_and_predict(name: &str, given: &Params, duration: Duration, json: bool) -> Result<()> {
+    let mut ctx = napilab_tune::host_ctx();
+    let plan = napilab_tune::plan_profile(&mut ctx, name, given);
+    // The prediction is made also when the plan is refused: a profile this host cannot
+    // apply (a mechanism of a newer kernel) still gets the twin's reason.
+    let prediction = predict_here(name, given, duration)?;
+    let plan_error = plan.as_ref().err().map(|e| e.to_string());
+    if json {
+        let out = PlanPrediction {
+            schema: PLAN_PREDICT_SCHEMA,
+            plan: plan.as_ref().ok(),
+            plan_error: plan_error.clone(),
+            prediction: prediction.as_ref().ok(),
+            refusal: prediction.as_ref().err().cloned(),
+        };
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        let mut out = match &plan {
+            Ok(p) => crate::tune_cmd::render_plan(p),
+            Err(e) => format!("{e}\n"),
+        };
+        out.push('\n');
+        match &prediction {
+            Ok(p) => out.push_str(&render(p)),
+            Err(reason) => out.push_str(&format!("prediction refused: {reason}\n")),
+        }
+        print!("{out}");
+    }
+    match plan_error {
+        Some(e) => Err(PlanRefused(e).into()),
+        None => Ok(()),
+    }
+}
+
+/// Picks one figure of a CPU's.
+type Pick = fn(&CpuFigures) -> &Figure;
+
+fn fig(f: &Figure, scale: f64, digits: usize) -> String {
+    if (f.high - f.low).abs() * scale < 0.5 * 10f64.powi(-(digits as i32)) {
+        format!("{:.*}", digits, f.mean * scale)
+    } else {
+        format!(
+            "{:.*} [{:.*}, {:.*}]",
+            digits,
+            f.mean * scale,
+            digits,
+            f.low * scale,
+            digits,
+            f.high * scale
+        )
+    }
+}
+
+/// The prediction as text: the measured load, then per CPU current -> predicted.
+pub fn render(p: &Prediction) -> String {
+    let m = &p.measured;
+    let mut out = format!(
+        "prediction for {} on {} (kernel {}), {} observed for {:.1} s: {:.0} packets/s, {:.0}-byte frames, {:.0} ns packet CPU per packet\n",
+        p.profile,
+        p.hostname.as_deref().unwrap_or("this host"),
+        p.kernel,
+        p.devices.join(","),
+        m.seconds,
+        m.packets_per_s,
+        m.frame_bytes,
+        m.cpu_ns_per_packet
+    );
+    out.push_str(&format!(
+        "twin (fit factor {:.3}, {:.0}% intervals over {} seeds): current -> predicted\n",
+        p.fit_factor,
+        p.level * 100.0,
+        p.seeds.len()
+    ));
+    let row = |label: &str, a: String, b: String| format!("  {label:<34} {a:>28} -> {b}\n");
+    out.push_str(&row(
+        "packets/s",
+        fig(&p.current.packets_per_s, 1.0, 0),
+        fig(&p.predicted.packets_per_s, 1.0, 0),
+    ));
+    out.push_str(&row(
+        "dropped/s",
+        fig(&p.current.dropped_per_s, 1.0, 0),
+        fig(&p.predicted.dropped_per_s, 1.0, 0),
+    ));
+    out.push_str(&row(
+        "packet CPU per packet (ns)",
+        fig(&p.current.cpu_ns_per_packet, 1.0, 0),
+        fig(&p.predicted.cpu_ns_per_packet, 1.0, 0),
+    ));
+    for (c, n) in p.current.cpus.iter().zip(&p.predicted.cpus) {
+        let per: [(&str, Pick, f64, usize); 6] = [
+            ("softirq %", |x| &x.softirq, 100.0, 1),
+            ("NAPI kthread %", |x| &x.napi_thread, 100.0, 1),
+            ("busy poll %", |x| &x.busy_poll, 100.0, 1),
+            ("polls/s", |x| &x.polls_per_s, 1.0, 0),
+            ("packets per poll", |x| &x.packets_per_poll, 1.0, 1),
+            ("notifications (IRQs)/s", |x| &x.irqs_per_s, 1.0, 0),
+        ];
+        for (label, get, scale, digits) in per {
+            let (a, b) = (get(c), get(n));
+            if a.mean == 0.0 && b.mean == 0.0 {
+                continue;
+            }
+            out.push_str(&row(
+                &format!("cpu {} {label}", c.cpu),
+                fig(a, scale, digits),
+                fig(b, scale, digits),
+            ));
+        }
+    }
+    out.push_str("settings: current -> predicted\n");
+    for (c, n) in p.current.settings.iter().zip(&p.predicted.settings) {
+        out.push_str(&format!(
+            "  {}-{}: {:?} on cpu {} (defer {}) -> {:?} on cpu {} (defer {})\n",
+            c.device,
+            c.queue,
+            c.context,
+            c.cpu,
+            c.defer_hard_irqs,
+            n.context,
+            n.cpu,
+            n.defer_hard_irqs
+        ));
+    }
+    out.push_str("measured per CPU (the fit's input):\n");
+    for c in &m.cpus {
+        out.push_str(&format!(
+            "  cpu {}: softirq {:.1}%, NAPI kthread {:.1}%, {:.0} polls/s, {:.1} packets per poll\n",
+            c.cpu,
+            c.softirq * 100.0,
+            c.napi_thread * 100.0,
+            c.polls_per_s,
+            c.packets_per_poll
+        ));
+    }
+    out.push_str("assumed:\n");
+    for a in &p.assumed {
+        out.push_str(&format!("  - {a}\n"));
+    }
+    out
+}
+
+/// `napilab tune verify`: the prediction kept in `journal` against this host observed
+/// now for `duration`.
+pub fn verify(journal: &std::path::Path, duration: Duration, json: bool) -> Result<()> {
+    let j = napilab_tune::journal::Journal::read(journal)
+        .with_context(|| format!("reading {}", journal.display()))?;
+    let Some(kept) = j.prediction() else {
+        anyhow::bail!(
+            "{} keeps no prediction: apply the profile with --predict (napilab tune apply PROFILE --predict) to check it later",
+            journal.display()
+        );
+    };
+    let prediction: Prediction = serde_json::from_value(kept.clone()).with_context(|| {
+        format!(
+            "{}: the kept prediction is not a {} (made by another napilab version?)",
+            journal.display(),
+            predict::PREDICTION_SCHEMA
+        )
+    })?;
+    if j.status() == napilab_tune::journal::Status::Reverted {
+        anyhow::bail!(
+            "{} is reverted: its profile is no longer in force, so there is nothing to verify (apply it again with --predict)",
+            journal.display()
+        );
+    }
+    let dev = prediction.devices.first().cloned().unwrap_or_default();
+    let obs = observe_traced(duration)?;
+    let measured = predict::measure(&obs, &dev).map_err(|r| anyhow::anyhow!(r.reason))?;
+    let v = predict::verify(&prediction, measured);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    let mut out = format!(
+        "verify {} on {dev} (journal {}): predicted before apply vs measured now over {:.1} s, all CPUs\n",
+        v.profile,
+        journal.display(),
+        v.measured.seconds
+    );
+    out.push_str(&format!(
+        "  {:<32} {:>30} {:>12} {:>8}\n",
+        "figure", "predicted", "measured", "error"
+    ));
+    for c in &v.checks {
+        let digits = if c.measured.abs() < 10.0 { 3 } else { 0 };
+        out.push_str(&format!(
+            "  {:<32} {:>30} {:>12.*} {:>8}{}\n",
+            c.figure,
+            fig(&c.predicted, 1.0, digits),
+            digits,
+            c.measured,
+            c.error
+                .map_or("-".to_string(), |e| format!("{:+.0}%", e * 100.0)),
+            if c.within { "  (in the interval)" } else { "" }
+        ));
+    }
+    if let Some(e) = v.max_abs_error {
+        out.push_str(&format!("max |error| {:.0}%\n", e * 100.0));
+    }
+    print!("{out}");
+    Ok(())
+}

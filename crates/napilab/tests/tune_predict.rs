@@ -1,0 +1,316 @@
+//! `napilab tune plan PROFILE --predict` on a live host (root): a veth pair in two
+//! namespaces of its own, a UDP flood from `a` into `vb` (GRO on, so vb has a NAPI
+//! instance), and napilab run inside `b`. Asserts the prediction's mechanisms and its
+//! refusals, not timings. Prints `SKIPPED <test>: <why>` when not root or when the
+//! trace tier (BPF) cannot run.
+
+use std::net::UdpSocket;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use napilab_testkit::{root_or_skip, VethPair};
+use serde_json::Value;
+
+/// Sends 64-byte datagrams from `ns` to vb until `stop` (nobody listens on the port:
+/// vb's host drops them after the poll and the IP stack, which is the work measured).
+fn flood(ns: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        napilab_probe::netns::enter(&ns).expect("netns");
+        let sock = UdpSocket::bind("10.77.0.1:0").expect("bind");
+        while !stop.load(Ordering::Relaxed) {
+            for _ in 0..64 {
+                let _ = sock.send_to(&[0u8; 64], ("10.77.0.2", 9));
+            }
+        }
+    })
+}
+
+/// `napilab tune plan ARGS --predict --json` in vb's namespace; its JSON and whether it
+/// exited 0.
+fn plan_predict(pair: &VethPair, args: &[&str]) -> (Value, bool) {
+    let out = pair
+        .command(&pair.b, env!("CARGO_BIN_EXE_napilab"))
+        .args(["tune", "plan"])
+        .args(args)
+        .args(["--predict", "--json"])
+        .output()
+        .expect("run napilab");
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (json, out.status.success())
+}
+
+fn sum(cpus: &Value, field: &str) -> f64 {
+    cpus.as_array()
+        .expect("cpus")
+        .iter()
+        .map(|c| c[field]["mean"].as_f64().expect("figure mean"))
+        .sum()
+}
+
+fn pair_or_skip(name: &str, tag: &str) -> Option<VethPair> {
+    if !root_or_skip(name, "needs root for namespaces and the trace tier") {
+        return None;
+    }
+    match VethPair::create("napilab-tune", tag, false) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            println!("SKIPPED {name}: {e}");
+            None
+        }
+    }
+}
+
+#[test]
+fn threaded_prediction_moves_the_poll_into_a_kthread() {
+    let name = "threaded_prediction_moves_the_poll_into_a_kthread";
+    let Some(pair) = pair_or_skip(name, "pred") else {
+        return;
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = flood(pair.a.clone(), stop.clone());
+    std::thread::sleep(Duration::from_millis(300));
+    let (out, ok) = plan_predict(&pair, &["threaded", "--dev", "vb", "--for", "2s"]);
+    stop.store(true, Ordering::Relaxed);
+    let _ = sender.join();
+    assert!(ok, "plan of threaded on vb failed: {out:#}");
+    assert_eq!(out["schema"], "napilab.tune-plan-predict/1");
+    assert!(
+        out["plan"]["changes"].is_array(),
+        "the plan is there: {out:#}"
+    );
+    if let Some(r) = out["refusal"].as_str() {
+        if r.contains("trace tier") {
+            println!("SKIPPED {name}: {r}");
+            return;
+        }
+        panic!("prediction refused under load: {r}");
+    }
+    let p = &out["prediction"];
+    assert_eq!(p["schema"], "napilab.tune-prediction/1");
+    assert_eq!(p["current"]["settings"][0]["context"], "softirq", "{p:#}");
+    assert_eq!(
+        p["predicted"]["settings"][0]["context"], "threaded",
+        "{p:#}"
+    );
+    // The mechanism: the poll's CPU leaves the softirq for the NAPI kthread.
+    let (cur, new) = (&p["current"]["cpus"], &p["predicted"]["cpus"]);
+    assert!(
+        sum(cur, "napi_thread") < 0.005,
+        "softirq polling has no kthread CPU: {cur:#}"
+    );
+    assert!(
+        sum(new, "napi_thread") > 0.01,
+        "threaded: kthread CPU: {new:#}"
+    );
+    assert!(
+        sum(new, "softirq") < sum(cur, "softirq"),
+        "threaded takes the poll out of the softirq: {cur:#} -> {new:#}"
+    );
+    // Every figure has an interval around its mean.
+    for c in new.as_array().expect("cpus") {
+        let f = &c["polls_per_s"];
+        let (lo, mean, hi) = (
+            f["low"].as_f64().expect("low"),
+            f["mean"].as_f64().expect("mean"),
+            f["high"].as_f64().expect("high"),
+        );
+        assert!(lo <= mean && mean <= hi, "{f}");
+    }
+    // The twin of the current settings carries the observed load and, fitted, its CPU.
+    let measured_pps = p["measured"]["packets_per_s"].as_f64().expect("pps");
+    let twin_pps = p["current"]["packets_per_s"]["mean"].as_f64().expect("pps");
+    assert!(
+        (twin_pps / measured_pps - 1.0).abs() < 0.3,
+        "twin {twin_pps:.0} vs measured {measured_pps:.0} packets/s"
+    );
+    let measured_ns = p["measured"]["cpu_ns_per_packet"].as_f64().expect("ns");
+    let twin_ns = p["current"]["cpu_ns_per_packet"]["mean"]
+        .as_f64()
+        .expect("ns");
+    assert!(
+        (twin_ns / measured_ns - 1.0).abs() < 0.15,
+        "the fit: twin {twin_ns:.0} vs measured {measured_ns:.0} ns per packet"
+    );
+    let assumed: Vec<&str> = p["assumed"]
+        .as_array()
+        .expect("assumed")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        assumed.iter().any(|a| a.contains("scaled by")),
+        "the fit is stated: {assumed:#?}"
+    );
+    println!(
+        "{name}: measured {measured_pps:.0} pps, {measured_ns:.0} ns/packet; twin current {twin_ns:.0} ns/packet, predicted {:.0} ns/packet; fit factor {}",
+        p["predicted"]["cpu_ns_per_packet"]["mean"].as_f64().unwrap_or(0.0),
+        p["fit_factor"]
+    );
+}
+
+#[test]
+fn prediction_refuses_without_load_and_without_the_kernel() {
+    let name = "prediction_refuses_without_load_and_without_the_kernel";
+    let Some(pair) = pair_or_skip(name, "idle") else {
+        return;
+    };
+    // No flood: nothing to fit.
+    let (out, ok) = plan_predict(&pair, &["threaded", "--dev", "vb", "--for", "1s"]);
+    assert!(ok, "the plan itself is fine: {out:#}");
+    assert!(out["prediction"].is_null(), "{out:#}");
+    let r = out["refusal"].as_str().expect("a refusal");
+    if r.contains("trace tier") {
+        println!("SKIPPED {name}: {r}");
+        return;
+    }
+    assert!(
+        r.contains("too little load") && r.contains("1000 packets/s"),
+        "the refusal names the threshold: {r}"
+    );
+    // Threaded busy polling on a kernel before 6.19: refused by the twin too, naming
+    // the kernel, whatever the load.
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("osrelease");
+    let version: Vec<u32> = release
+        .trim()
+        .split(['.', '-'])
+        .take(2)
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    if version.as_slice() >= [6, 19].as_slice() {
+        println!(
+            "SKIPPED {name} (busy-poll part): this kernel {release} has threaded busy polling"
+        );
+        return;
+    }
+    let (out, _) = plan_predict(&pair, &["threaded-busy-poll", "--dev", "vb", "--for", "1s"]);
+    let r = out["refusal"].as_str().expect("a refusal");
+    assert!(
+        r.contains("6.19") && r.contains(release.trim()),
+        "the refusal names the kernel: {r}"
+    );
+}
+
+/// `napilab tune ARGS` in vb's namespace: stdout (JSON when asked), stderr, success.
+fn tune(pair: &VethPair, args: &[&str]) -> (String, String, bool) {
+    let out = pair
+        .command(&pair.b, env!("CARGO_BIN_EXE_napilab"))
+        .arg("tune")
+        .args(args)
+        .output()
+        .expect("run napilab");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        out.status.success(),
+    )
+}
+
+#[test]
+fn apply_keeps_the_prediction_and_verify_measures_it() {
+    let name = "apply_keeps_the_prediction_and_verify_measures_it";
+    let Some(pair) = pair_or_skip(name, "verify") else {
+        return;
+    };
+    let dir = napilab_testkit::scratch_dir(env!("CARGO_TARGET_TMPDIR"), "tune-predict-journal");
+    let dir = dir.to_str().expect("utf-8 path").to_string();
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = flood(pair.a.clone(), stop.clone());
+    std::thread::sleep(Duration::from_millis(300));
+    let (applied, err, ok) = tune(
+        &pair,
+        &[
+            "apply",
+            "threaded",
+            "--dev",
+            "vb",
+            "--predict",
+            "--for",
+            "2s",
+            "--json",
+            "--journal-dir",
+            &dir,
+        ],
+    );
+    let verified = ok.then(|| {
+        tune(
+            &pair,
+            &["verify", "--journal-dir", &dir, "--for", "2s", "--json"],
+        )
+    });
+    stop.store(true, Ordering::Relaxed);
+    let _ = sender.join();
+    // Revert before any assertion, so a failure leaves nothing applied (the namespace
+    // goes with the pair anyway).
+    let (_, revert_err, reverted) = tune(&pair, &["revert", "--journal-dir", &dir]);
+    assert!(ok, "apply --predict failed: {err}");
+    assert!(reverted, "revert failed: {revert_err}");
+    let applied: Value = serde_json::from_str(&applied).expect("apply JSON");
+    if let Some(r) = applied["refusal"].as_str() {
+        if r.contains("trace tier") {
+            println!("SKIPPED {name}: {r}");
+            return;
+        }
+        panic!("prediction refused under load: {r}");
+    }
+    assert_eq!(applied["prediction_kept"], true, "{applied:#}");
+    let (out, err, ok) = verified.expect("verify ran");
+    assert!(ok, "verify failed: {err}");
+    let v: Value = serde_json::from_str(&out).expect("verify JSON");
+    assert_eq!(v["schema"], "napilab.tune-verify/1");
+    let checks = v["checks"].as_array().expect("checks");
+    let check = |figure: &str| {
+        checks
+            .iter()
+            .find(|c| c["figure"].as_str().is_some_and(|f| f.starts_with(figure)))
+            .unwrap_or_else(|| panic!("no check {figure}: {v:#}"))
+    };
+    // After apply the kthread polls: the measurement shows the mechanism the
+    // prediction named, and every figure has its error.
+    let kthread = check("NAPI kthread");
+    assert!(
+        kthread["measured"].as_f64().expect("measured") > 0.0,
+        "{kthread}"
+    );
+    assert!(
+        kthread["predicted"]["mean"].as_f64().expect("predicted") > 0.0,
+        "{kthread}"
+    );
+    for c in checks {
+        assert!(c["error"].is_number() || c["measured"] == 0.0, "{c}");
+    }
+    println!(
+        "{name}: {}",
+        checks
+            .iter()
+            .map(|c| format!(
+                "{} predicted {:.3} measured {:.3} error {}",
+                c["figure"].as_str().unwrap_or(""),
+                c["predicted"]["mean"].as_f64().unwrap_or(0.0),
+                c["measured"].as_f64().unwrap_or(0.0),
+                c["error"]
+            ))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+
+    // A journal without a prediction: verify says how to get one.
+    let (_, err, ok) = tune(
+        &pair,
+        &["apply", "threaded", "--dev", "vb", "--journal-dir", &dir],
+    );
+    assert!(ok, "apply failed: {err}");
+    let (_, verify_err, verified) = tune(&pair, &["verify", "--journal-dir", &dir, "--for", "1s"]);
+    let (_, revert_err, reverted) = tune(&pair, &["revert", "--journal-dir", &dir]);
+    assert!(reverted, "revert failed: {revert_err}");
+    assert!(
+        !verified && verify_err.contains("--predict"),
+        "verify of a journal without a prediction: {verify_err}"
+    );
+}
