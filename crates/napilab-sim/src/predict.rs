@@ -250,11 +250,7 @@ pub fn predict(
             measured.packets_per_s, measured.polls, measured.seconds
         ));
     }
-    let (pps, frame_bytes, seconds) = (
-        measured.packets_per_s,
-        measured.frame_bytes,
-        measured.seconds,
-    );
+    let (pps, frame_bytes) = (measured.packets_per_s, measured.frame_bytes);
     let measured_share = measured.total.softirq + measured.total.napi_thread;
     let cpus: Vec<u32> = obs.host.cpus.clone();
 
@@ -292,33 +288,17 @@ pub fn predict(
     let current_out = outcome(&twin, &current, &fitted, &seeds)?;
     let predicted = outcome(&twin, &target, &fitted, &seeds)?;
 
-    let mut assumed = vec![
-        format!("the twin is the veth receive path of crate napilab-sim with the shipped veth-lab profile's costs (fitted on the lab machine), its per-packet stage costs (poll, IP stack, transmit) scaled by {factor:.3} so that the twin's packet CPU for the current settings matches the measured {:.0} ns per packet (NET_RX softirq time from the trace tier plus the NAPI kthreads' CPU over {seconds:.1} s); the fit is left at {:+.1}%", measured.cpu_ns_per_packet, residual * 100.0),
-        format!("the load stays as observed: {pps:.0} packets/s of {frame_bytes:.0}-byte frames on {dev}, evenly spaced (a sender that sends one datagram at a time, as veth's synchronous softirq sees it), split evenly over the instances"),
-        "the sender's own CPU (its system calls) is not in the twin: in softirq mode veth's poll runs in the sender's softirq, so the twin's CPU is the packet path only; a sender limited by its own CPU may send faster once the poll leaves its softirq, which the twin does not predict".into(),
-        "packets the host delivers locally are run through the twin's forwarding path (IP stack and transmit); the fitted factor absorbs the difference in cost".into(),
-        format!("intervals: Student's t at {:.0}% over {} twin seeds (the twin's own variation, not the host's)", LEVEL * 100.0, seeds.len()),
-    ];
-    if current.iter().chain(&target).any(|s| {
-        matches!(
-            s.context,
-            NapiContext::Threaded | NapiContext::ThreadedBusyPoll
-        )
-    }) {
-        assumed.push(format!("a NAPI kthread wakes {:.0} us after veth schedules it: the veth-lab profile's delay, fitted on the lab machine's maximum throughput and not fitted to this host (the fit is of the per-packet cost only); polls/s and packets per poll of threaded polling depend on it", base.latency_ns.irq_delivery as f64 / 1e3));
-    }
-    for s in &target {
-        if matches!(
-            s.context,
-            NapiContext::Threaded | NapiContext::ThreadedBusyPoll
-        ) && !params.has("cpus")
-            && current
-                .iter()
-                .any(|c| c.queue == s.queue && c.context == NapiContext::Softirq)
-        {
-            assumed.push(format!("the new kthread of {}-{} is unpinned: the twin places it on CPU {} (the CPU that polls it today and wakes it); give --cpus to place it", s.device, s.queue, s.cpu));
-        }
-    }
+    let assumed = assumptions(&Assumed {
+        factor,
+        residual,
+        measured: &measured,
+        dev: &dev,
+        seeds: seeds.len(),
+        wake_up_us: base.latency_ns.irq_delivery as f64 / 1e3,
+        current: &current,
+        target: &target,
+        placed: params.has("cpus"),
+    });
     Ok(Prediction {
         schema: PREDICTION_SCHEMA.into(),
         profile: profile.name.clone(),
@@ -333,6 +313,52 @@ pub fn predict(
         level: LEVEL,
         assumed,
     })
+}
+
+/// What a prediction assumed, in [`assumptions`]' words.
+struct Assumed<'a> {
+    factor: f64,
+    residual: f64,
+    measured: &'a Measured,
+    dev: &'a str,
+    seeds: usize,
+    wake_up_us: f64,
+    current: &'a [NapiSettings],
+    target: &'a [NapiSettings],
+    /// The profile was given the kthreads' CPUs.
+    placed: bool,
+}
+
+/// What a prediction assumed and where the twin is out of its depth, in words.
+fn assumptions(a: &Assumed<'_>) -> Vec<String> {
+    let m = a.measured;
+    let mut assumed = vec![
+        format!("the twin is the veth receive path of crate napilab-sim with the shipped veth-lab profile's costs (fitted on the lab machine), its per-packet stage costs (poll, IP stack, transmit) scaled by {:.3} so that the twin's packet CPU for the current settings matches the measured {:.0} ns per packet (NET_RX softirq time from the trace tier plus the NAPI kthreads' CPU over {:.1} s); the fit is left at {:+.1}%", a.factor, m.cpu_ns_per_packet, m.seconds, a.residual * 100.0),
+        format!("the load stays as observed: {:.0} packets/s of {:.0}-byte frames on {}, evenly spaced (a sender that sends one datagram at a time, as veth's synchronous softirq sees it), split evenly over the instances", m.packets_per_s, m.frame_bytes, a.dev),
+        "the sender's own CPU (its system calls) is not in the twin: in softirq mode veth's poll runs in the sender's softirq, so the twin's CPU is the packet path only; a sender limited by its own CPU may send faster once the poll leaves its softirq, which the twin does not predict".into(),
+        "packets the host delivers locally are run through the twin's forwarding path (IP stack and transmit); the fitted factor absorbs the difference in cost".into(),
+        format!("intervals: Student's t at {:.0}% over {} twin seeds (the twin's own variation, not the host's)", LEVEL * 100.0, a.seeds),
+    ];
+    let threaded = |s: &NapiSettings| {
+        matches!(
+            s.context,
+            NapiContext::Threaded | NapiContext::ThreadedBusyPoll
+        )
+    };
+    if a.current.iter().chain(a.target).any(threaded) {
+        assumed.push(format!("a NAPI kthread wakes {:.0} us after veth schedules it: the veth-lab profile's delay, fitted on the lab machine's maximum throughput and not fitted to this host (the fit is of the per-packet cost only); polls/s and packets per poll of threaded polling depend on it", a.wake_up_us));
+    }
+    for s in a.target {
+        if threaded(s)
+            && !a.placed
+            && a.current
+                .iter()
+                .any(|c| c.queue == s.queue && c.context == NapiContext::Softirq)
+        {
+            assumed.push(format!("the new kthread of {}-{} is unpinned: the twin places it on CPU {} (the CPU that polls it today and wakes it); give --cpus to place it", s.device, s.queue, s.cpu));
+        }
+    }
+    assumed
 }
 
 /// What `obs` measured on device `dev`: its packet rate and frame size, and per CPU

@@ -140,6 +140,7 @@ fn run_verb(args: TuneArgs) -> Result<()> {
                 &params(&a)?,
                 duration,
                 a.json,
+                render_plan,
             )
         }
         Verb::Plan(PlanArgs { args: a, .. }) => {
@@ -156,71 +157,7 @@ fn run_verb(args: TuneArgs) -> Result<()> {
             journal_dir: dir,
             predict,
             duration,
-        } => {
-            let mut ctx = napilab_tune::host_ctx();
-            let plan = napilab_tune::plan_profile(&mut ctx, &a.profile, &params(&a)?)?;
-            // Predicted before anything changes, kept once the journal exists.
-            let prediction = if predict {
-                Some(crate::tune_predict::predict_here(
-                    &a.profile,
-                    &params(&a)?,
-                    duration,
-                )?)
-            } else {
-                None
-            };
-            let dir = journal_dir(dir.as_deref());
-            let report = napilab_tune::apply(&mut ctx, plan, &dir)?;
-            let kept = match (&prediction, &report.journal) {
-                (Some(Ok(p)), Some(j)) => {
-                    napilab_tune::journal::keep_prediction(j, serde_json::to_value(p)?)
-                        .with_context(|| format!("keeping the prediction in {}", j.display()))?;
-                    true
-                }
-                _ => false,
-            };
-            if a.json {
-                let mut v = serde_json::to_value(&report)?;
-                if let Some(p) = &prediction {
-                    v["prediction"] = match p {
-                        Ok(p) => serde_json::to_value(p)?,
-                        Err(_) => serde_json::Value::Null,
-                    };
-                    v["refusal"] = p
-                        .as_ref()
-                        .err()
-                        .map_or(serde_json::Value::Null, |r| r.clone().into());
-                    v["prediction_kept"] = kept.into();
-                }
-                println!("{}", serde_json::to_string_pretty(&v)?);
-            } else {
-                if let Some(p) = &prediction {
-                    match p {
-                        Ok(p) => println!("{}", crate::tune_predict::render(p)),
-                        Err(r) => println!("prediction refused: {r}\n"),
-                    }
-                }
-                if kept {
-                    println!("prediction kept in the journal: check it with napilab tune verify");
-                }
-                let mut out = render_plan(&report.plan);
-                match &report.journal {
-                    None => out.push_str("\nnothing to change: no journal written\n"),
-                    Some(j) => {
-                        out.push_str(&format!(
-                            "\napplied {} change(s); journal {}\nundo with: napilab tune revert {}\n",
-                            report.applied.len(),
-                            j.display(),
-                            j.display()
-                        ));
-                        for k in &report.already {
-                            out.push_str(&format!("  already as wanted at apply time: {k}\n"));
-                        }
-                    }
-                }
-                print!("{out}");
-            }
-        }
+        } => apply_verb(&a, dir.as_deref(), predict.then_some(duration))?,
         Verb::Revert {
             journal,
             journal_dir: dir,
@@ -321,7 +258,79 @@ fn run_verb(args: TuneArgs) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn render_plan(plan: &Plan) -> String {
+/// `tune apply`: predicted first when `predict` gives how long to observe, then
+/// applied with its journal, the prediction kept in it.
+fn apply_verb(
+    a: &ProfileArgs,
+    dir: Option<&std::path::Path>,
+    predict: Option<std::time::Duration>,
+) -> Result<()> {
+    let mut ctx = napilab_tune::host_ctx();
+    let plan = napilab_tune::plan_profile(&mut ctx, &a.profile, &params(a)?)?;
+    // Predicted before anything changes, kept once the journal exists.
+    let prediction = match predict {
+        Some(duration) => Some(crate::tune_predict::predict_here(
+            &a.profile,
+            &params(a)?,
+            duration,
+        )?),
+        None => None,
+    };
+    let dir = journal_dir(dir);
+    let report = napilab_tune::apply(&mut ctx, plan, &dir)?;
+    let kept = match (&prediction, &report.journal) {
+        (Some(Ok(p)), Some(j)) => {
+            napilab_tune::journal::keep_prediction(j, serde_json::to_value(p)?)
+                .with_context(|| format!("keeping the prediction in {}", j.display()))?;
+            true
+        }
+        _ => false,
+    };
+    if a.json {
+        let mut v = serde_json::to_value(&report)?;
+        if let Some(p) = &prediction {
+            v["prediction"] = match p {
+                Ok(p) => serde_json::to_value(p)?,
+                Err(_) => serde_json::Value::Null,
+            };
+            v["refusal"] = p
+                .as_ref()
+                .err()
+                .map_or(serde_json::Value::Null, |r| r.clone().into());
+            v["prediction_kept"] = kept.into();
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        if let Some(p) = &prediction {
+            match p {
+                Ok(p) => println!("{}", crate::tune_predict::render(p)),
+                Err(r) => println!("prediction refused: {r}\n"),
+            }
+        }
+        if kept {
+            println!("prediction kept in the journal: check it with napilab tune verify");
+        }
+        let mut out = render_plan(&report.plan);
+        match &report.journal {
+            None => out.push_str("\nnothing to change: no journal written\n"),
+            Some(j) => {
+                out.push_str(&format!(
+                    "\napplied {} change(s); journal {}\nundo with: napilab tune revert {}\n",
+                    report.applied.len(),
+                    j.display(),
+                    j.display()
+                ));
+                for k in &report.already {
+                    out.push_str(&format!("  already as wanted at apply time: {k}\n"));
+                }
+            }
+        }
+        print!("{out}");
+    }
+    Ok(())
+}
+
+fn render_plan(plan: &Plan) -> String {
     let mut out = format!(
         "profile {} ({}): {}\nstudy: {}\n",
         plan.profile, plan.source, plan.summary, plan.study

@@ -83,7 +83,15 @@ pub fn predict_here(
     })
 }
 
-pub fn plan_and_predict(name: &str, given: &Params, duration: Duration, json: bool) -> Result<()> {
+/// `render_plan`: how `tune plan` prints a plan (passed in, so the prediction's module
+/// does not import the command's).
+pub fn plan_and_predict(
+    name: &str,
+    given: &Params,
+    duration: Duration,
+    json: bool,
+    render_plan: fn(&Plan) -> String,
+) -> Result<()> {
     let mut ctx = napilab_tune::host_ctx();
     let plan = napilab_tune::plan_profile(&mut ctx, name, given);
     // The prediction is made also when the plan is refused: a profile this host cannot
@@ -101,7 +109,7 @@ pub fn plan_and_predict(name: &str, given: &Params, duration: Duration, json: bo
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         let mut out = match &plan {
-            Ok(p) => crate::tune_cmd::render_plan(p),
+            Ok(p) => render_plan(p),
             Err(e) => format!("{e}\n"),
         };
         out.push('\n');
