@@ -32,7 +32,7 @@ APT_OPTIONAL := linux-perf
 RESULTS ?= results
 FUZZ_SECONDS ?= 10
 
-.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-export bench-sampling bench-ingress bench-sim bench-trace bench-trace-packets bench-lab bench-linerate bench-kv bench-server-modes bench-many-napi soak-export flake-audit code-shape clean
+.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-export bench-sampling bench-ingress bench-sim bench-trace bench-trace-packets bench-lab bench-linerate bench-kv bench-server-modes bench-many-napi bench-predict soak-export flake-audit code-shape clean
 
 all: build
 
@@ -125,6 +125,15 @@ bench-sim: deps
 	@for p in python3 python3-venv; do dpkg -s $$p >/dev/null 2>&1 || { export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq $$p >/dev/null; }; done
 	@[ -x target/simpy-venv/bin/python ] || { python3 -m venv target/simpy-venv && target/simpy-venv/bin/pip install -q simpy; }
 	NAPILAB_PYTHON=target/simpy-venv/bin/python $(CARGO) run --release -p napilab-sim --example sim-bench
+
+# Predict before you tune (docs/tune.md, "Predict before you tune"): each profile the live
+# host's twin predicts, on a veth pair under a UDP flood, predicted, applied, verified
+# and reverted, 3 repeats of 3 s observations; ends with `predict: N profiles, max
+# |error| X%` and the verdict (root).
+bench-predict: deps
+	@bash bench/host-line.sh
+	$(CARGO) build --release -p napilab --bin napilab
+	$(CARGO) run --release -p napilab --example predict_bench -- target/release/napilab 3 3s
 
 # Cost of the always-on tracing tier and of 1 kHz stage sampling on a veth router,
 # alternating A/B rounds in one run (root); rounds are added until the control arm's 95%

@@ -1,0 +1,187 @@
+//! `make bench-predict`: each tune profile the live host's twin can predict, on a veth
+//! pair under a known load, predicted before it is applied and measured after, with
+//! repeats; the last line is `predict: N profiles, max |error| X%` over CPU per packet,
+//! and a verdict against the goal (CPU per packet within 10%).
+//!
+//! Per repeat and profile: a veth pair in two namespaces of its own (`VethPair`, GRO on
+//! the receiver), a UDP flood from `a` into `vb`, then in `b`'s namespace
+//! `napilab tune apply PROFILE --dev vb --predict --for OBSERVE`, `napilab tune verify
+//! --for OBSERVE --json` and `napilab tune revert`; the pair goes with the repeat. Only
+//! the veth pair's namespaces change. Headroom is not predicted yet, so it is not in
+//! the line; each verify prints every figure it checks.
+//!
+//!     cargo run --release -p napilab --example predict_bench -- NAPILAB [REPEATS=3] [OBSERVE=3s]
+
+use std::net::UdpSocket;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use napilab_testkit::VethPair;
+use serde_json::Value;
+
+/// The profiles the twin predicts on a veth host (others are refused by name).
+const PROFILES: [&str; 2] = ["threaded", "deferral"];
+
+/// The goal of "predict before you tune": CPU per packet within 10%.
+const GOAL: f64 = 0.10;
+
+fn flood(ns: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        if let Err(e) = napilab_probe::netns::enter(&ns) {
+            eprintln!("predict-bench: cannot enter {ns}: {e}");
+            return;
+        }
+        let Ok(sock) = UdpSocket::bind("10.77.0.1:0") else {
+            eprintln!("predict-bench: cannot bind the flood's socket in {ns}");
+            return;
+        };
+        while !stop.load(Ordering::Relaxed) {
+            for _ in 0..64 {
+                let _ = sock.send_to(&[0u8; 64], ("10.77.0.2", 9));
+            }
+        }
+    })
+}
+
+/// `napilab tune ARGS` in vb's namespace: its stdout as JSON (when it is), its stderr.
+fn tune(pair: &VethPair, napilab: &str, args: &[&str]) -> Result<Value, String> {
+    let out = pair
+        .command(&pair.b, napilab)
+        .arg("tune")
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run {napilab}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "napilab tune {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(serde_json::from_slice(&out.stdout).unwrap_or(Value::Null))
+}
+
+/// One repeat of one profile: the verification's JSON.
+fn one(napilab: &str, profile: &str, observe: &str, repeat: u32) -> Result<Value, String> {
+    let pair = VethPair::create("napilab-pb", &format!("{repeat}"), false)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = flood(pair.a.clone(), stop.clone());
+    std::thread::sleep(Duration::from_millis(300));
+    let result = (|| {
+        let applied = tune(
+            &pair,
+            napilab,
+            &[
+                "apply",
+                profile,
+                "--dev",
+                "vb",
+                "--predict",
+                "--for",
+                observe,
+                "--json",
+            ],
+        )?;
+        if let Some(r) = applied["refusal"].as_str() {
+            return Err(format!("the prediction was refused: {r}"));
+        }
+        let verified = tune(&pair, napilab, &["verify", "--for", observe, "--json"]);
+        // Reverted whatever the verification gave.
+        let journal = applied["journal"].as_str().unwrap_or_default().to_string();
+        if !journal.is_empty() {
+            tune(&pair, napilab, &["revert", &journal])?;
+        }
+        verified
+    })();
+    stop.store(true, Ordering::Relaxed);
+    let _ = sender.join();
+    result
+}
+
+fn error_of(v: &Value, figure: &str) -> Option<f64> {
+    v["checks"]
+        .as_array()?
+        .iter()
+        .find(|c| c["figure"] == figure)?["error"]
+        .as_f64()
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let Some(napilab) = args.next() else {
+        eprintln!("usage: predict_bench NAPILAB [REPEATS=3] [OBSERVE=3s] (root)");
+        std::process::exit(2);
+    };
+    let repeats: u32 = args
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3)
+        .clamp(1, 20);
+    let observe = args.next().unwrap_or_else(|| "3s".into());
+    if !napilab_testkit::is_root() {
+        eprintln!("predict-bench: needs root (namespaces, the trace tier, tune apply)");
+        std::process::exit(2);
+    }
+    let mut worst: Option<f64> = None;
+    let mut profiles = 0;
+    for profile in PROFILES {
+        let mut errors = Vec::new();
+        for r in 0..repeats {
+            match one(&napilab, profile, &observe, r) {
+                Ok(v) => {
+                    let figures: Vec<String> = v["checks"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|c| {
+                            format!(
+                                "{} {}",
+                                c["figure"].as_str().unwrap_or("?"),
+                                c["error"]
+                                    .as_f64()
+                                    .map_or("-".into(), |e| format!("{:+.0}%", e * 100.0))
+                            )
+                        })
+                        .collect();
+                    println!("{profile} repeat {r}: {}", figures.join(", "));
+                    if let Some(e) = error_of(&v, "packet CPU per packet (ns)") {
+                        errors.push(e);
+                    }
+                }
+                Err(e) => println!("{profile} repeat {r}: {e}"),
+            }
+        }
+        if let Some(m) = errors.iter().map(|e| e.abs()).reduce(f64::max) {
+            profiles += 1;
+            println!(
+                "{profile}: CPU per packet error over {} repeats: {}; max |error| {:.0}%",
+                errors.len(),
+                errors
+                    .iter()
+                    .map(|e| format!("{:+.0}%", e * 100.0))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                m * 100.0
+            );
+            worst = Some(worst.map_or(m, |w: f64| w.max(m)));
+        }
+    }
+    let Some(worst) = worst else {
+        println!("predict: 0 profiles: no repeat gave a verification (see above)");
+        std::process::exit(1);
+    };
+    println!(
+        "predict: {profiles} profiles, max |error| {:.0}% (CPU per packet; headroom not predicted yet)",
+        worst * 100.0
+    );
+    println!(
+        "{}",
+        napilab_testkit::bench_verdict(
+            "bench-predict",
+            &format!("max |error| of CPU per packet {:.0}%", worst * 100.0),
+            "<= 10%",
+            worst <= GOAL
+        )
+    );
+}
