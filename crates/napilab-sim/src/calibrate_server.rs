@@ -58,6 +58,14 @@ struct ServerTable {
     poll_cycles: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     client_cycles_per_request: Option<f64>,
+    /// The share of the client's cycles spent sending, and the TCP/veth latency per
+    /// request and its tail (ns); absent: the assumed ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    client_send_share: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    path_ns: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    path_tail_ns: Option<f64>,
     #[serde(default)]
     provenance: BTreeMap<String, ParamSource>,
 }
@@ -98,6 +106,8 @@ impl ServerProfile {
                         "server.client_cycles_per_request",
                         t.client_cycles_per_request.unwrap_or(0.0),
                     ),
+                    ("server.path_ns", t.path_ns.unwrap_or(0.0)),
+                    ("server.path_tail_ns", t.path_tail_ns.unwrap_or(0.0)),
                 ] {
                     if !(x >= 0.0 && x.is_finite()) {
                         return Err(err(file, field, "must be a finite number >= 0"));
@@ -110,7 +120,30 @@ impl ServerProfile {
                         "must be > 0: it is the length of a busy-polling pass (0 loops in zero time)",
                     ));
                 }
-                let mut provenance = ServerCosts::assumed().provenance;
+                if let Some(x) = t.client_send_share {
+                    if !(0.0..=1.0).contains(&x) {
+                        return Err(err(
+                            file,
+                            "server.client_send_share",
+                            "must be between 0 and 1 (the part of the client's cycles spent sending)",
+                        ));
+                    }
+                }
+                let assumed = ServerCosts::assumed();
+                let mut provenance = assumed.provenance;
+                if t.client_cycles_per_request.is_some() {
+                    // A value from the table must not keep the assumed one's source.
+                    provenance.insert(
+                        "server.client_cycles".into(),
+                        ParamSource {
+                            kind: SourceKind::Assumed,
+                            reference: String::new(),
+                            detail: format!(
+                                "the [server] table's client_cycles_per_request of {file}, which gives no source for it"
+                            ),
+                        },
+                    );
+                }
                 provenance.extend(t.provenance);
                 (
                     Some(ServerCosts {
@@ -118,6 +151,10 @@ impl ServerProfile {
                         app_kernel_cycles: t.app_kernel_cycles,
                         receive_cycles: t.receive_cycles,
                         poll_cycles: t.poll_cycles,
+                        client_cycles: t.client_cycles_per_request.unwrap_or(assumed.client_cycles),
+                        client_send_share: t.client_send_share.unwrap_or(assumed.client_send_share),
+                        path_ns: t.path_ns.unwrap_or(assumed.path_ns),
+                        path_tail_ns: t.path_tail_ns.unwrap_or(assumed.path_tail_ns),
                         provenance,
                     }),
                     t.client_cycles_per_request,
@@ -874,11 +911,23 @@ impl<'r> ServerFit<'r> {
             .collect();
         let client = slope(&client_points, |p| Some(p.client_cpu_busy)).filter(|s| *s > 0.0);
         match client {
-        Some(s) => self.notes.push(format!(
-            "client_cycles_per_request {:.0}: slope of the load generator thread's CPU over the achieved rate in {} (the requests are polled on the server's CPU there); the twin's client is ideal, so this is reported, not charged: where the lab's client limits a maximum, the twin's is an upper bound",
-            self.cycles(s),
-            names(&client_runs)
-        )),
+        Some(s) => {
+            let detail = format!(
+                "client_cycles_per_request {:.0}: slope of the load generator thread's CPU over the achieved rate in {} (the requests are polled on the server's CPU there); charged to the twin's load generator thread, split between send and read by server.client_send_share",
+                self.cycles(s),
+                names(&client_runs)
+            );
+            self.costs.client_cycles = self.cycles(s).round();
+            self.costs.provenance.insert(
+                "server.client_cycles".into(),
+                ParamSource {
+                    kind: SourceKind::Fitted,
+                    reference: self.reference.clone(),
+                    detail: detail.clone(),
+                },
+            );
+            self.notes.push(detail);
+        }
         None => self.unfixed.push(
             "client_cycles_per_request not fitted: neither threaded nor busy-wait of napilab's server met the objective at two offered rates".into(),
         ),
@@ -1064,6 +1113,9 @@ impl ServerCalibration {
             receive_cycles: c.receive_cycles,
             poll_cycles: c.poll_cycles,
             client_cycles_per_request: self.profile.client_cycles_per_request,
+            client_send_share: Some(c.client_send_share),
+            path_ns: Some(c.path_ns),
+            path_tail_ns: Some(c.path_tail_ns),
             provenance: c.provenance.clone(),
         };
         let mut wrapper = toml::Table::new();

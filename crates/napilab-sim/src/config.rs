@@ -538,6 +538,38 @@ pub struct ClassConfig {
     /// sends the next one `rtt_us` plus an exponential think time later.
     #[serde(default)]
     pub closed_loop: Option<ClosedLoop>,
+    /// A load generator thread sends this class's requests and reads the application's
+    /// replies (docs/sim.md, "The server topology on the twin"); absent: requests
+    /// appear on the ring at their arrival times, as from another machine.
+    #[serde(default)]
+    pub client: Option<ClientSide>,
+}
+
+/// A load generator thread on one of the host's CPUs, mutilate-style as the lab's
+/// (crates/napilab-lab request load generator): in the open loop it draws Poisson
+/// intended send times at the class's rate and sends each when the thread gets to it
+/// (due sends first, then the replies that are in); latency runs from the intended
+/// time to the end of the reply's read, so a late client shows in the tail.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClientSide {
+    pub cpu: u32,
+    /// Cycles of the client thread per request sent (building it, `send`, the TCP
+    /// transmit and `veth_xmit` up to the receiver's queue).
+    pub send_cycles: f64,
+    /// Cycles of the client thread per reply read (`epoll_wait`, `recv`, parsing).
+    pub read_cycles: f64,
+    /// Fixed latency the model does not otherwise carry, ns: TCP on both sides and the
+    /// reply's way to the client and its wake-up.
+    #[serde(default)]
+    pub path_ns: u64,
+    /// Mean of an exponential addition to `path_ns` per request, ns: the path's tail.
+    #[serde(default)]
+    pub path_tail_ns: u64,
+    /// A closed loop over this many connections, one request outstanding on each (the
+    /// lab's capacity probe), instead of the open loop at the class's rate.
+    #[serde(default)]
+    pub connections: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
@@ -846,6 +878,42 @@ impl SimConfig {
         for (i, c) in t.classes.iter().enumerate() {
             if !(c.share >= 0.0 && c.share.is_finite()) {
                 return err(&format!("traffic.classes[{i}].share"), "must be >= 0");
+            }
+            if let Some(cs) = c.client {
+                let replies = c
+                    .app
+                    .as_ref()
+                    .and_then(|a| self.apps.iter().find(|x| &x.name == a))
+                    .is_some_and(|a| a.reply_bytes.is_some());
+                if !replies || c.closed_loop.is_some() || c.queue.is_none() {
+                    return err(
+                        &format!("traffic.classes[{i}].client"),
+                        "needs `queue`, `app` naming an application with `reply_bytes`, and no `closed_loop`",
+                    );
+                }
+                if cs.cpu >= self.host.cpus {
+                    return err(
+                        &format!("traffic.classes[{i}].client.cpu"),
+                        "names a CPU the host does not have",
+                    );
+                }
+                for (k, v) in [
+                    ("send_cycles", cs.send_cycles),
+                    ("read_cycles", cs.read_cycles),
+                ] {
+                    if !(v >= 0.0 && v.is_finite()) {
+                        return err(
+                            &format!("traffic.classes[{i}].client.{k}"),
+                            "must be a finite number >= 0",
+                        );
+                    }
+                }
+                if cs.connections == Some(0) {
+                    return err(
+                        &format!("traffic.classes[{i}].client.connections"),
+                        "must be at least 1",
+                    );
+                }
             }
             if let Some(cl) = c.closed_loop {
                 if cl.clients == 0 || cl.clients > 1_000_000 {

@@ -26,6 +26,8 @@ pub enum ThreadKind {
     App(usize),
     /// The per-CPU workqueue worker (`kworker/N`) of this CPU.
     Worker(usize),
+    /// A load generator thread (index into the simulator's clients).
+    Client(usize),
 }
 
 #[derive(Debug)]

@@ -482,6 +482,7 @@ fn veth_traffic(s: &Scenario, rate: f64, notices: &mut Vec<Notice>) -> TrafficCo
             ring: None,
             app: None,
             closed_loop: None,
+            client: None,
         })
         .collect();
     TrafficConfig {

@@ -25,6 +25,7 @@
 
 use std::collections::BTreeMap;
 
+use napilab_core::requests::CAPACITY_PROBE;
 use napilab_core::scenario::{RequestWorkload, Scenario, ServerEngine, ServerMode};
 use napilab_core::{
     LatencySummary, Notice, PointRole, RequestPointResult, RequestResults, ServerSummary,
@@ -33,8 +34,8 @@ use napilab_experiment::request_search::RequestTestbed;
 use napilab_experiment::requests::{self, Capacity, RequestBench};
 
 use crate::config::{
-    AppConfig, BusyPoll, ClassConfig, EgressConfig, MeasurementConfig, NapiContext, Pattern,
-    RxQueueConfig, ThreadPolicy, TrafficConfig,
+    AppConfig, BusyPoll, ClassConfig, ClientSide, EgressConfig, MeasurementConfig, NapiContext,
+    Pattern, RxQueueConfig, ThreadPolicy, TrafficConfig,
 };
 use crate::profile::{ParamSource, SourceKind};
 pub use crate::server_plan::{ServerConfiguration, ServerCosts, ServerPlan};
@@ -160,11 +161,15 @@ pub fn plan(s: &Scenario, file: &str) -> Result<TwinPlan, ConfigError> {
         .max()
         .unwrap_or(0);
     let cpus = (referenced + 1).max(2);
+    // The highest rate a point may run at: a search range derived from the capacity
+    // probe may be raised SEARCH_RAISES times (the probe itself is below the client's
+    // and the server's limits, which the default top is above).
+    let raised = f64::from(1u32 << napilab_core::requests::SEARCH_RAISES);
     let top = w
         .loads_qps
         .iter()
         .copied()
-        .chain(w.search.then_some(twin_search_top(&w)))
+        .chain(w.search.then_some(twin_search_top(&w) * raised))
         .fold(0.0, f64::max);
     // Every reply stays "in flight" on the veth egress (no TX completion).
     let tx_ring = u32::try_from((top * (m.warmup_s + m.duration_s + 0.1)).ceil() as u64 + 4096)
@@ -183,11 +188,11 @@ pub fn plan(s: &Scenario, file: &str) -> Result<TwinPlan, ConfigError> {
         ),
         notice(
             "load generator",
-            "the twin's client is ideal (Poisson arrivals at the offered rate, no CPU): the lab's client costs about as much CPU per request as the server (docs/lab.md kv benchmark), shares its CPU with the requests' NAPI poll in the softirq modes and can limit a point; the twin never flags a point as client-limited, so its maxima are upper bounds where the lab's client is the limit",
+            "the twin's client is a thread per RX queue on generator_cpus (the lab runs client_threads threads over its connections), costing server.client_cycles a request (send and reply read) beside the softirq work that runs on its CPU; it sends each request when it gets to it and flags a point client-limited by the lab generator's signs; TCP flow control and per-connection batching of sends are not modelled",
         ),
         notice(
             "latency",
-            "the twin's latency runs from the request's arrival at the DUT's veth to its reply leaving it; the lab's from the intended send time to the reply read by the client, which adds the client's send, the reply's wake-up of the client and its read",
+            "the twin's latency runs, as the lab's, from the request's intended send time to the end of the client's read of the reply; the TCP/veth path the twin's packets do not carry is server.path_ns plus an exponential tail of mean server.path_tail_ns (see their sources)",
         ),
         notice(
             "server costs",
@@ -200,16 +205,10 @@ pub fn plan(s: &Scenario, file: &str) -> Result<TwinPlan, ConfigError> {
             "the twin's CPU by context and polls by context are its own (model), not the trace tier's",
         ));
     }
-    if !w.loads_of_capacity.is_empty() {
-        notices.push(notice(
-            "requests.loads_of_capacity",
-            "not run on the twin: these loads are fractions of the lab's capacity probe, which the twin does not run; give loads_qps for twin points",
-        ));
-    }
     if w.search && w.search_max_qps.is_none() {
         notices.push(notice(
             "requests.search_max_qps",
-            format!("not given: the lab searches from its capacity probe, the twin from 0 to {TWIN_SEARCH_TOP_QPS:.0} requests/s"),
+            "not given: the twin runs the lab's capacity probe (a closed loop over the workload's connections through its load generator) and derives the search range from it as the lab does",
         ));
     }
     let mut twins = Vec::new();
@@ -360,6 +359,16 @@ fn map_configuration(
             ring: None,
             app: Some(format!("worker-{q}")),
             closed_loop: None,
+            // The lab's load generator, on the queue's generator CPU; its costs and the
+            // path's latency are put on by ServerCosts::apply.
+            client: Some(ClientSide {
+                cpu: client_cpu(q),
+                send_cycles: 0.0,
+                read_cycles: 0.0,
+                path_ns: 0,
+                path_tail_ns: 0,
+                connections: None,
+            }),
         })
         .collect();
     let config = SimConfig {
@@ -471,6 +480,18 @@ impl ServerCosts {
             a.user_cycles_per_packet = self.app_user_cycles;
             a.kernel_cycles_per_packet = self.app_kernel_cycles;
         }
+        let share = self.client_send_share.clamp(0.0, 1.0);
+        for cl in c
+            .traffic
+            .classes
+            .iter_mut()
+            .filter_map(|k| k.client.as_mut())
+        {
+            cl.send_cycles = self.client_cycles * share;
+            cl.read_cycles = self.client_cycles * (1.0 - share);
+            cl.path_ns = self.path_ns.max(0.0).round() as u64;
+            cl.path_tail_ns = self.path_tail_ns.max(0.0).round() as u64;
+        }
         c
     }
 
@@ -574,6 +595,7 @@ pub fn request_point(
     let latency = merged_latency(r);
     let timeouts = offered.saturating_sub(answered);
     let achieved = answered as f64 / duration;
+    let (client_reasons, client_cpu_busy) = client_health(&m.clients);
     let mut sum = CpuSums::default();
     for c in m
         .totals
@@ -606,9 +628,9 @@ pub fn request_point(
         latency,
         errors: 0,
         timeouts,
-        client_limited: false,
-        client_reasons: Vec::new(),
-        client_cpu_busy: 0.0,
+        client_limited: !client_reasons.is_empty(),
+        client_reasons,
+        client_cpu_busy,
         server: ServerSummary {
             requests: answered,
             cpu_busy: sum.worker,
@@ -621,6 +643,42 @@ pub fn request_point(
         observation: Some(r.observation.clone()),
     }
 }
+
+/// Whether the twin's load generator, not the server, was the limit, by the lab
+/// generator's three signs (crates/napilab-lab request loadgen): more than 1% of the
+/// window's requests sent more than 100 us late, more than 1% of its intended sends
+/// never sent, a generator thread over 90% busy; and the busiest thread's CPU.
+pub fn client_health(clients: &[crate::output::ClientReport]) -> (Vec<String>, f64) {
+    let (mut sent, mut late, mut behind, mut busiest) = (0u64, 0u64, 0u64, 0.0f64);
+    for c in clients {
+        sent += c.sent;
+        late += c.late;
+        behind += c.behind;
+        busiest = busiest.max(c.cpu_busy);
+    }
+    let mut reasons = Vec::new();
+    if late * 100 > sent.max(1) {
+        reasons.push(format!(
+            "{late} of {sent} requests ({:.1}%) left more than 100 us after their intended time (model)",
+            late as f64 * 100.0 / sent.max(1) as f64
+        ));
+    }
+    if behind * 100 > (sent + behind).max(1) {
+        reasons.push(format!(
+            "{behind} intended requests were never sent in the window (model)"
+        ));
+    }
+    if busiest > CLIENT_BUSY_LIMIT {
+        reasons.push(format!(
+            "a generator thread was {:.0}% busy (model)",
+            busiest * 100.0
+        ));
+    }
+    (reasons, busiest)
+}
+
+/// A generator thread busier than this may be the limit (the lab generator's).
+const CLIENT_BUSY_LIMIT: f64 = 0.9;
 
 /// The server CPUs' time by what ran there, summed over those CPUs.
 #[derive(Default)]
@@ -673,10 +731,10 @@ impl CpuSums {
     }
 }
 
-/// A batch of twin runs: (config, seed) in, results in the same order.
-/// The top of the twin's search range: the scenario's `search_max_qps`, else this.
-/// The lab derives its range from a capacity probe on its testbed; the twin has no such
-/// probe yet, so it keeps the range every server scenario had before the probe.
+/// The rate a server configuration's model is built at when the scenario gives no
+/// `loads_qps`, and the base of the highest rate a point may run at (the twin's veth
+/// egress keeps every reply in flight, so its ring is sized for it). The search range
+/// itself comes from the twin's capacity probe, as the lab's does.
 pub const TWIN_SEARCH_TOP_QPS: f64 = 200_000.0;
 
 fn twin_search_top(w: &napilab_core::requests::RequestWorkload) -> f64 {
@@ -735,8 +793,7 @@ pub fn run_configuration(
     let first_seed = plan.seeds.first().copied().unwrap_or(1).wrapping_add(1000);
     let request_plan = requests::Plan {
         loads_qps: plan.loads.clone(),
-        // Fractions of the lab's capacity probe: the twin has none (a plan notice says so).
-        loads_of_capacity: Vec::new(),
+        loads_of_capacity: w.loads_of_capacity.clone(),
         repeats: plan.seeds.len() as u32,
         search: w.search,
         search_max_qps: w.search_max_qps,
@@ -750,12 +807,38 @@ pub fn run_configuration(
         point: &point,
         seeds: &plan.seeds,
         first_seed,
+        probe: closed_loop(&base, w.connections),
+        connections: w.connections,
     };
     requests::run(&mut testbed, &request_plan, &mut out).map_err(|e| match e {
         requests::Error::Testbed(e) => e,
         requests::Error::Plan(why) => ConfigError::new(&plan.name, "requests", why),
     })?;
     Ok(out)
+}
+
+/// `config` with its load generators in a closed loop over `connections` connections,
+/// spread over them as the lab spreads connections over its threads.
+fn closed_loop(config: &SimConfig, connections: usize) -> SimConfig {
+    let mut c = config.clone();
+    let n = c
+        .traffic
+        .classes
+        .iter()
+        .filter(|k| k.client.is_some())
+        .count()
+        .max(1);
+    for (i, cl) in c
+        .traffic
+        .classes
+        .iter_mut()
+        .filter_map(|k| k.client.as_mut())
+        .enumerate()
+    {
+        let k = connections / n + usize::from(i < connections % n);
+        cl.connections = Some(u32::try_from(k.max(1)).unwrap_or(u32::MAX));
+    }
+    c
 }
 
 /// The twin as the maximum-rate search's testbed: each point one run at the rate, with
@@ -768,6 +851,9 @@ struct TwinRequests<'r, 'm, A, P> {
     seeds: &'r [u64],
     /// The first search's seed.
     first_seed: u64,
+    /// The capacity probe's model (closed loop over the workload's connections).
+    probe: SimConfig,
+    connections: usize,
 }
 
 impl<A, P> RequestBench for TwinRequests<'_, '_, A, P>
@@ -775,8 +861,26 @@ where
     A: Fn(f64) -> SimConfig,
     P: Fn(&SimResult, PointRole, u32, f64) -> RequestPointResult,
 {
+    /// The lab's probe on the twin: [`CAPACITY_PROBE`] (each connection's next request
+    /// sent when its reply is read) through the twin's load generator, for the
+    /// measurement's duration; its reply rate is the capacity the search range derives
+    /// from.
     fn probe_capacity(&mut self) -> Result<Capacity, ConfigError> {
-        Ok(Capacity::NotAvailable)
+        let seed = self.seeds.first().copied().unwrap_or(1);
+        let results = (self.run_many)(&[(self.probe.clone(), seed)])?;
+        let Some(r) = results.first() else {
+            return Ok(Capacity::Stopped);
+        };
+        let p = (self.point)(r, PointRole::Sweep, 0, 0.0);
+        Ok(Capacity::Measured(napilab_core::CapacityProbe {
+            method: format!("{CAPACITY_PROBE} (model)"),
+            connections: self.connections,
+            duration_s: r.model.duration_s,
+            achieved_qps: p.achieved_qps,
+            latency: p.latency,
+            client_limited: p.client_limited,
+            client_reasons: p.client_reasons,
+        }))
     }
 
     fn measure(&mut self, points: &[(f64, u32)]) -> Result<Vec<RequestPointResult>, ConfigError> {
@@ -796,10 +900,6 @@ where
             .zip(points)
             .map(|(r, &(qps, repeat))| (self.point)(r, PointRole::Sweep, repeat, qps))
             .collect())
-    }
-
-    fn default_top(&self) -> Option<(f64, String)> {
-        Some((TWIN_SEARCH_TOP_QPS, "the twin's default top".into()))
     }
 
     fn range_note(&self) -> String {

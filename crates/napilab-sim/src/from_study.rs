@@ -376,6 +376,7 @@ fn traffic(s: &Scenario, rate: f64, lanes: &[Lane]) -> TrafficConfig {
                 ring: None,
                 app: None,
                 closed_loop: None,
+                client: None,
             }],
         };
     }
@@ -396,6 +397,7 @@ fn traffic(s: &Scenario, rate: f64, lanes: &[Lane]) -> TrafficConfig {
                 ring: ring.clone(),
                 app: None,
                 closed_loop: None,
+                client: None,
             })
             .collect(),
     }

@@ -54,6 +54,25 @@ pub struct ModelReport {
     pub duration_s: f64,
     /// Where the model counted lost packets, as core's experiment results name them.
     pub loss_counters: Vec<(String, u64)>,
+    /// Load generator threads (classes with a `client`), with the lab generator's
+    /// health figures.
+    pub clients: Vec<ClientReport>,
+}
+
+/// One load generator thread over the measured window.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClientReport {
+    pub class: String,
+    pub cpu: u32,
+    /// Requests intended in the window and sent; of those sent more than 100 us after
+    /// their intended time; the latest lateness.
+    pub sent: u64,
+    pub late: u64,
+    pub max_late_us: f64,
+    /// Intended sends of the window never sent (the open loop fell behind).
+    pub behind: u64,
+    /// The thread's CPU time over the window, a fraction of one CPU.
+    pub cpu_busy: f64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -372,6 +391,19 @@ pub(crate) fn build(sim: &Sim) -> SimResult {
             packets_per_poll_histogram: sim.poll_hist.clone(),
             duration_s: total_secs,
             loss_counters: loss_counters(sim),
+            clients: sim
+                .clients
+                .iter()
+                .map(|cl| ClientReport {
+                    class: sim.cfg.traffic.classes[cl.class].name.clone(),
+                    cpu: sim.threads[cl.thread].cpu as u32,
+                    sent: cl.sent,
+                    late: cl.late,
+                    max_late_us: cl.max_late_ns as f64 / 1e3,
+                    behind: cl.behind,
+                    cpu_busy: sim.total.thread_ns[cl.thread] as f64 / (total_secs * 1e9),
+                })
+                .collect(),
         },
     }
 }
@@ -736,6 +768,10 @@ fn thread_intervals(sim: &Sim, k: &Counts, secs: f64) -> Vec<ThreadInterval> {
                 },
                 ThreadKind::App(a) => ThreadRole::Application {
                     name: cfg.apps[a].name.clone(),
+                },
+                // The load generator is an application of the client namespace.
+                ThreadKind::Client(_) => ThreadRole::Application {
+                    name: th.name.clone(),
                 },
                 // The Observation has no role for workqueue workers; their time is the
                 // CPUs' system time.

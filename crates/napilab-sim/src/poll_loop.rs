@@ -98,6 +98,7 @@ pub fn config(delivery: Delivery, rate_pps: f64, duration_ms: f64) -> SimConfig 
                 ring: None,
                 app: Some("receiver".into()),
                 closed_loop: None,
+                client: None,
             }],
         },
         measurement: MeasurementConfig {

@@ -7,6 +7,18 @@ use napilab_core::scenario::{RequestWorkload, ServerEngine, ServerMode};
 
 use crate::profile::{ParamSource, SourceKind};
 
+/// The client's send and read split its CPU per request evenly: ASSUMED (the lab
+/// measures the generator thread's time as one number).
+pub const CLIENT_SEND_SHARE: f64 = 0.5;
+pub const CLIENT_SEND_SHARE_WHY: &str = "the lab measures the load generator thread's CPU as one number: half for the send (request build, send, TCP transmit, veth_xmit), half for the reply's read (epoll_wait, recv, parse)";
+/// TCP/veth latency per request beyond the twin's packets, and its tail: ASSUMED,
+/// read off one lab point by hand (the reasons say which); `napilab sim calibrate` does
+/// not fit them yet.
+pub const PATH_NS: f64 = 60_000.0;
+pub const PATH_TAIL_NS: f64 = 11_000.0;
+pub const PATH_NS_WHY: &str = "read off by hand, not fitted by napilab sim calibrate: lab run 20261125-222032-e182 (docs/results/lab.md, server-modes, a quiet VM) has no-coalescing at p50 84 us, p99 134 us at 2,000 requests/s, the twin without this path 16 / 22 us; 60 us fixed plus the tail's median (0.69 x 11 us) makes up the p50 difference";
+pub const PATH_TAIL_NS_WHY: &str = "read off by hand, not fitted by napilab sim calibrate: the same point's p99 - p50 (50 us in the lab, 6 us in the twin without it) is ln(50) = 3.9 times an exponential's mean, so 11 us; one mode at one rate of one run";
+
 /// What a request costs the server, cycles at the profile's clock (veth-lab: 1 GHz,
 /// so cycles are ns), and where each number comes from.
 #[derive(Clone, Debug, PartialEq)]
@@ -26,6 +38,16 @@ pub struct ServerCosts {
     /// ring. It is also the length of one pass of a busy-polling loop that finds
     /// nothing, so it must not be 0 (a busy-wait server would loop in zero time).
     pub poll_cycles: f64,
+    /// The load generator's CPU per request, send and reply read together (cycles of
+    /// its thread on `generator_cpus`).
+    pub client_cycles: f64,
+    /// The part of `client_cycles` spent sending (the rest reads the reply).
+    pub client_send_share: f64,
+    /// TCP/veth latency per request that the twin's packets do not carry (TCP on both
+    /// sides, the reply's way to the client and its wake-up), ns, and the mean of an
+    /// exponential addition to it (its tail).
+    pub path_ns: f64,
+    pub path_tail_ns: f64,
     /// By key (`server.app_user_cycles`, ...).
     pub provenance: BTreeMap<String, ParamSource>,
 }
@@ -58,11 +80,25 @@ impl ServerCosts {
             "server.poll_cycles".into(),
             why("no lab fit yet: an empty veth poll plus the epoll_wait system call around a busy-poll pass, about 0.5 us on this VM"),
         );
+        provenance.insert(
+            "server.client_cycles".into(),
+            why("no lab fit yet: about as much as the server's ~10 us a request (docs/lab.md kv benchmark); napilab sim calibrate on a server run fits it from the load generator thread's CPU"),
+        );
+        provenance.insert(
+            "server.client_send_share".into(),
+            why(CLIENT_SEND_SHARE_WHY),
+        );
+        provenance.insert("server.path_ns".into(), why(PATH_NS_WHY));
+        provenance.insert("server.path_tail_ns".into(), why(PATH_TAIL_NS_WHY));
         ServerCosts {
             app_user_cycles: 3_000.0,
             app_kernel_cycles: 7_000.0,
             receive_cycles: 1_500.0,
             poll_cycles: 500.0,
+            client_cycles: 10_000.0,
+            client_send_share: CLIENT_SEND_SHARE,
+            path_ns: PATH_NS,
+            path_tail_ns: PATH_TAIL_NS,
             provenance,
         }
     }
@@ -74,6 +110,10 @@ impl ServerCosts {
             ("server.app_kernel_cycles", self.app_kernel_cycles),
             ("server.receive_cycles", self.receive_cycles),
             ("server.poll_cycles", self.poll_cycles),
+            ("server.client_cycles", self.client_cycles),
+            ("server.client_send_share", self.client_send_share),
+            ("server.path_ns", self.path_ns),
+            ("server.path_tail_ns", self.path_tail_ns),
         ]
     }
 

@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 
 use super::{
-    ns, tunnel, workqueue, App, BusyState, Costs, Counts, CpuCount, Finish, Sim, DRAIN_NS,
+    client, ns, tunnel, workqueue, App, BusyState, Costs, Counts, CpuCount, Finish, Sim, DRAIN_NS,
 };
 use crate::accounting::Accounting;
 use crate::config::{NapiContext, RingPoll, SimConfig, TickMode};
@@ -34,6 +34,8 @@ struct Parts {
     tx_napi: Vec<usize>,
     backlog_napi: Vec<Option<usize>>,
     apps: Vec<App>,
+    clients: Vec<client::Client>,
+    class_client: Vec<Option<usize>>,
 }
 
 /// The measured window, in simulated nanoseconds.
@@ -212,7 +214,7 @@ impl Parts {
                         continue;
                     }
                     self.class_rings[ci].push(self.rings.len());
-                    if class.closed_loop.is_some() {
+                    if class.closed_loop.is_some() || class.client.is_some() {
                         continue; // its arrivals are injected by its clients
                     }
                     let spread = if class.queue.is_some() {
@@ -385,6 +387,48 @@ impl Parts {
         }
     }
 
+    /// Load generator threads: one per class with a `client`, sending into the class's
+    /// ring at the class's share of the rate.
+    fn clients(&mut self, cfg: &SimConfig, profile: &Profile, seed: u64) {
+        let total_share: f64 = cfg
+            .traffic
+            .classes
+            .iter()
+            .filter(|c| c.closed_loop.is_none())
+            .map(|c| c.share)
+            .sum();
+        self.class_client = vec![None; cfg.traffic.classes.len()];
+        for (ci, class) in cfg.traffic.classes.iter().enumerate() {
+            let (Some(cs), Some(&ring)) = (class.client, self.class_rings[ci].first()) else {
+                continue;
+            };
+            let rate = if total_share > 0.0 {
+                cfg.traffic.rate_pps * class.share / total_share
+            } else {
+                0.0
+            };
+            let k = self.clients.len();
+            self.class_client[ci] = Some(k);
+            self.clients.push(client::Client::new(
+                &cs,
+                ci,
+                ring,
+                self.threads.len(),
+                rate,
+                profile,
+                Rng::new(seed, 3_000_000 + ci as u64),
+            ));
+            self.threads.push(thread(
+                3000 + k as u32,
+                format!("client-{}", class.name),
+                cs.cpu as usize,
+                ThreadKind::Client(k),
+                None,
+                true,
+            ));
+        }
+    }
+
     /// Tunnel peers: an instance each, not tied to a ring, polled in the tunnel's
     /// NAPI context; threaded peers get a kthread each.
     fn tunnel(
@@ -514,6 +558,7 @@ impl<'a> Sim<'a> {
             .collect();
         parts.backlogs(&rps_cpus, ncpu);
         parts.apps(cfg, profile);
+        parts.clients(cfg, profile, seed);
         let tunnel = parts.tunnel(cfg, profile, ncpu, seed);
         let workers = parts.workers(ncpu, tunnel.is_some());
         for (t, th) in parts.threads.iter().enumerate() {
@@ -571,6 +616,8 @@ impl<'a> Sim<'a> {
             tx_napi,
             backlog_napi,
             apps,
+            clients,
+            class_client,
         } = parts;
         Sim {
             cfg,
@@ -631,6 +678,8 @@ impl<'a> Sim<'a> {
             workers,
             dispatch_pending: vec![false; ncpu],
             tunnel,
+            clients,
+            class_client,
             coalesce_idle_passes: true,
         }
     }

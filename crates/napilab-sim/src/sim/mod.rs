@@ -16,6 +16,7 @@
 //! the event loop.
 
 mod apps;
+mod client;
 mod construct;
 mod interrupts;
 mod napi_poll;
@@ -58,6 +59,9 @@ pub(crate) enum Ev {
     /// A tunnel packet was queued for decryption on this CPU: queue its worker's
     /// decryption item (`queue_work_on`).
     QueueDecrypt(usize),
+    /// A load generator thread's timer (its next intended send) or a reply reaching
+    /// it: wake the thread.
+    ClientWake(usize),
 }
 
 /// An application and its socket.
@@ -358,6 +362,10 @@ pub(crate) struct Sim<'a> {
     dispatch_pending: Vec<bool>,
     /// The tunnel's receive pipeline, when the configuration has one.
     tunnel: Option<tunnel::Tunnel>,
+    /// Load generator threads, and the one sending each class (None: the class's
+    /// requests appear on the ring by themselves).
+    pub(crate) clients: Vec<client::Client>,
+    class_client: Vec<Option<usize>>,
     /// Simulate a busy-polling kthread's uninterruptible empty passes as one batch
     /// (`threaded_busy_poll::idle_passes`); off only in the test that shows it changes
     /// nothing.
@@ -399,6 +407,7 @@ impl<'a> Sim<'a> {
                     self.dispatch(c);
                 }
             }
+            Ev::ClientWake(k) => self.client_wakes(k),
             Ev::QueueDecrypt(c) => {
                 self.queue_work(c, workqueue::WorkItem::Decrypt, c);
                 if !self.cpus[c].busy {
@@ -430,6 +439,7 @@ impl<'a> Sim<'a> {
             }
             self.closed[ci] = Some((cl, rng));
         }
+        self.start_clients();
         let now = 0;
         for l in 0..self.lines.len() {
             self.arm_line(l, now);
@@ -441,6 +451,7 @@ impl<'a> Sim<'a> {
             let Some((_, ev)) = self.q.pop() else { break };
             self.handle(ev);
         }
+        self.finish_clients();
         // Arrivals nobody polled still count as offered (or dropped if the ring filled).
         let nclass = self.latency.len();
         for r in 0..self.rings.len() {

@@ -390,6 +390,11 @@ impl Sim<'_> {
     /// The packet's delivery and latency, counted by its arrival.
     #[inline(always)]
     pub(super) fn send_delivered(&mut self, p: Packet, done: Nanos) {
+        if let Some(k) = self.class_client[p.class as usize] {
+            // The client reads the reply; its latency is counted there.
+            self.client_reply(k, p, done);
+            return;
+        }
         if let Some(i) = self.win.lookup(p.arrival) {
             let cls = p.class as usize;
             self.counts[i].class_forwarded[cls] += 1;

@@ -356,7 +356,7 @@ impl Sim<'_> {
                         && self.costs.after_interrupt > 0
                     {
                         let ctx = match self.threads[t].kind {
-                            ThreadKind::App(_) => Ctx::User,
+                            ThreadKind::App(_) | ThreadKind::Client(_) => Ctx::User,
                             ThreadKind::Ksoftirqd => Ctx::Ksoftirqd,
                             ThreadKind::Napi(_) => Ctx::NapiThread,
                             ThreadKind::Worker(_) => Ctx::KThread,
@@ -402,6 +402,7 @@ impl Sim<'_> {
                 self.softirq_step(c)
             }
             ThreadKind::App(a) => self.app_step(c, t, a),
+            ThreadKind::Client(k) => self.client_step(c, t, k),
             ThreadKind::Worker(_) => self.worker_step(c, t),
             ThreadKind::Napi(n) => {
                 if !self.napis[n].scheduled {

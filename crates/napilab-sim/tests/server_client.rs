@@ -1,0 +1,174 @@
+//! The twin's load generator in the server topology (docs/sim.md, "The server topology
+//! on the twin", rows "the client" and "latency"): its CPU per request limits the
+//! maximum, the modes differ because the softirq modes poll the requests on its CPU,
+//! the maxima stay below the range the twin's capacity probe derives (as the lab
+//! derives its own), and a point the client cannot keep up with is flagged as the lab
+//! flags it.
+
+use napilab_core::scenario;
+use napilab_core::RequestResults;
+use napilab_sim::calibrate_server::ServerProfile;
+use napilab_sim::from_scenario::{self, TwinPlan};
+use napilab_sim::from_server_scenario::{self, ServerCosts};
+use napilab_sim::{ConfigError, SimConfig, SimResult};
+
+/// The shipped profile: the server's and the client's fitted costs.
+fn shipped() -> ServerProfile {
+    ServerProfile::load("veth-lab-server").expect("shipped veth-lab-server")
+}
+
+fn plan(requests: &str, measurement: &str, modes: &[&str]) -> TwinPlan {
+    let text = napilab_testkit::server_scenario(
+        "client",
+        requests,
+        measurement,
+        &napilab_testkit::mode_configurations(modes),
+    );
+    let s = scenario::parse(&text, "client.toml", Some(2)).unwrap_or_else(|e| panic!("{e}"));
+    let mut p = from_scenario::plan(&s, "client.toml").unwrap_or_else(|e| panic!("{e}"));
+    if let Some(sp) = p.requests.as_mut() {
+        sp.costs = shipped().costs.expect("the shipped profile has [server]");
+    }
+    p
+}
+
+fn run_serial(
+    batch: &[(SimConfig, u64)],
+    profile: &napilab_sim::Profile,
+) -> Result<Vec<SimResult>, ConfigError> {
+    batch
+        .iter()
+        .map(|(c, seed)| napilab_sim::try_run(c, profile, *seed))
+        .collect()
+}
+
+fn run_with(plan: &TwinPlan, i: usize, costs: &ServerCosts) -> RequestResults {
+    let mut plan = plan.clone();
+    if let Some(sp) = plan.requests.as_mut() {
+        sp.costs = costs.clone();
+    }
+    let lab = shipped().lab;
+    let profile = costs.profile(&plan.configurations[i].profile_for(&lab.profile, None));
+    from_server_scenario::run_configuration(&plan, i, &mut |b| run_serial(b, &profile))
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn costs(plan: &TwinPlan) -> ServerCosts {
+    plan.requests.as_ref().expect("server plan").costs.clone()
+}
+
+const SHORT: &str = "duration_s = 0.2\nwarmup_s = 0.05\nsearch_repeats = 1";
+
+#[test]
+fn the_clients_cpu_limits_the_maximum() {
+    // no-coalescing polls the requests on the client's CPU: that CPU, not the server's,
+    // is the limit, so a cheaper client raises the maximum.
+    let p = plan(
+        "loads_qps = []\nslo_p99_us = 500\nsearch = true\nsearch_max_qps = 240000\nsearch_iterations = 6",
+        SHORT,
+        &["no-coalescing"],
+    );
+    let full = costs(&p);
+    let mut half = full.clone();
+    half.client_cycles /= 2.0;
+    let max = |r: &RequestResults| r.max_qps.as_ref().expect("searched").qps;
+    let (a, b) = (run_with(&p, 0, &full), run_with(&p, 0, &half));
+    assert!(
+        max(&b) > 1.15 * max(&a),
+        "halving the client's {} cycles a request: maximum {} -> {} requests/s",
+        full.client_cycles,
+        max(&a),
+        max(&b)
+    );
+    // The client alone could not send more than one request per its cycles.
+    let ceiling = 1e9 / full.client_cycles;
+    assert!(max(&a) < ceiling, "{} >= {ceiling}", max(&a));
+}
+
+#[test]
+fn modes_differ_and_stay_below_the_probe_derived_range() {
+    let p = plan(
+        "loads_qps = []\nslo_p99_us = 500\nsearch = true\nsearch_iterations = 5",
+        SHORT,
+        &["no-coalescing", "deferral", "busy-wait"],
+    );
+    let c = costs(&p);
+    let mut maxima = Vec::new();
+    for i in 0..3 {
+        let r = run_with(&p, i, &c);
+        let probe = r.capacity.as_ref().expect("the twin probes its capacity");
+        assert!(probe.method.contains("closed loop"), "{}", probe.method);
+        assert_eq!(probe.connections, 16);
+        assert!(probe.achieved_qps > 1000.0, "{}: {probe:?}", r.mode);
+        let m = r.max_qps.as_ref().expect("searched");
+        // The range's top (each search tries it first, and its raised tops too): the
+        // probe's rate times SEARCH_TOP_OF_CAPACITY, or more where a search raised it.
+        let derived = napilab_core::requests::SEARCH_TOP_OF_CAPACITY * probe.achieved_qps;
+        let top = r
+            .points
+            .iter()
+            .filter(|p| p.role == napilab_core::PointRole::Search)
+            .map(|p| p.requested_qps)
+            .fold(0.0, f64::max);
+        assert!(
+            (top - derived.round()).abs() < 1.0 || top > derived,
+            "{}: top {top}, derived {derived}",
+            r.mode
+        );
+        assert!(
+            m.qps > 0.0 && m.qps < top,
+            "{}: maximum {} not below the range's top {top}",
+            r.mode,
+            m.qps
+        );
+        maxima.push((r.mode.clone(), m.qps));
+    }
+    // Busy polling moves the requests' receive onto the server's CPU, leaving the
+    // client's to the client, and deferral polls them in fewer, larger batches there:
+    // each mode has its own maximum.
+    for i in 0..maxima.len() {
+        for j in i + 1..maxima.len() {
+            assert!(
+                (maxima[i].1 - maxima[j].1).abs() > 0.05 * maxima[i].1.max(maxima[j].1),
+                "{maxima:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_point_the_client_cannot_keep_up_with_is_client_limited() {
+    let p = plan(
+        "loads_qps = [2000, 60000]\nslo_p99_us = 500\nsearch = false",
+        SHORT,
+        &["threaded"],
+    );
+    // A client at 25 us a request sends at most 40,000 a second.
+    let mut c = costs(&p);
+    c.client_cycles = 25_000.0;
+    let r = run_with(&p, 0, &c);
+    let (low, high) = (&r.points[0], &r.points[1]);
+    assert!(
+        !low.client_limited,
+        "2000/s: {:?} (busy {})",
+        low.client_reasons, low.client_cpu_busy
+    );
+    assert!(low.meets_slo, "2000/s p99 {} us", low.latency.p99_us);
+    assert!(high.client_limited, "60000/s with a 25 us client");
+    assert!(
+        high.client_reasons.iter().any(|r| r.contains("never sent")),
+        "{:?}",
+        high.client_reasons
+    );
+    assert!(high.client_cpu_busy > 0.9, "{}", high.client_cpu_busy);
+    assert!(high.achieved_qps < 42_000.0, "{}", high.achieved_qps);
+    // Latency runs from the intended send time: a client that far behind is late.
+    assert!(high.latency.p99_us > 10_000.0, "{}", high.latency.p99_us);
+    // At low load the latency includes the path's fixed part and the client's read.
+    assert!(
+        low.latency.p50_us * 1e3 > c.path_ns,
+        "p50 {} us vs path {} ns",
+        low.latency.p50_us,
+        c.path_ns
+    );
+}
