@@ -735,6 +735,7 @@ fn config(host: &TwinHost, settings: &[NapiSettings]) -> SimConfig {
                     ring: None,
                     app: None,
                     closed_loop: None,
+                    client: None,
                 })
                 .collect(),
         },
