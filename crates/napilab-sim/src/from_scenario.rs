@@ -405,19 +405,7 @@ fn veth_egress(
             None
         }
     };
-    let mut egress = EgressConfig {
-        name: "dut-out".into(),
-        qdisc: TwinQdisc::None,
-        qdisc_limit: MAX_BACKLOG,
-        tx_ring_size: tx_ring,
-        link_mbps: VETH_LINK_MBPS,
-        // The completion timer fires after the run ends: no TX-completion work at all.
-        tx_usecs: u32::MAX,
-        tx_frames: 0,
-        moderation: crate::config::Moderation::Timer,
-        tx_work_limit: 256,
-        completion: Default::default(),
-    };
+    let mut egress = crate::twin_plan::veth_egress("dut-out", tx_ring, TwinQdisc::None);
     let size_of_first = s.traffic.classes.first().map_or(64, |c| c.size);
     if let Some(q) = egress_qdisc {
         match q.kind {

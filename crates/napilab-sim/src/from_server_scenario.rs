@@ -34,15 +34,12 @@ use napilab_experiment::request_search::RequestTestbed;
 use napilab_experiment::requests::{self, Capacity, RequestBench};
 
 use crate::config::{
-    AppConfig, BusyPoll, ClassConfig, ClientSide, EgressConfig, MeasurementConfig, NapiContext,
-    Pattern, RxQueueConfig, ThreadPolicy, TrafficConfig,
+    AppConfig, BusyPoll, ClassConfig, ClientSide, MeasurementConfig, NapiContext, Pattern,
+    RxQueueConfig, ThreadPolicy, TrafficConfig,
 };
 use crate::profile::{ParamSource, SourceKind};
 pub use crate::server_plan::{ServerConfiguration, ServerCosts, ServerPlan};
-use crate::twin_plan::{
-    EnginesOnPoller, TwinConfiguration, TwinPlan, LAB_KERNEL, MAX_BACKLOG, VETH_LINK_MBPS,
-    VETH_RING,
-};
+use crate::twin_plan::{EnginesOnPoller, TwinConfiguration, TwinPlan, LAB_KERNEL, VETH_RING};
 use crate::{ConfigError, Profile, SimConfig, SimResult};
 
 /// The server's socket queue, in requests: TCP does not drop a request its socket
@@ -376,17 +373,11 @@ fn map_configuration(
         host: crate::twin_plan::lab_host(cpus, kernel),
         settings: crate::twin_plan::lab_net_settings(r),
         ingress: crate::twin_plan::veth_ingress("dut-veth", VETH_RING, queues),
-        egress: EgressConfig {
-            name: "dut-veth-out".into(),
-            qdisc_limit: MAX_BACKLOG,
-            tx_ring_size: tx_ring,
-            link_mbps: VETH_LINK_MBPS,
-            // The completion timer fires after the run: veth has no TX completions.
-            tx_usecs: u32::MAX,
-            tx_frames: 0,
-            tx_work_limit: 256,
-            ..EgressConfig::default()
-        },
+        egress: crate::twin_plan::veth_egress(
+            "dut-veth-out",
+            tx_ring,
+            crate::config::QdiscKind::default(),
+        ),
         traffic: TrafficConfig {
             rate_pps: w.loads_qps.first().copied().unwrap_or(twin_search_top(w)),
             pattern: Pattern::Poisson,
@@ -742,6 +733,18 @@ fn twin_search_top(w: &napilab_core::requests::RequestWorkload) -> f64 {
 }
 
 pub type RunMany<'a> = dyn FnMut(&[(SimConfig, u64)]) -> Result<Vec<SimResult>, ConfigError> + 'a;
+
+/// A [`RunMany`] that runs the batch one configuration after another on this thread
+/// (the tests; the CLI runs a batch in parallel).
+pub fn run_serial(
+    batch: &[(SimConfig, u64)],
+    profile: &crate::Profile,
+) -> Result<Vec<SimResult>, ConfigError> {
+    batch
+        .iter()
+        .map(|(c, seed)| crate::try_run(c, profile, *seed))
+        .collect()
+}
 
 /// Runs configuration `index` of `plan` (a server plan): the sweep (every load and
 /// repeat, one batch), then the lab's maximum-rate search (`search_repeats` searches,

@@ -27,10 +27,10 @@ use napilab_tune::model::{Kind, Value};
 use napilab_tune::profile::{parse_setting, value_for, Params, Profile as TuneProfile};
 
 use crate::config::{
-    ClassConfig, EgressConfig, MeasurementConfig, NapiContext, Pattern, QdiscKind, RxQueueConfig,
-    ThreadPolicy, TrafficConfig, THREADED_BUSY_POLL_KERNEL,
+    ClassConfig, MeasurementConfig, NapiContext, Pattern, QdiscKind, RxQueueConfig, ThreadPolicy,
+    TrafficConfig, THREADED_BUSY_POLL_KERNEL,
 };
-use crate::twin_plan::{lab_host, veth_ingress, VETH_LINK_MBPS, VETH_RING, VETH_WEIGHT};
+use crate::twin_plan::{lab_host, veth_ingress, VETH_RING, VETH_WEIGHT};
 use crate::{Profile, SimConfig};
 
 pub const PREDICTION_SCHEMA: &str = "napilab.tune-prediction/1";
@@ -709,19 +709,11 @@ fn config(host: &TwinHost, settings: &[NapiSettings]) -> SimConfig {
         ingress: veth_ingress(&settings[0].device, VETH_RING, queues),
         // No TX completions on veth: a ring that holds every packet of the run and a
         // completion timer past its end (as crate::from_scenario maps the lab).
-        egress: EgressConfig {
-            name: "twin-out".into(),
-            qdisc: QdiscKind::None,
-            qdisc_limit: crate::twin_plan::MAX_BACKLOG,
-            tx_ring_size: (host.pps * window_s).ceil().min(f64::from(u32::MAX - 4096)) as u32
-                + 4096,
-            link_mbps: VETH_LINK_MBPS,
-            tx_usecs: u32::MAX,
-            tx_frames: 0,
-            moderation: crate::config::Moderation::Timer,
-            tx_work_limit: 256,
-            completion: Default::default(),
-        },
+        egress: crate::twin_plan::veth_egress(
+            "twin-out",
+            (host.pps * window_s).ceil().min(f64::from(u32::MAX - 4096)) as u32 + 4096,
+            QdiscKind::None,
+        ),
         traffic: TrafficConfig {
             rate_pps: host.pps,
             pattern: Pattern::Constant,

@@ -135,6 +135,28 @@ pub(crate) fn veth_ingress(
     }
 }
 
+/// A veth device's transmit side as the twin runs it: no TX completions at all (veth
+/// has none), so a ring of `tx_ring` entries that holds every packet of the run and a
+/// completion timer past its end; `qdisc` over a backlog of `MAX_BACKLOG`.
+pub(crate) fn veth_egress(
+    name: &str,
+    tx_ring: u32,
+    qdisc: crate::config::QdiscKind,
+) -> crate::config::EgressConfig {
+    crate::config::EgressConfig {
+        name: name.into(),
+        qdisc,
+        qdisc_limit: MAX_BACKLOG,
+        tx_ring_size: tx_ring,
+        link_mbps: VETH_LINK_MBPS,
+        tx_usecs: u32::MAX,
+        tx_frames: 0,
+        moderation: crate::config::Moderation::Timer,
+        tx_work_limit: 256,
+        completion: Default::default(),
+    }
+}
+
 pub(crate) fn notice(what: impl Into<String>, why: impl Into<String>) -> Notice {
     Notice {
         what: what.into(),

@@ -10,7 +10,6 @@ use napilab_core::RequestResults;
 use napilab_sim::calibrate_server::ServerProfile;
 use napilab_sim::from_scenario::{self, TwinPlan};
 use napilab_sim::from_server_scenario::{self, ServerCosts};
-use napilab_sim::{ConfigError, SimConfig, SimResult};
 
 /// The shipped profile: the server's and the client's fitted costs.
 fn shipped() -> ServerProfile {
@@ -32,16 +31,6 @@ fn plan(requests: &str, measurement: &str, modes: &[&str]) -> TwinPlan {
     p
 }
 
-fn run_serial(
-    batch: &[(SimConfig, u64)],
-    profile: &napilab_sim::Profile,
-) -> Result<Vec<SimResult>, ConfigError> {
-    batch
-        .iter()
-        .map(|(c, seed)| napilab_sim::try_run(c, profile, *seed))
-        .collect()
-}
-
 fn run_with(plan: &TwinPlan, i: usize, costs: &ServerCosts) -> RequestResults {
     let mut plan = plan.clone();
     if let Some(sp) = plan.requests.as_mut() {
@@ -49,8 +38,10 @@ fn run_with(plan: &TwinPlan, i: usize, costs: &ServerCosts) -> RequestResults {
     }
     let lab = shipped().lab;
     let profile = costs.profile(&plan.configurations[i].profile_for(&lab.profile, None));
-    from_server_scenario::run_configuration(&plan, i, &mut |b| run_serial(b, &profile))
-        .unwrap_or_else(|e| panic!("{e}"))
+    from_server_scenario::run_configuration(&plan, i, &mut |b| {
+        from_server_scenario::run_serial(b, &profile)
+    })
+    .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn costs(plan: &TwinPlan) -> ServerCosts {

@@ -12,7 +12,6 @@ use napilab_sim::calibrate::LabProfile;
 use napilab_sim::config::NapiContext;
 use napilab_sim::from_scenario::{self, TwinPlan};
 use napilab_sim::from_server_scenario;
-use napilab_sim::{ConfigError, SimConfig, SimResult};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -182,24 +181,16 @@ fn memcached_busy_poll_modes_are_not_runnable_and_bad_input_is_named() {
     assert_eq!(e.field, "requests", "{e}");
 }
 
-fn run_serial(
-    batch: &[(SimConfig, u64)],
-    profile: &napilab_sim::Profile,
-) -> Result<Vec<SimResult>, ConfigError> {
-    batch
-        .iter()
-        .map(|(c, seed)| napilab_sim::try_run(c, profile, *seed))
-        .collect()
-}
-
 fn run_mode(plan: &TwinPlan, i: usize) -> RequestResults {
     let lab = LabProfile::load("veth-lab").expect("veth-lab");
     let sp = plan.requests.as_ref().expect("server plan");
     let profile = sp
         .costs
         .profile(&plan.configurations[i].profile_for(&lab.profile, None));
-    from_server_scenario::run_configuration(plan, i, &mut |b| run_serial(b, &profile))
-        .unwrap_or_else(|e| panic!("{e}"))
+    from_server_scenario::run_configuration(plan, i, &mut |b| {
+        from_server_scenario::run_serial(b, &profile)
+    })
+    .unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]

@@ -137,6 +137,31 @@ fn sh_in(ns: &str, script: &str) -> Result<String, String> {
 }
 
 impl VethPair {
+    /// A thread in namespace `a` sending 64-byte UDP datagrams from va to vb (port 9,
+    /// where nobody listens: vb's host drops them after the poll and the IP stack)
+    /// until `stop`; it ends with a message on stderr if it cannot enter `a` or bind.
+    pub fn flood(
+        &self,
+        stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> std::thread::JoinHandle<()> {
+        let ns = self.a.clone();
+        std::thread::spawn(move || {
+            if let Err(e) = napilab_probe::netns::enter(&ns) {
+                eprintln!("flood: cannot enter {ns}: {e}");
+                return;
+            }
+            let Ok(sock) = std::net::UdpSocket::bind("10.77.0.1:0") else {
+                eprintln!("flood: cannot bind 10.77.0.1 in {ns}");
+                return;
+            };
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for _ in 0..64 {
+                    let _ = sock.send_to(&[0u8; 64], ("10.77.0.2", 9));
+                }
+            }
+        })
+    }
+
     /// Creates both namespaces and the pair, with static neighbours and IPv6 off so that
     /// only the test's own packets cross it. GRO on `vb` gives it a NAPI instance and
     /// TSO/GSO off on `va` makes every frame use it (docs/kernel.md#veth); `threaded`

@@ -12,7 +12,6 @@
 //!
 //!     cargo run --release -p napilab --example predict_bench -- NAPILAB [REPEATS=3] [OBSERVE=3s]
 
-use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,24 +24,6 @@ const PROFILES: [&str; 2] = ["threaded", "deferral"];
 
 /// The goal of "predict before you tune": CPU per packet within 10%.
 const GOAL: f64 = 0.10;
-
-fn flood(ns: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        if let Err(e) = napilab_probe::netns::enter(&ns) {
-            eprintln!("predict-bench: cannot enter {ns}: {e}");
-            return;
-        }
-        let Ok(sock) = UdpSocket::bind("10.77.0.1:0") else {
-            eprintln!("predict-bench: cannot bind the flood's socket in {ns}");
-            return;
-        };
-        while !stop.load(Ordering::Relaxed) {
-            for _ in 0..64 {
-                let _ = sock.send_to(&[0u8; 64], ("10.77.0.2", 9));
-            }
-        }
-    })
-}
 
 /// `napilab tune ARGS` in vb's namespace: its stdout as JSON (when it is), its stderr.
 fn tune(pair: &VethPair, napilab: &str, args: &[&str]) -> Result<Value, String> {
@@ -66,7 +47,7 @@ fn tune(pair: &VethPair, napilab: &str, args: &[&str]) -> Result<Value, String> 
 fn one(napilab: &str, profile: &str, observe: &str, repeat: u32) -> Result<Value, String> {
     let pair = VethPair::create("napilab-pb", &format!("{repeat}"), false)?;
     let stop = Arc::new(AtomicBool::new(false));
-    let sender = flood(pair.a.clone(), stop.clone());
+    let sender = pair.flood(stop.clone());
     std::thread::sleep(Duration::from_millis(300));
     let result = (|| {
         let applied = tune(

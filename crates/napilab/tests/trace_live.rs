@@ -4,25 +4,12 @@
 //! packet work is "system" time for /proc/stat). Prints `SKIPPED <name>: <reason>` when
 //! not root or when BPF is unavailable.
 
-use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use napilab_testkit::VethPair;
 use serde_json::Value;
-
-fn flood(ns: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        napilab_probe::netns::enter(&ns).expect("netns");
-        let sock = UdpSocket::bind("10.77.0.1:0").expect("bind");
-        while !stop.load(Ordering::Relaxed) {
-            for _ in 0..64 {
-                let _ = sock.send_to(&[0u8; 64], ("10.77.0.2", 9));
-            }
-        }
-    })
-}
 
 /// `napilab ARGS` (JSON out) run in vb's namespace of a fresh veth pair `tag` while a
 /// flood crosses it; None (with a SKIPPED line) when the pair cannot be made.
@@ -35,7 +22,7 @@ fn json_during_flood(name: &str, tag: &str, args: &[&str]) -> Option<Value> {
         }
     };
     let stop = Arc::new(AtomicBool::new(false));
-    let sender = flood(pair.a.clone(), stop.clone());
+    let sender = pair.flood(stop.clone());
     std::thread::sleep(Duration::from_millis(300));
     let out = pair
         .command(&pair.b, env!("CARGO_BIN_EXE_napilab"))

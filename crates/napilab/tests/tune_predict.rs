@@ -4,27 +4,12 @@
 //! refusals, not timings. Prints `SKIPPED <test>: <why>` when not root or when the
 //! trace tier (BPF) cannot run.
 
-use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use napilab_testkit::{root_or_skip, VethPair};
 use serde_json::Value;
-
-/// Sends 64-byte datagrams from `ns` to vb until `stop` (nobody listens on the port:
-/// vb's host drops them after the poll and the IP stack, which is the work measured).
-fn flood(ns: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        napilab_probe::netns::enter(&ns).expect("netns");
-        let sock = UdpSocket::bind("10.77.0.1:0").expect("bind");
-        while !stop.load(Ordering::Relaxed) {
-            for _ in 0..64 {
-                let _ = sock.send_to(&[0u8; 64], ("10.77.0.2", 9));
-            }
-        }
-    })
-}
 
 /// `napilab tune plan ARGS --predict --json` in vb's namespace; its JSON and whether it
 /// exited 0.
@@ -74,7 +59,7 @@ fn threaded_prediction_moves_the_poll_into_a_kthread() {
         return;
     };
     let stop = Arc::new(AtomicBool::new(false));
-    let sender = flood(pair.a.clone(), stop.clone());
+    let sender = pair.flood(stop.clone());
     std::thread::sleep(Duration::from_millis(300));
     let (out, ok) = plan_predict(&pair, &["threaded", "--dev", "vb", "--for", "2s"]);
     stop.store(true, Ordering::Relaxed);
@@ -221,7 +206,7 @@ fn apply_keeps_the_prediction_and_verify_measures_it() {
     let dir = napilab_testkit::scratch_dir(env!("CARGO_TARGET_TMPDIR"), "tune-predict-journal");
     let dir = dir.to_str().expect("utf-8 path").to_string();
     let stop = Arc::new(AtomicBool::new(false));
-    let sender = flood(pair.a.clone(), stop.clone());
+    let sender = pair.flood(stop.clone());
     std::thread::sleep(Duration::from_millis(300));
     let (applied, err, ok) = tune(
         &pair,

@@ -189,13 +189,7 @@ impl Parts {
     /// arriving there), its IRQ line, its NAPI instance and, when threaded, its kthread.
     fn ingress(&mut self, cfg: &SimConfig, seed: u64) {
         // A class without a queue is spread evenly over the queues (RSS).
-        let total_share: f64 = cfg
-            .traffic
-            .classes
-            .iter()
-            .filter(|c| c.closed_loop.is_none())
-            .map(|c| c.share)
-            .sum();
+        let total_share = open_loop_share(cfg);
         self.class_rings = vec![Vec::new(); cfg.traffic.classes.len()];
         let mut stream = 0u64;
         let nq = cfg.ingress.queues.len();
@@ -390,13 +384,7 @@ impl Parts {
     /// Load generator threads: one per class with a `client`, sending into the class's
     /// ring at the class's share of the rate.
     fn clients(&mut self, cfg: &SimConfig, profile: &Profile, seed: u64) {
-        let total_share: f64 = cfg
-            .traffic
-            .classes
-            .iter()
-            .filter(|c| c.closed_loop.is_none())
-            .map(|c| c.share)
-            .sum();
+        let total_share = open_loop_share(cfg);
         self.class_client = vec![None; cfg.traffic.classes.len()];
         for (ci, class) in cfg.traffic.classes.iter().enumerate() {
             let (Some(cs), Some(&ring)) = (class.client, self.class_rings[ci].first()) else {
@@ -683,4 +671,15 @@ impl<'a> Sim<'a> {
             coalesce_idle_passes: true,
         }
     }
+}
+
+/// The share of the offered rate the open-loop classes (those without a closed loop of
+/// clients) add up to: each such class gets its share of it.
+fn open_loop_share(cfg: &SimConfig) -> f64 {
+    cfg.traffic
+        .classes
+        .iter()
+        .filter(|c| c.closed_loop.is_none())
+        .map(|c| c.share)
+        .sum()
 }
