@@ -387,18 +387,13 @@ pub fn measure(obs: &Observation, dev: &str) -> Result<Measured, Refusal> {
     };
     let pps = mean_of(&|d| d.rx_packets.as_ref().map(|m| m.value));
     let bits = mean_of(&|d| d.rx_bits.as_ref().map(|m| m.value));
-    let polls: u64 = traced
+    let (polls, packets) = traced
         .iter()
         .flat_map(|i| i.trace.iter().flat_map(|t| &t.napi))
         .filter(|n| n.device == dev)
-        .map(|n| n.polls)
-        .sum();
-    let packets: u64 = traced
-        .iter()
-        .flat_map(|i| i.trace.iter().flat_map(|t| &t.napi))
-        .filter(|n| n.device == dev)
-        .map(|n| n.packets)
-        .sum();
+        .fold((0u64, 0u64), |(polls, packets), n| {
+            (polls + n.polls, packets + n.packets)
+        });
     let cpus: Vec<MeasuredCpu> = obs
         .host
         .cpus
