@@ -373,10 +373,12 @@ fn map_configuration(
         host: crate::twin_plan::lab_host(cpus, kernel),
         settings: crate::twin_plan::lab_net_settings(r),
         ingress: crate::twin_plan::veth_ingress("dut-veth", VETH_RING, queues),
+        // The server's replies leave by veth, whose default qdisc is noqueue (veth sets
+        // IFF_NO_QUEUE), as the router and the live host are mapped.
         egress: crate::twin_plan::veth_egress(
             "dut-veth-out",
             tx_ring,
-            crate::config::QdiscKind::default(),
+            crate::config::QdiscKind::None,
         ),
         traffic: TrafficConfig {
             rate_pps: w.loads_qps.first().copied().unwrap_or(twin_search_top(w)),
