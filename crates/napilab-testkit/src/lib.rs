@@ -224,6 +224,92 @@ impl VethPair {
         cmd.args(["netns", "exec", ns, program]);
         cmd
     }
+
+    /// `NAPILAB tune ARGS` in namespace `b`, where vb is.
+    pub fn tune(&self, napilab: &str, args: &[&str]) -> TuneOutput {
+        match self
+            .command(&self.b, napilab)
+            .arg("tune")
+            .args(args)
+            .output()
+        {
+            Ok(out) => TuneOutput {
+                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+                ok: out.status.success(),
+            },
+            Err(e) => TuneOutput {
+                stdout: String::new(),
+                stderr: format!("cannot run {napilab}: {e}"),
+                ok: false,
+            },
+        }
+    }
+
+    /// Predict, apply, verify and revert one tune profile on vb while `a` floods it:
+    /// `tune apply PROFILE --dev vb --predict --for OBSERVE --json`, then (when the
+    /// apply succeeded) `tune verify --for OBSERVE --json`, then `tune revert`, always,
+    /// so nothing stays applied whatever the caller asserts. The journal is kept in
+    /// `journal_dir`.
+    pub fn predict_apply_verify(
+        &self,
+        napilab: &str,
+        profile: &str,
+        observe: &str,
+        journal_dir: &str,
+    ) -> PredictedTune {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sender = self.flood(stop.clone());
+        // The flood's first packets, before the observation starts.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let journal = ["--journal-dir", journal_dir];
+        let applied = self.tune(
+            napilab,
+            &[
+                &[
+                    "apply",
+                    profile,
+                    "--dev",
+                    "vb",
+                    "--predict",
+                    "--for",
+                    observe,
+                    "--json",
+                ][..],
+                &journal,
+            ]
+            .concat(),
+        );
+        let verified = applied.ok.then(|| {
+            self.tune(
+                napilab,
+                &[&["verify", "--for", observe, "--json"][..], &journal].concat(),
+            )
+        });
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = sender.join();
+        let reverted = self.tune(napilab, &[&["revert"][..], &journal].concat());
+        PredictedTune {
+            applied,
+            verified,
+            reverted,
+        }
+    }
+}
+
+/// What one `napilab tune` command printed and whether it exited 0.
+pub struct TuneOutput {
+    pub stdout: String,
+    pub stderr: String,
+    pub ok: bool,
+}
+
+/// The three steps of [`VethPair::predict_apply_verify`]; `verified` is `None` when
+/// the apply failed.
+pub struct PredictedTune {
+    pub applied: TuneOutput,
+    pub verified: Option<TuneOutput>,
+    pub reverted: TuneOutput,
 }
 
 impl Drop for VethPair {

@@ -12,11 +12,7 @@
 //!
 //!     cargo run --release -p napilab --example predict_bench -- NAPILAB [REPEATS=3] [OBSERVE=3s]
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
-
-use napilab_testkit::VethPair;
+use napilab_testkit::{TuneOutput, VethPair};
 use serde_json::Value;
 
 /// The profiles the twin predicts on a veth host (others are refused by name).
@@ -25,59 +21,30 @@ const PROFILES: [&str; 2] = ["threaded", "deferral"];
 /// The goal of "predict before you tune": CPU per packet within 10%.
 const GOAL: f64 = 0.10;
 
-/// `napilab tune ARGS` in vb's namespace: its stdout as JSON (when it is), its stderr.
-fn tune(pair: &VethPair, napilab: &str, args: &[&str]) -> Result<Value, String> {
-    let out = pair
-        .command(&pair.b, napilab)
-        .arg("tune")
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run {napilab}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "napilab tune {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
+/// A `napilab tune` command's JSON, or what it said on failure.
+fn json_of(step: &str, out: &TuneOutput) -> Result<Value, String> {
+    if !out.ok {
+        return Err(format!("napilab tune {step} failed: {}", out.stderr.trim()));
     }
-    Ok(serde_json::from_slice(&out.stdout).unwrap_or(Value::Null))
+    Ok(serde_json::from_str(&out.stdout).unwrap_or(Value::Null))
 }
 
 /// One repeat of one profile: the verification's JSON.
 fn one(napilab: &str, profile: &str, observe: &str, repeat: u32) -> Result<Value, String> {
     let pair = VethPair::create("napilab-pb", &format!("{repeat}"), false)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let sender = pair.flood(stop.clone());
-    std::thread::sleep(Duration::from_millis(300));
-    let result = (|| {
-        let applied = tune(
-            &pair,
-            napilab,
-            &[
-                "apply",
-                profile,
-                "--dev",
-                "vb",
-                "--predict",
-                "--for",
-                observe,
-                "--json",
-            ],
-        )?;
-        if let Some(r) = applied["refusal"].as_str() {
-            return Err(format!("the prediction was refused: {r}"));
-        }
-        let verified = tune(&pair, napilab, &["verify", "--for", observe, "--json"]);
-        // Reverted whatever the verification gave.
-        let journal = applied["journal"].as_str().unwrap_or_default().to_string();
-        if !journal.is_empty() {
-            tune(&pair, napilab, &["revert", &journal])?;
-        }
-        verified
-    })();
-    stop.store(true, Ordering::Relaxed);
-    let _ = sender.join();
-    result
+    let journal = std::env::temp_dir().join(format!(
+        "napilab-predict-bench-{}-{repeat}",
+        std::process::id()
+    ));
+    let run = pair.predict_apply_verify(napilab, profile, observe, &journal.to_string_lossy());
+    let _ = std::fs::remove_dir_all(&journal);
+    json_of("revert", &run.reverted)?;
+    let applied = json_of("apply", &run.applied)?;
+    if let Some(r) = applied["refusal"].as_str() {
+        return Err(format!("the prediction was refused: {r}"));
+    }
+    let verified = run.verified.ok_or("verify did not run")?;
+    json_of("verify", &verified)
 }
 
 fn error_of(v: &Value, figure: &str) -> Option<f64> {

@@ -183,20 +183,6 @@ fn prediction_refuses_without_load_and_without_the_kernel() {
 }
 
 /// `napilab tune ARGS` in vb's namespace: stdout (JSON when asked), stderr, success.
-fn tune(pair: &VethPair, args: &[&str]) -> (String, String, bool) {
-    let out = pair
-        .command(&pair.b, env!("CARGO_BIN_EXE_napilab"))
-        .arg("tune")
-        .args(args)
-        .output()
-        .expect("run napilab");
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-        out.status.success(),
-    )
-}
-
 #[test]
 fn apply_keeps_the_prediction_and_verify_measures_it() {
     let name = "apply_keeps_the_prediction_and_verify_measures_it";
@@ -205,38 +191,14 @@ fn apply_keeps_the_prediction_and_verify_measures_it() {
     };
     let dir = napilab_testkit::scratch_dir(env!("CARGO_TARGET_TMPDIR"), "tune-predict-journal");
     let dir = dir.to_str().expect("utf-8 path").to_string();
-    let stop = Arc::new(AtomicBool::new(false));
-    let sender = pair.flood(stop.clone());
-    std::thread::sleep(Duration::from_millis(300));
-    let (applied, err, ok) = tune(
-        &pair,
-        &[
-            "apply",
-            "threaded",
-            "--dev",
-            "vb",
-            "--predict",
-            "--for",
-            "2s",
-            "--json",
-            "--journal-dir",
-            &dir,
-        ],
+    let run = pair.predict_apply_verify(env!("CARGO_BIN_EXE_napilab"), "threaded", "2s", &dir);
+    assert!(
+        run.applied.ok,
+        "apply --predict failed: {}",
+        run.applied.stderr
     );
-    let verified = ok.then(|| {
-        tune(
-            &pair,
-            &["verify", "--journal-dir", &dir, "--for", "2s", "--json"],
-        )
-    });
-    stop.store(true, Ordering::Relaxed);
-    let _ = sender.join();
-    // Revert before any assertion, so a failure leaves nothing applied (the namespace
-    // goes with the pair anyway).
-    let (_, revert_err, reverted) = tune(&pair, &["revert", "--journal-dir", &dir]);
-    assert!(ok, "apply --predict failed: {err}");
-    assert!(reverted, "revert failed: {revert_err}");
-    let applied: Value = serde_json::from_str(&applied).expect("apply JSON");
+    assert!(run.reverted.ok, "revert failed: {}", run.reverted.stderr);
+    let applied: Value = serde_json::from_str(&run.applied.stdout).expect("apply JSON");
     if let Some(r) = applied["refusal"].as_str() {
         if r.contains("trace tier") {
             println!("SKIPPED {name}: {r}");
@@ -245,9 +207,9 @@ fn apply_keeps_the_prediction_and_verify_measures_it() {
         panic!("prediction refused under load: {r}");
     }
     assert_eq!(applied["prediction_kept"], true, "{applied:#}");
-    let (out, err, ok) = verified.expect("verify ran");
-    assert!(ok, "verify failed: {err}");
-    let v: Value = serde_json::from_str(&out).expect("verify JSON");
+    let verified = run.verified.expect("verify ran");
+    assert!(verified.ok, "verify failed: {}", verified.stderr);
+    let v: Value = serde_json::from_str(&verified.stdout).expect("verify JSON");
     assert_eq!(v["schema"], "napilab.tune-verify/1");
     let checks = v["checks"].as_array().expect("checks");
     let check = |figure: &str| {
@@ -286,16 +248,18 @@ fn apply_keeps_the_prediction_and_verify_measures_it() {
     );
 
     // A journal without a prediction: verify says how to get one.
-    let (_, err, ok) = tune(
-        &pair,
+    let napilab = env!("CARGO_BIN_EXE_napilab");
+    let applied = pair.tune(
+        napilab,
         &["apply", "threaded", "--dev", "vb", "--journal-dir", &dir],
     );
-    assert!(ok, "apply failed: {err}");
-    let (_, verify_err, verified) = tune(&pair, &["verify", "--journal-dir", &dir, "--for", "1s"]);
-    let (_, revert_err, reverted) = tune(&pair, &["revert", "--journal-dir", &dir]);
-    assert!(reverted, "revert failed: {revert_err}");
+    assert!(applied.ok, "apply failed: {}", applied.stderr);
+    let verified = pair.tune(napilab, &["verify", "--journal-dir", &dir, "--for", "1s"]);
+    let reverted = pair.tune(napilab, &["revert", "--journal-dir", &dir]);
+    assert!(reverted.ok, "revert failed: {}", reverted.stderr);
     assert!(
-        !verified && verify_err.contains("--predict"),
-        "verify of a journal without a prediction: {verify_err}"
+        !verified.ok && verified.stderr.contains("--predict"),
+        "verify of a journal without a prediction: {}",
+        verified.stderr
     );
 }
