@@ -281,6 +281,11 @@ pub struct PointResult {
 }
 
 impl PointResult {
+    /// The generator offered less than the load asked of it (1% short or more).
+    pub fn generator_short(&self) -> bool {
+        self.offered_pps < 0.99 * self.requested_pps
+    }
+
     /// Loss over all classes, 0 to 1.
     pub fn loss_ratio(&self) -> f64 {
         let sent: u64 = self.classes.iter().map(|c| c.sent).sum();
@@ -491,6 +496,8 @@ pub enum DisturbanceKind {
     OtherProcesses,
     /// The generator sent late or skipped departures (a stalled vCPU).
     GeneratorLate,
+    /// The generator fell short of a load well below a rate it reached before.
+    GeneratorStalled,
 }
 
 impl DisturbanceKind {
@@ -499,6 +506,7 @@ impl DisturbanceKind {
             DisturbanceKind::Steal => "steal",
             DisturbanceKind::OtherProcesses => "other processes",
             DisturbanceKind::GeneratorLate => "generator late",
+            DisturbanceKind::GeneratorStalled => "generator stalled",
         }
     }
 }

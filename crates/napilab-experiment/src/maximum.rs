@@ -325,10 +325,6 @@ fn bisection_stopped(stopped: &str, answer: f64, points: &[PointResult], thresho
     }
 }
 
-/// A generator that fell short of a load below this share of the highest rate it
-/// has offered was stalled.
-const STALL_SHARE: f64 = 0.9;
-
 /// Lowest load a search tries, as a share of the highest.
 const MIN_LOAD_SHARE: f64 = 0.001;
 
@@ -356,27 +352,15 @@ fn mlrsearch<T: PacketTestbed>(
     };
     let mut undisturbed: Vec<Vec<Option<f64>>> = Vec::new();
     let mut stopped = false;
-    // The highest rate the generator has offered in this configuration: falling short
-    // of a load well below it is a stall of the generator's CPU, not its speed limit.
-    let mut generator_reached: f64 = 0.0;
     for search in 0..m.search_repeats {
         let first_trial = max.trials.len();
         let mut failure = None;
         let outcome = mlrsearch::search(&goals, &limits, |load, duration_s| {
             match testbed.search_trial(load, duration_s, search) {
-                Ok(Some(mut t)) => {
-                    let generator_short = t.point.offered_pps < 0.99 * t.point.requested_pps;
-                    if generator_short
-                        && t.point.requested_pps < STALL_SHARE * generator_reached
-                        && !t.disturbance.disturbed
-                    {
-                        t.disturbance.reasons.push(format!(
-                            "generator offered {:.0} of {:.0} pkt/s although it reached {:.0} before: stalled",
-                            t.point.offered_pps, t.point.requested_pps, generator_reached
-                        ));
-                        t.disturbance.disturbed = true;
-                    }
-                    generator_reached = generator_reached.max(t.point.offered_pps);
+                Ok(Some(t)) => {
+                    // Whether a shortfall was a stall is the testbed's to say (it knows
+                    // whether the generator's CPU is its own).
+                    let generator_short = t.point.generator_short();
                     // A load the generator could not offer says nothing about the DUT
                     // there: it counts against the load, as loss.
                     let loss_ratio = if generator_short {

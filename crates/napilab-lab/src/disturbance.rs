@@ -13,7 +13,8 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
 
-use napilab_core::{Disturbance, DisturbanceKind, EngineStats};
+use napilab_core::scenario::{DutSettings, NapiContext};
+use napilab_core::{Disturbance, DisturbanceKind, EngineStats, PointResult};
 use napilab_probe::procfs::{parse_task_stat, read_stat};
 
 /// Marks a trial disturbed above these, over what the machine does anyway (its
@@ -81,7 +82,14 @@ impl Limits {
     pub fn from_idle_windows(windows: &[Snapshot], cpus: &[u32]) -> Limits {
         let (mut steal, mut other) = (Vec::new(), Vec::new());
         for w in windows.windows(2) {
-            let d = assess(&w[0], &w[1], cpus, &[], 0.0, false, &Limits::default());
+            let d = assess(
+                &w[0],
+                &w[1],
+                cpus,
+                &[],
+                &GeneratorEvidence::default(),
+                &Limits::default(),
+            );
             steal.push(d.steal.iter().map(|(_, s)| *s).fold(0.0, f64::max));
             other.push(
                 d.other_processes
@@ -266,24 +274,103 @@ pub fn generator_late(generator: &EngineStats, sent: u64) -> f64 {
     late as f64 / (sent + counter("skipped_behind_schedule")).max(1) as f64
 }
 
+/// A generator that fell short of a load below this share of the highest rate it
+/// offered before in the configuration was stalled (when its CPU is its own).
+pub const STALL_SHARE: f64 = 0.9;
+
+/// What the generator did in a trial, as far as it can mark the trial disturbed.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GeneratorEvidence {
+    /// Share of departures sent late or skipped behind the schedule.
+    pub late: f64,
+    /// It offered less than the load ([`PointResult::generator_short`]).
+    pub short: bool,
+    pub requested_pps: f64,
+    pub offered_pps: f64,
+    /// The highest rate the generator offered before in this configuration.
+    pub reached_before: f64,
+    /// The generator's CPUs do nothing of the DUT's or the sink's work
+    /// ([`generator_shares_cpu`] is `None`). Only then are its lateness and shortfall
+    /// evidence of a stall; on a shared CPU they are that work's load.
+    pub alone: bool,
+}
+
+impl GeneratorEvidence {
+    pub fn of(point: &PointResult, reached_before: f64, alone: bool) -> GeneratorEvidence {
+        GeneratorEvidence {
+            late: point_lateness(point),
+            short: point.generator_short(),
+            requested_pps: point.requested_pps,
+            offered_pps: point.offered_pps,
+            reached_before,
+            alone,
+        }
+    }
+}
+
+/// Why the generator's CPUs also do the DUT's or the sink's work, if they do. veth
+/// polls the receiver's NAPI instance in the sender's NET_RX softirq (docs/kernel.md,
+/// "veth"), so a DUT ingress in softirq mode always runs on the generator's CPU; a NAPI
+/// kthread or RPS on one of its CPUs, an unpinned kthread (the scheduler may put it
+/// there) or the sink on one of them share it too. The generator's lateness and
+/// shortfall are then the load of that work on its CPU, a result like the DUT's loss,
+/// not a disturbance.
+pub fn generator_shares_cpu(s: &DutSettings) -> Option<String> {
+    let on_generator = |cpus: &[u32]| cpus.iter().any(|c| s.generator_cpus.contains(c));
+    let mut why = Vec::new();
+    match s.napi {
+        NapiContext::Softirq => why.push(
+            "the DUT's ingress is polled in the generator's softirq (veth polls on the sending CPU)"
+                .to_string(),
+        ),
+        NapiContext::Threaded if s.napi_cpus.is_empty() => {
+            why.push("the DUT's NAPI kthread is not pinned (it may run there)".to_string())
+        }
+        NapiContext::Threaded if on_generator(&s.napi_cpus) => {
+            why.push(format!("the DUT's NAPI kthread is pinned to CPUs {:?}", s.napi_cpus))
+        }
+        NapiContext::Threaded => {}
+    }
+    if on_generator(&s.rps_cpus) {
+        why.push(format!("RPS steers to CPUs {:?}", s.rps_cpus));
+    }
+    if on_generator(&s.sink_cpus) {
+        why.push(format!("the sink runs on CPUs {:?}", s.sink_cpus));
+    }
+    (!why.is_empty()).then(|| {
+        format!(
+            "the generator's CPUs {:?} also do other work of the lab: {}",
+            s.generator_cpus,
+            why.join("; ")
+        )
+    })
+}
+
+/// Share of a measured point's departures its generator sent late or skipped.
+pub fn point_lateness(point: &PointResult) -> f64 {
+    let sent = point.classes.iter().map(|c| c.sent).sum();
+    generator_late(&point.generator, sent)
+}
+
 /// What happened between two snapshots on the lab's `cpus`; `lab_threads` says which
 /// kernel threads' run delay to record (by command-name prefix, e.g. `napi/`,
-/// `ksoftirqd/`). `generator_short`: the generator offered less than the load; its
-/// lateness then is saturation (the load is beyond it), not a stall, and does not
-/// mark the trial. `limits`: above what a share marks it.
+/// `ksoftirqd/`). `generator`: what the generator did; when its CPU is its own, late
+/// departures mark the trial unless it fell short of the load (then lateness is
+/// saturation, the load is beyond it), and falling short of a load well below a rate
+/// it reached before ([`STALL_SHARE`]) marks it as stalled. `limits`: above what a
+/// share marks it.
 pub fn assess(
     before: &Snapshot,
     after: &Snapshot,
     cpus: &[u32],
     lab_threads: &[&str],
-    generator_late: f64,
-    generator_short: bool,
+    generator: &GeneratorEvidence,
     limits: &Limits,
 ) -> Disturbance {
     let wall_s = after.at.duration_since(before.at).as_secs_f64().max(1e-3);
     let hz = f64::from(napilab_probe::kernel::user_hz());
     let mut d = Disturbance {
-        generator_late,
+        generator_late: generator.late,
         ..Disturbance::default()
     };
     for &cpu in cpus {
@@ -366,12 +453,22 @@ pub fn assess(
             ));
         }
     }
-    if generator_late > limits.generator_late && !generator_short {
+    if generator.alone && generator.late > limits.generator_late && !generator.short {
         mark(&mut d.marked_by, DisturbanceKind::GeneratorLate);
         d.reasons.push(format!(
             "generator late or skipped on {:.2}% of departures (limit {:.2}%)",
-            generator_late * 100.0,
+            generator.late * 100.0,
             limits.generator_late * 100.0
+        ));
+    }
+    if generator.alone
+        && generator.short
+        && generator.requested_pps < STALL_SHARE * generator.reached_before
+    {
+        mark(&mut d.marked_by, DisturbanceKind::GeneratorStalled);
+        d.reasons.push(format!(
+            "generator offered {:.0} of {:.0} pkt/s although it reached {:.0} before: stalled",
+            generator.offered_pps, generator.requested_pps, generator.reached_before
         ));
     }
     d.disturbed = !d.reasons.is_empty();
@@ -438,8 +535,7 @@ mod tests {
             &after,
             &[0],
             &["napi/"],
-            0.0,
-            false,
+            &GeneratorEvidence::default(),
             &Limits::default(),
         );
         assert!(d.disturbed);
@@ -460,34 +556,64 @@ mod tests {
             &after,
             &[1],
             &["napi/"],
-            0.0,
-            false,
+            &GeneratorEvidence::default(),
             &Limits::default(),
         );
         assert!(!d.disturbed, "{d:?}");
-        // A stalled generator alone marks it; a generator beyond its speed does not.
-        let d = assess(
-            &before,
-            &after,
-            &[1],
-            &["napi/"],
-            0.01,
-            false,
-            &Limits::default(),
-        );
+        // A late generator on a CPU of its own marks it; a generator beyond its speed
+        // does not, nor one whose CPU does the DUT's or the sink's work as well.
+        let alone = |late: f64, offered: f64, reached_before: f64| GeneratorEvidence {
+            late,
+            short: offered < 99_000.0,
+            requested_pps: 100_000.0,
+            offered_pps: offered,
+            reached_before,
+            alone: true,
+        };
+        let judge = |g: GeneratorEvidence| {
+            assess(&before, &after, &[1], &["napi/"], &g, &Limits::default())
+        };
+        let d = judge(alone(0.01, 100_000.0, 0.0));
         assert!(d.disturbed && d.reasons[0].contains("generator"));
         assert_eq!(d.marked_by, [DisturbanceKind::GeneratorLate]);
-        let d = assess(
-            &before,
-            &after,
-            &[1],
-            &["napi/"],
-            0.5,
-            true,
-            &Limits::default(),
-        );
+        let d = judge(alone(0.5, 50_000.0, 60_000.0));
         assert!(!d.disturbed, "{d:?}");
         assert_eq!(d.generator_late, 0.5);
+        // Short of a load well below what it reached before: stalled.
+        let d = judge(alone(0.0, 90_000.0, 200_000.0));
+        assert_eq!(d.marked_by, [DisturbanceKind::GeneratorStalled], "{d:?}");
+        // The same on a CPU it shares with the DUT: the DUT's load, recorded only.
+        for g in [alone(0.01, 100_000.0, 0.0), alone(0.0, 90_000.0, 200_000.0)] {
+            let d = judge(GeneratorEvidence { alone: false, ..g });
+            assert!(!d.disturbed, "{d:?}");
+        }
+    }
+
+    #[test]
+    fn the_generator_shares_its_cpu_when_the_dut_or_the_sink_runs_there() {
+        let mut base = napilab_core::scenario::DutPatch::default().resolve();
+        base.generator_cpus = vec![0];
+        base.sink_cpus = vec![1];
+        base.napi = NapiContext::Threaded;
+        base.napi_cpus = vec![1];
+        base.rps_cpus = vec![];
+        assert_eq!(generator_shares_cpu(&base), None);
+        let with = |change: &dyn Fn(&mut DutSettings)| {
+            let mut s = base.clone();
+            change(&mut s);
+            s
+        };
+        let shared = [
+            with(&|s| s.napi = NapiContext::Softirq),
+            with(&|s| s.napi_cpus = vec![]),
+            with(&|s| s.napi_cpus = vec![0]),
+            with(&|s| s.rps_cpus = vec![0]),
+            with(&|s| s.sink_cpus = vec![0]),
+        ];
+        for s in shared {
+            let why = generator_shares_cpu(&s).expect("shared");
+            assert!(why.starts_with("the generator's CPUs [0]"), "{why}");
+        }
     }
 
     /// Snapshots one second apart in which a process outside the lab used `shares[i]`
@@ -522,10 +648,10 @@ mod tests {
         assert!(l.detail().contains("5 idle windows"), "{}", l.detail());
         // A trial with 10% of other processes is disturbed above these, 6% is not.
         let t = windows_with_other_process(&[0.10]);
-        let d = assess(&t[0], &t[1], &[0], &[], 0.0, false, &l);
+        let d = assess(&t[0], &t[1], &[0], &[], &GeneratorEvidence::default(), &l);
         assert_eq!(d.marked_by, [DisturbanceKind::OtherProcesses], "{d:?}");
         let t = windows_with_other_process(&[0.06]);
-        assert!(!assess(&t[0], &t[1], &[0], &[], 0.0, false, &l).disturbed);
+        assert!(!assess(&t[0], &t[1], &[0], &[], &GeneratorEvidence::default(), &l).disturbed);
         // A machine busy all the time: the limit stops at the cap.
         let w = windows_with_other_process(&[0.6, 0.6, 0.6]);
         let l = Limits::from_idle_windows(&w, &[0]);
@@ -566,7 +692,14 @@ mod tests {
             100,
             &[(20, "sh", Owner::Other, hz + 2 * hz + 3 * hz / 10, 0, 0)],
         );
-        let d = assess(&before, &after, &[0], &[], 0.0, false, &Limits::default());
+        let d = assess(
+            &before,
+            &after,
+            &[0],
+            &[],
+            &GeneratorEvidence::default(),
+            &Limits::default(),
+        );
         let share = d.other_processes[0].1;
         assert!((share - 0.3).abs() < 0.02, "{d:?}");
         assert!(d.disturbed);

@@ -14,7 +14,7 @@ use napilab_experiment::capacity_probe::{doubling_probe, After, Doubling};
 use napilab_experiment::configuration::{self, PointSpec, Probed, SearchSetup, Testbed};
 use napilab_experiment::maximum::{MeasuredTrial, PacketTestbed, MAX_TOP_PPS};
 
-use crate::disturbance;
+use crate::disturbance::{self, GeneratorEvidence};
 use crate::linerate::{LineRate, LrClass, PACED_NICE};
 use crate::packet_point::{measure_point, Engine, LR_GEN_FIFO};
 use crate::run_context::{notice, Ctx, SysctlGuard};
@@ -76,6 +76,11 @@ struct Built {
     lab_cpus: Vec<u32>,
     /// The run's limits, with this configuration's generator noise once probed.
     limits: disturbance::Limits,
+    /// The generator's CPUs do none of the DUT's or the sink's work
+    /// ([`disturbance::generator_shares_cpu`]).
+    generator_alone: bool,
+    /// The highest rate the search's generator has offered in this configuration.
+    generator_reached: f64,
 }
 
 /// Sets `b`'s generator limit from the generator's lateness `late` in a light trial
@@ -112,8 +117,7 @@ impl<'a> LabPackets<'_, 'a> {
             duration_s: PROBE_S,
         };
         if let Some(p) = measure_point(ctx, &b.lab, &mut b.engine, &b.cfg, spec)? {
-            let sent = p.classes.iter().map(|c| c.sent).sum();
-            generator_noise(ctx, b, disturbance::generator_late(&p.generator, sent));
+            generator_noise(ctx, b, disturbance::point_lateness(&p));
         }
         Ok(())
     }
@@ -176,6 +180,8 @@ impl Testbed for LabPackets<'_, '_> {
             cfg: cfg.clone(),
             lab_cpus: lab_cpus(&cfg.settings),
             limits: self.ctx.disturbance_limits.clone(),
+            generator_alone: generator_alone(self.ctx, cfg),
+            generator_reached: 0.0,
         });
         Ok(settings)
     }
@@ -201,8 +207,7 @@ impl Testbed for LabPackets<'_, '_> {
             };
             let p = measure_point(ctx, &b.lab, &mut b.engine, &b.cfg, spec)?;
             if let (None, Some(p)) = (first_late, p.as_ref()) {
-                let sent = p.classes.iter().map(|c| c.sent).sum();
-                first_late = Some(disturbance::generator_late(&p.generator, sent));
+                first_late = Some(disturbance::point_lateness(p));
             }
             anyhow::Ok(p)
         };
@@ -251,7 +256,7 @@ impl Testbed for LabPackets<'_, '_> {
             (p, method)
         };
         let forwarded = p.delivered_pps();
-        let short = p.offered_pps < 0.99 * p.requested_pps;
+        let short = p.generator_short();
         Ok(Probed::Measured(PacketCapacityProbe {
             method,
             requested_pps: p.requested_pps,
@@ -298,6 +303,8 @@ impl Testbed for LabPackets<'_, '_> {
             cfg,
             lab_cpus,
             limits: _,
+            generator_alone,
+            generator_reached: _,
         }) = self.built.take()
         else {
             anyhow::bail!("internal: a search was asked for before its configuration was built");
@@ -324,6 +331,8 @@ impl Testbed for LabPackets<'_, '_> {
             cfg,
             lab_cpus,
             limits: self.ctx.disturbance_limits.clone(),
+            generator_alone,
+            generator_reached: 0.0,
         });
         // The search's generator is late on its own differently from the sweep's.
         self.measure_generator_noise()?;
@@ -385,16 +394,14 @@ impl PacketTestbed for LabPackets<'_, '_> {
         ctx.bar.inc(1);
         Ok(point.map(|point| {
             let after = disturbance::snapshot(Path::new("/"));
-            let sent = point.classes.iter().map(|c| c.sent).sum();
-            let late = disturbance::generator_late(&point.generator, sent);
-            let short = point.offered_pps < 0.99 * point.requested_pps;
+            let generator = GeneratorEvidence::of(&point, b.generator_reached, b.generator_alone);
+            b.generator_reached = b.generator_reached.max(point.offered_pps);
             let disturbance = disturbance::assess(
                 &before,
                 &after,
                 &b.lab_cpus,
                 LAB_KERNEL_THREADS,
-                late,
-                short,
+                &generator,
                 &b.limits,
             );
             MeasuredTrial {
@@ -420,6 +427,22 @@ fn lab_cpus(s: &scenario::DutSettings) -> Vec<u32> {
     cpus.sort_unstable();
     cpus.dedup();
     cpus
+}
+
+/// Whether the configuration's generator has its CPUs to itself; when it does not, the
+/// run says once that its lateness and shortfall do not mark trials, and why.
+fn generator_alone(ctx: &mut Ctx<'_>, cfg: &Configuration) -> bool {
+    match disturbance::generator_shares_cpu(&cfg.settings) {
+        None => true,
+        Some(why) => {
+            notice(
+                &mut ctx.notices,
+                format!("generator of {} not judged", cfg.name),
+                format!("{why}: its lateness and shortfall there are the load of that work, recorded in each trial but marking none (docs/lab.md, \"Disturbed trials\")"),
+            );
+            false
+        }
+    }
 }
 
 /// Kernel threads that do the lab's work, by command-name prefix: their run delay is

@@ -12,7 +12,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use napilab_core::DisturbanceKind;
-use napilab_lab::disturbance::{assess, snapshot, Limits, MOST_A_LIMIT_RISES_TO};
+use napilab_lab::disturbance::{
+    assess, snapshot, GeneratorEvidence, Limits, MOST_A_LIMIT_RISES_TO,
+};
 
 /// The idle windows the limits come from, as a lab run's start measures them.
 const IDLE_WINDOW: Duration = Duration::from_millis(250);
@@ -127,7 +129,14 @@ fn caught(test: &str, how: Stall) {
     std::thread::sleep(length + Duration::from_millis(20));
     let after = snapshot(Path::new("/"));
     end(hog);
-    let d = assess(&before, &after, &[cpu], &[], 0.0, false, &limits);
+    let d = assess(
+        &before,
+        &after,
+        &[cpu],
+        &[],
+        &GeneratorEvidence::default(),
+        &limits,
+    );
     assert!(
         d.marked_by.contains(&DisturbanceKind::OtherProcesses),
         "a {length:?} stall ({how:?}) on CPU {cpu} was not caught above {:.1}%: {d:?}",
