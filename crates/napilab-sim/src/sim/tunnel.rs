@@ -247,6 +247,9 @@ impl Sim<'_> {
             }
             t += gro;
             k += 1;
+            if let Some(i) = self.win.lookup(t) {
+                self.counts[i].tunnel_delivered += 1;
+            }
             if let Some(i) = self.win.lookup(p.arrival) {
                 let cls = p.class as usize;
                 self.counts[i].class_forwarded[cls] += 1;
