@@ -76,11 +76,10 @@ pub struct TunnelConfig {
     /// skipped by the poll).
     #[serde(default = "default_tunnel_queue")]
     pub decrypt_queue: u32,
-    /// Which worker decrypts a packet: `per-cpu` (the CPU the round robin kicked; the
-    /// approximation the baseline profile is calibrated with) or `shared` (whichever
-    /// worker reaches it first in the device's one ring, as the kernel's
-    /// `ptr_ring_consume_bh` does). docs/sim.md "The WireGuard receive pipeline" says
-    /// what each reproduces.
+    /// Which worker decrypts a packet: `shared` (the default: whichever worker reaches
+    /// it first in the device's one ring, as the kernel's `ptr_ring_consume_bh` does)
+    /// or `per-cpu` (the CPU the round robin kicked; an earlier approximation).
+    /// docs/sim.md "The WireGuard receive pipeline" says what each reproduces.
     #[serde(default)]
     pub decrypt_ring: DecryptRing,
 }
@@ -89,10 +88,11 @@ pub struct TunnelConfig {
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum DecryptRing {
-    /// Each packet is decrypted by the worker of the CPU the round robin chose.
-    #[default]
+    /// Each packet is decrypted by the worker of the CPU the round robin chose (an
+    /// approximation the kernel does not have; the earlier default).
     PerCpu,
     /// One ring drained by every worker that runs (the kernel's `wg->decrypt_queue`).
+    #[default]
     Shared,
 }
 
@@ -169,6 +169,33 @@ pub struct HostConfig {
     pub kernel: String,
     #[serde(default)]
     pub tick: TickMode,
+    /// How the fair scheduler's tunables follow the CPU count (docs/sim.md, "The
+    /// WireGuard receive pipeline").
+    #[serde(default)]
+    pub sched_scaling: SchedScaling,
+}
+
+/// The fair scheduler's tunables (`crate::cpu::SchedTunables`).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum SchedScaling {
+    /// The 1-CPU values whatever the CPU count: what every profile was calibrated with
+    /// before the scaling was modelled (an approximation on bigger machines).
+    #[default]
+    None,
+    /// The kernel's default (`kernel.sched_tunable_scaling` = 1, log): the slice, the
+    /// wake-up granularity and the sleeper credit grow with 1 + ilog2(min(cpus, 8)).
+    Log,
+}
+
+impl HostConfig {
+    /// The scheduler tunables this host runs with.
+    pub fn sched_tunables(&self) -> crate::cpu::SchedTunables {
+        match self.sched_scaling {
+            SchedScaling::None => crate::cpu::SchedTunables::UNSCALED,
+            SchedScaling::Log => crate::cpu::SchedTunables::log_scaled(self.cpus),
+        }
+    }
 }
 
 fn default_hz() -> u32 {

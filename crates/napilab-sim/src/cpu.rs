@@ -50,6 +50,43 @@ pub struct Thread {
 pub const TIME_SLICE_NS: Nanos = 3_000_000;
 pub const WAKEUP_GRANULARITY_NS: Nanos = 1_000_000;
 
+/// The fair scheduler's tunables: the slice a running thread keeps while another
+/// waits, the lead a waiting thread needs to preempt it, and how far below the
+/// least-served runnable thread a waking one is placed (the sleeper credit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SchedTunables {
+    pub slice: Nanos,
+    pub wakeup_granularity: Nanos,
+    pub sleeper_credit: Nanos,
+}
+
+impl SchedTunables {
+    /// The constants above, unscaled: CFS's 1-CPU values for two runnable threads
+    /// (`sched_latency` 6 ms shared by two, `wakeup_granularity` 1 ms).
+    pub const UNSCALED: SchedTunables = SchedTunables {
+        slice: TIME_SLICE_NS,
+        wakeup_granularity: WAKEUP_GRANULARITY_NS,
+        sleeper_credit: TIME_SLICE_NS / 2,
+    };
+
+    /// CFS as Linux up to 6.5 scales it on a machine with `cpus` CPUs
+    /// (`sched_tunable_scaling` = log, its default: `update_sysctl` multiplies
+    /// `sched_latency` (6 ms), `sched_min_granularity` (0.75 ms) and
+    /// `sched_wakeup_granularity` (1 ms) by 1 + ilog2(min(cpus, 8))). Two runnable
+    /// threads then share `sched_latency` in slices of half of it, a waking thread
+    /// preempts only with a lead over the wake-up granularity, and `place_entity`
+    /// (GENTLE_FAIR_SLEEPERS) credits a sleeper half of `sched_latency`.
+    pub fn log_scaled(cpus: u32) -> SchedTunables {
+        let factor = 1 + u64::from(cpus.clamp(1, 8).ilog2());
+        let latency = 6_000_000 * factor;
+        SchedTunables {
+            slice: latency / 2,
+            wakeup_granularity: WAKEUP_GRANULARITY_NS * factor,
+            sleeper_credit: latency / 2,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Cpu {
     /// A batch of work is running until the next BatchEnd event.
@@ -90,6 +127,7 @@ pub fn pick_thread(
     current: Option<usize>,
     slice_start: Nanos,
     now: Nanos,
+    tun: &SchedTunables,
 ) -> Option<usize> {
     let runnable = || {
         on_cpu
@@ -113,8 +151,8 @@ pub fn pick_thread(
     if let Some(c) = current {
         let ct = &threads[c];
         if ct.runnable
-            && now.saturating_sub(slice_start) < TIME_SLICE_NS
-            && min.1.vruntime + WAKEUP_GRANULARITY_NS >= ct.vruntime
+            && now.saturating_sub(slice_start) < tun.slice
+            && min.1.vruntime + tun.wakeup_granularity >= ct.vruntime
         {
             return Some(c);
         }
@@ -125,6 +163,8 @@ pub fn pick_thread(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const U: SchedTunables = SchedTunables::UNSCALED;
 
     fn th(cpu: usize, rt: Option<u32>, vr: Nanos) -> Thread {
         Thread {
@@ -146,16 +186,29 @@ mod tests {
             th(0, Some(50), 10_000_000),
             th(1, Some(99), 0),
         ];
-        assert_eq!(pick_thread(&ts, &[0, 1], Some(0), 0, 0), Some(1));
+        assert_eq!(pick_thread(&ts, &[0, 1], Some(0), 0, 0, &U), Some(1));
         let ts = vec![th(0, None, 5_000_000), th(0, None, 0)];
         // Current thread 0 has had far more runtime: switch.
-        assert_eq!(pick_thread(&ts, &[0, 1], Some(0), 0, 0), Some(1));
+        assert_eq!(pick_thread(&ts, &[0, 1], Some(0), 0, 0, &U), Some(1));
         let ts = vec![th(0, None, 500_000), th(0, None, 0)];
         // Within granularity and slice: keep.
-        assert_eq!(pick_thread(&ts, &[0, 1], Some(0), 0, 100), Some(0));
+        assert_eq!(pick_thread(&ts, &[0, 1], Some(0), 0, 100, &U), Some(0));
         assert_eq!(
-            pick_thread(&ts, &[0, 1], Some(0), 0, TIME_SLICE_NS),
+            pick_thread(&ts, &[0, 1], Some(0), 0, TIME_SLICE_NS, &U),
             Some(1)
         );
+    }
+
+    #[test]
+    fn log_scaling_follows_the_kernel() {
+        // 1 + ilog2(min(cpus, 8)): 1 CPU x1, 2 x2, 4 x3, 8 and more x4.
+        assert_eq!(SchedTunables::log_scaled(1).slice, 3_000_000);
+        assert_eq!(SchedTunables::log_scaled(2).wakeup_granularity, 2_000_000);
+        assert_eq!(SchedTunables::log_scaled(4).slice, 9_000_000);
+        let big = SchedTunables::log_scaled(18);
+        assert_eq!(big, SchedTunables::log_scaled(8));
+        assert_eq!(big.slice, 12_000_000);
+        assert_eq!(big.wakeup_granularity, 4_000_000);
+        assert_eq!(big.sleeper_credit, 12_000_000);
     }
 }

@@ -156,6 +156,7 @@ fn map_configuration(
             hz: host.hz,
             kernel: host.kernel.clone(),
             tick: host.tick,
+            sched_scaling: host.sched_scaling,
         },
         settings: NetSettings {
             netdev_budget: r.netdev_budget.unwrap_or(300),

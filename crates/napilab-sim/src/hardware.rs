@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{ConfigError, Moderation, TickMode, TxCompletion};
+use crate::config::{ConfigError, Moderation, SchedScaling, TickMode, TxCompletion};
 
 /// The machine: CPUs, CONFIG_HZ, kernel.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -21,6 +21,10 @@ pub struct HostHardware {
     pub kernel: String,
     #[serde(default)]
     pub tick: TickMode,
+    /// The fair scheduler's tunables: `log` as the kernel scales them with the CPU
+    /// count, `none` (the default) the 1-CPU values.
+    #[serde(default)]
+    pub sched_scaling: SchedScaling,
 }
 
 /// The NICs: the receiving and the transmitting device.

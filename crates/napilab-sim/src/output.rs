@@ -57,6 +57,12 @@ pub struct ModelReport {
     /// Load generator threads (classes with a `client`), with the lab generator's
     /// health figures.
     pub clients: Vec<ClientReport>,
+    /// A tunnel's packets handed to the socket during the window, whenever they
+    /// arrived, per second: what a receiver measures (the classes' `forwarded_pps`
+    /// counts the packets that arrived in the window, which differs once packets wait
+    /// longer than the window). None without a tunnel.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tunnel_delivered_pps: Option<f64>,
 }
 
 /// One load generator thread over the measured window.
@@ -391,6 +397,11 @@ pub(crate) fn build(sim: &Sim) -> SimResult {
             packets_per_poll_histogram: sim.poll_hist.clone(),
             duration_s: total_secs,
             loss_counters: loss_counters(sim),
+            tunnel_delivered_pps: sim
+                .cfg
+                .tunnel
+                .as_ref()
+                .map(|_| sim.total.tunnel_delivered as f64 / total_secs.max(1e-12)),
             clients: sim
                 .clients
                 .iter()

@@ -65,6 +65,7 @@ pub fn config(delivery: Delivery, rate_pps: f64, duration_ms: f64) -> SimConfig 
             hz: 250,
             kernel: crate::twin_plan::BUSY_POLL_KERNEL.into(),
             tick: TickMode::NohzIdle,
+            sched_scaling: Default::default(),
         },
         settings: NetSettings::default(),
         ingress: IngressConfig {

@@ -100,6 +100,7 @@ pub(crate) fn lab_host(cpus: u32, kernel: &str) -> crate::config::HostConfig {
         hz: LAB_HZ,
         kernel: kernel.into(),
         tick: crate::config::TickMode::NohzIdle,
+        sched_scaling: Default::default(),
     }
 }
 

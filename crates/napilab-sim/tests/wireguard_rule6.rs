@@ -1,7 +1,9 @@
 //! Rule 6 (`napi_load_imbalance`, docs/studies.md M6, WG-2, WG-3) on the twin's
 //! Observation of the WireGuard study's server: it must fire on the baseline (softirq
 //! pollers scheduled from the decryption workers) at 1,000 clients and stay silent with
-//! the remedies (threaded, threaded-pinned, workqueue) and below the knee.
+//! threaded NAPI and below the knee. The twin's workqueue remedy gathers the instances
+//! on a few CPUs too (a prediction against the study's text, docs/sim.md), so it is not
+//! in the silent list.
 
 use napilab_core::finding::RuleId;
 use napilab_sim::wireguard::{config, Context};
@@ -35,17 +37,14 @@ fn rule_6_is_silent_below_the_knee_and_with_the_remedies() {
         !fires(500, Context::Softirq),
         "balanced baseline at 500 clients"
     );
-    for context in [
-        Context::Threaded,
-        Context::ThreadedPinned,
-        Context::Workqueue,
-    ] {
+    for context in [Context::Threaded, Context::ThreadedPinned] {
         assert!(!fires(1000, context), "{}", context.name());
     }
 }
 
 /// docs/studies.md#wg-4: threaded NAPI removes the inversion and balances the load
-/// (the workqueue remedy, as the twin models it, does not balance: see docs/sim.md).
+/// (the workqueue remedy, as the twin models it, does not balance: see docs/sim.md and
+/// tests/wireguard_5_4.rs).
 #[test]
 fn threaded_napi_balances_the_load() {
     let profile = Profile::builtin("wg-xeon-gold-5220").expect("shipped profile parses");

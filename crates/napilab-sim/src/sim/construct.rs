@@ -453,27 +453,37 @@ impl Parts {
         Some(tun)
     }
 
-    /// Workqueue workers, one per CPU, when an instance or the tunnel needs them.
-    fn workers(&mut self, ncpu: usize, tunnel: bool) -> Vec<workqueue::Worker> {
-        if !tunnel && !self.napis.iter().any(|n| n.workqueue) {
-            return Vec::new();
+    /// Workqueue workers, one per CPU, when an instance or the tunnel needs them, and
+    /// which of them runs each CPU's decryption item: the CPU's one worker, or a second
+    /// worker of the CPU when NAPI polls are work items too (the decryption item is
+    /// CPU-intensive, so the pool runs the polls beside it: `sim::workqueue`).
+    fn workers(&mut self, ncpu: usize, tunnel: bool) -> (Vec<workqueue::Worker>, Vec<usize>) {
+        let napi_items = self.napis.iter().any(|n| n.workqueue);
+        if !tunnel && !napi_items {
+            return (Vec::new(), Vec::new());
         }
-        (0..ncpu)
-            .map(|c| {
+        let per_cpu = if tunnel && napi_items { 2 } else { 1 };
+        let mut workers = Vec::new();
+        for k in 0..per_cpu {
+            for c in 0..ncpu {
+                let w = workers.len();
                 self.threads.push(thread(
-                    3000 + c as u32,
-                    format!("kworker/{c}:1"),
+                    3000 + w as u32,
+                    format!("kworker/{c}:{}", k + 1),
                     c,
-                    ThreadKind::Worker(c),
+                    ThreadKind::Worker(w),
                     None,
                     true,
                 ));
-                workqueue::Worker {
+                workers.push(workqueue::Worker {
+                    cpu: c,
                     thread: self.threads.len() - 1,
                     items: VecDeque::new(),
-                }
-            })
-            .collect()
+                });
+            }
+        }
+        let crypt = (0..ncpu).map(|c| (per_cpu - 1) * ncpu + c).collect();
+        (workers, crypt)
     }
 }
 
@@ -548,7 +558,7 @@ impl<'a> Sim<'a> {
         parts.apps(cfg, profile);
         parts.clients(cfg, profile, seed);
         let tunnel = parts.tunnel(cfg, profile, ncpu, seed);
-        let workers = parts.workers(ncpu, tunnel.is_some());
+        let (workers, crypt_worker) = parts.workers(ncpu, tunnel.is_some());
         for (t, th) in parts.threads.iter().enumerate() {
             cpus[th.cpu].threads.push(t);
         }
@@ -627,6 +637,7 @@ impl<'a> Sim<'a> {
             tick_ns,
             hz,
             skip_rule: cfg.skip_inline_while_ksoftirqd(),
+            sched: cfg.host.sched_tunables(),
             weight,
             budget_usecs: cfg
                 .settings
@@ -664,6 +675,7 @@ impl<'a> Sim<'a> {
             class_rings,
             closed,
             workers,
+            crypt_worker,
             dispatch_pending: vec![false; ncpu],
             tunnel,
             clients,

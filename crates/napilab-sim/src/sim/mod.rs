@@ -210,6 +210,8 @@ pub(crate) struct Counts {
     /// decryption queues were.
     pub tunnel_peer_drops: u64,
     pub tunnel_decrypt_drops: u64,
+    /// Tunnel packets handed to the socket, by the time they were (not their arrival).
+    pub tunnel_delivered: u64,
 }
 
 impl CpuCount {
@@ -266,6 +268,7 @@ impl Counts {
         self.qdisc_drops += o.qdisc_drops;
         self.tunnel_peer_drops += o.tunnel_peer_drops;
         self.tunnel_decrypt_drops += o.tunnel_decrypt_drops;
+        self.tunnel_delivered += o.tunnel_delivered;
     }
 }
 
@@ -317,6 +320,8 @@ pub(crate) struct Sim<'a> {
     tick_ns: Nanos,
     hz: u32,
     skip_rule: bool,
+    /// The fair scheduler's slice, wake-up granularity and sleeper credit.
+    sched: crate::cpu::SchedTunables,
     weight: u32,
     budget_usecs: u64,
     costs: Costs,
@@ -356,8 +361,11 @@ pub(crate) struct Sim<'a> {
     /// `f % len`), and the closed-loop clients' parameters and random stream.
     class_rings: Vec<Vec<usize>>,
     closed: Vec<Option<(crate::config::ClosedLoop, Rng)>>,
-    /// Per CPU: its workqueue worker (empty when nothing uses workers).
+    /// Workqueue workers (empty when nothing uses workers): worker `c` is CPU `c`'s
+    /// pool worker; `crypt_worker[c]` runs CPU `c`'s decryption item (`c` itself, or
+    /// a second worker of that CPU when NAPI polls are work items too).
     workers: Vec<workqueue::Worker>,
+    crypt_worker: Vec<usize>,
     /// A Dispatch event is on its way to this CPU (a remote wake-up).
     dispatch_pending: Vec<bool>,
     /// The tunnel's receive pipeline, when the configuration has one.

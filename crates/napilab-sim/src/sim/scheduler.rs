@@ -20,7 +20,7 @@ impl Sim<'_> {
             .map(|x| x.vruntime)
             .min();
         if let Some(m) = min {
-            let floor = m.saturating_sub(crate::cpu::TIME_SLICE_NS / 2);
+            let floor = m.saturating_sub(self.sched.sleeper_credit);
             self.threads[t].vruntime = self.threads[t].vruntime.max(floor);
         }
         // Every wake-up comes from work on the thread's own CPU (IRQ, timer, softirq
@@ -339,7 +339,8 @@ impl Sim<'_> {
             }
             let cur = self.cpus[c].current;
             let slice = self.cpus[c].slice_start;
-            match pick_thread(&self.threads, &self.cpus[c].threads, cur, slice, now) {
+            let tun = self.sched;
+            match pick_thread(&self.threads, &self.cpus[c].threads, cur, slice, now, &tun) {
                 Some(t) => {
                     let v = self.threads[t].vruntime;
                     self.cpus[c].min_vruntime = self.cpus[c].min_vruntime.max(v);
@@ -403,7 +404,7 @@ impl Sim<'_> {
             }
             ThreadKind::App(a) => self.app_step(c, t, a),
             ThreadKind::Client(k) => self.client_step(c, t, k),
-            ThreadKind::Worker(_) => self.worker_step(c, t),
+            ThreadKind::Worker(w) => self.worker_step(w, t),
             ThreadKind::Napi(n) => {
                 if !self.napis[n].scheduled {
                     self.threads[t].runnable = false;

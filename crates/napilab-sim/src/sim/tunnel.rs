@@ -14,10 +14,11 @@
 //! `ptr_ring` of 1,024 packets): the round robin chooses only which CPU's worker is
 //! *kicked* (`queue_work_on`); every worker that runs drains the shared ring
 //! (`ptr_ring_consume_bh` in `wg_packet_decrypt_worker`). That is `decrypt_ring =
-//! "shared"`. The default, `per-cpu`, hands each packet to the kicked CPU's own queue
+//! "shared"`, the default. `per-cpu` hands each packet to the kicked CPU's own queue
 //! (the queues sharing the ring's limit): an approximation the kernel does not have,
-//! kept because it is the one that reproduces the study's baseline collapse with the
-//! calibrated costs; with the shared ring the twin does not collapse (docs/sim.md).
+//! which earlier versions of the twin used. With the shared ring, a CPU whose softirqs
+//! wait for ksoftirqd while its worker runs a (kernel-scaled) CFS slice gathers the
+//! instances (docs/sim.md, "How one core gets hot").
 
 use std::collections::VecDeque;
 
@@ -247,6 +248,9 @@ impl Sim<'_> {
             }
             t += gro;
             k += 1;
+            if let Some(i) = self.win.lookup(t) {
+                self.counts[i].tunnel_delivered += 1;
+            }
             if let Some(i) = self.win.lookup(p.arrival) {
                 let cls = p.class as usize;
                 self.counts[i].class_forwarded[cls] += 1;

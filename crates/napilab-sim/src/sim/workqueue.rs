@@ -1,11 +1,15 @@
 //! Per-CPU workqueue workers: one `kworker/N` thread of normal priority per CPU runs
-//! the work items queued on that CPU in order, one at a time (a worker never preempts
-//! another worker of its CPU: the kernel's per-CPU pool runs one item at a time while
-//! none sleeps). Two kinds of item: a NAPI instance's poll (the `workqueue` NAPI
-//! context: `napi_schedule` queues the instance on the scheduling CPU's worker) and a
-//! tunnel's decryption (`sim::tunnel`). Each item's step ends with a bottom-half
-//! enable, as `spin_unlock_bh` in the worker and the BH-disabled poll do, so pending
-//! softirqs run there before the worker's next step.
+//! the work items queued on that CPU in order, one at a time (the kernel's per-CPU
+//! pool runs one item at a time while none sleeps: concurrency management). Two kinds
+//! of item: a NAPI instance's poll (the `workqueue` NAPI context: `napi_schedule`
+//! queues the instance on the scheduling CPU's worker) and a tunnel's decryption
+//! (`sim::tunnel`). The decryption item is CPU-intensive (WireGuard allocates its
+//! `wg-crypt` workqueue with `WQ_CPU_INTENSIVE`): `process_one_work` takes a worker
+//! running such an item out of concurrency management and wakes another worker for the
+//! pool's other pending items, so when both kinds are on a CPU the decryption runs in a
+//! kworker of its own and the scheduler shares the CPU between the two. Each item's
+//! step ends with a bottom-half enable, as `spin_unlock_bh` in the worker and the
+//! BH-disabled poll do, so pending softirqs run there before the worker's next step.
 
 use std::collections::VecDeque;
 
@@ -21,30 +25,37 @@ pub(crate) enum WorkItem {
     Decrypt,
 }
 
-/// One CPU's worker: its thread and its queue of items.
+/// One worker: its CPU, its thread and its queue of items.
 pub(crate) struct Worker {
+    pub cpu: usize,
     pub thread: usize,
     pub items: VecDeque<WorkItem>,
 }
 
 impl Sim<'_> {
-    /// `queue_work_on(c, item)` from CPU `from`: append the item and wake the worker.
+    /// `queue_work_on(c, item)` from CPU `from`: append the item to the worker of `c`
+    /// that runs it and wake that worker.
     pub(super) fn queue_work(&mut self, c: usize, item: WorkItem, from: usize) {
-        self.workers[c].items.push_back(item);
-        let t = self.workers[c].thread;
+        let w = match item {
+            WorkItem::Decrypt => self.crypt_worker[c],
+            WorkItem::NapiPoll(_) => c,
+        };
+        self.workers[w].items.push_back(item);
+        let t = self.workers[w].thread;
         self.wake_thread_from(t, from);
     }
 
-    /// One step of CPU `c`'s worker `t`; false if it has no item (it then sleeps).
-    pub(super) fn worker_step(&mut self, c: usize, t: usize) -> bool {
+    /// One step of worker `w` (thread `t`); false if it has no item (it then sleeps).
+    pub(super) fn worker_step(&mut self, w: usize, t: usize) -> bool {
+        let c = self.workers[w].cpu;
         loop {
-            let Some(&item) = self.workers[c].items.front() else {
+            let Some(&item) = self.workers[w].items.front() else {
                 self.threads[t].runnable = false;
                 return false;
             };
             match item {
                 WorkItem::NapiPoll(n) => {
-                    self.workers[c].items.pop_front();
+                    self.workers[w].items.pop_front();
                     let (start, pen) = self.begin(c, false);
                     let (end, work, repoll) = self.poll(c, n, start + pen, self.weight);
                     self.commit(
@@ -65,7 +76,7 @@ impl Sim<'_> {
                         return true;
                     }
                     // The queue is empty (for now): the item is done.
-                    self.workers[c].items.pop_front();
+                    self.workers[w].items.pop_front();
                 }
             }
         }
