@@ -129,15 +129,19 @@ pub fn run_delay(intervals: &[&Interval], pick: impl Fn(&ThreadInterval) -> bool
 
 /// The wake-up delay of the device's NAPI kthreads for the twin, from the host: the
 /// run delay per run of the device's own NAPI kthreads when they ran (threaded
-/// already), else of `ksoftirqd/N` of the CPUs the twin places the kthreads on (a
-/// kernel thread of the same CPU, woken from its softirq while something else holds
-/// the CPU, as a new NAPI kthread will be). `None` when neither settings polls in a
-/// kthread; the veth-lab profile's `lab_ns` when the observation has no such runs.
+/// already); else, for kthreads pinned to CPUs (`pinned`), of `ksoftirqd/N` of those
+/// CPUs (a kernel thread of the same CPU, woken from its softirq while something else
+/// holds the CPU, as the NAPI kthread will be); for unpinned ones, of the `ksoftirqd/N`
+/// that waited least (the scheduler wakes an unpinned thread on a CPU that is free, and
+/// `ksoftirqd/N` cannot move: the one of the sender's CPU waits behind the sender).
+/// `None` when neither settings polls in a kthread; the veth-lab profile's `lab_ns`
+/// when the observation has no such runs.
 pub fn wake_up_delay(
     traced: &[&Interval],
     dev: &str,
     current: &[NapiSettings],
     target: &[NapiSettings],
+    pinned: bool,
     lab_ns: u64,
 ) -> Option<WakeUp> {
     let mut cpus: Vec<u32> = current
@@ -171,6 +175,36 @@ pub fn wake_up_delay(
     );
     if let Some(w) = measured(&own, String::new()) {
         return Some(w);
+    }
+    if !pinned {
+        // Per CPU, the one whose ksoftirqd waited least, among those that ran enough.
+        let mut all: Vec<u32> = traced
+            .iter()
+            .flat_map(|i| &i.threads)
+            .filter_map(|t| match t.role {
+                ThreadRole::Ksoftirqd { cpu } => Some(cpu),
+                _ => None,
+            })
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        let least = all
+            .iter()
+            .map(|&c| {
+                run_delay(
+                    traced,
+                    |t| matches!(t.role, ThreadRole::Ksoftirqd { cpu } if cpu == c),
+                )
+            })
+            .filter(|r| r.runs >= MIN_WAKE_UP_RUNS)
+            .filter_map(|r| Some((r.mean_ns()?, r)))
+            .min_by(|a, b| a.0.total_cmp(&b.0));
+        if let Some((_, r)) = least {
+            return measured(
+                &r,
+                ", the least wait of any CPU's ksoftirqd: the NAPI kthread is unpinned, and the scheduler wakes it where a CPU is free".into(),
+            );
+        }
     }
     let ksoftirqd = run_delay(
         traced,
@@ -472,6 +506,7 @@ pub fn predict(
         &dev,
         &current,
         &target,
+        params.has("cpus"),
         base.latency_ns.irq_delivery,
     );
     if let Some(w) = &wake_up {
@@ -1398,7 +1433,8 @@ mod tests {
             ("ksoftirqd/1", ksoftirqd(1), Some((90_000_000, 100))),
         ]);
         let b = second(&[("ksoftirqd/0", ksoftirqd(0), Some((4_800_000, 160)))]);
-        let w = wake_up_delay(&[&a, &b], "vb", &current, &target, 268_554).expect("threaded");
+        let w =
+            wake_up_delay(&[&a, &b], "vb", &current, &target, false, 268_554).expect("threaded");
         assert!(w.measured, "{w:?}");
         assert!((w.delay_ns - 30_000.0).abs() < 1e-6, "{w:?}");
         assert!(
@@ -1407,9 +1443,20 @@ mod tests {
             "{}",
             w.source
         );
+        // Unpinned, it is woken where a CPU is free: the least wait of any ksoftirqd.
+        let busy0 = second(&[
+            ("ksoftirqd/0", ksoftirqd(0), Some((90_000_000, 100))),
+            ("ksoftirqd/1", ksoftirqd(1), Some((1_000_000, 100))),
+        ]);
+        let w =
+            wake_up_delay(&[&busy0], "vb", &current, &target, false, 268_554).expect("threaded");
+        assert!(
+            (w.delay_ns - 10_000.0).abs() < 1e-6 && w.source.contains("ksoftirqd/1"),
+            "{w:?}"
+        );
         // Pinned to CPU 1 by --cpus: CPU 1's.
         let pinned = after("threaded", Some("1")).expect("pinned");
-        let w = wake_up_delay(&[&a, &b], "vb", &current, &pinned, 268_554).expect("threaded");
+        let w = wake_up_delay(&[&a, &b], "vb", &current, &pinned, true, 268_554).expect("threaded");
         assert!((w.delay_ns - 900_000.0).abs() < 1e-6, "{w:?}");
         // The device's own NAPI kthread, when it already polls, is its own measure.
         let own = ThreadRole::NapiThread {
@@ -1420,7 +1467,7 @@ mod tests {
             ("napi/vb-8193", own, Some((500_000, 100))),
             ("ksoftirqd/0", ksoftirqd(0), Some((9_000_000, 100))),
         ]);
-        let w = wake_up_delay(&[&c], "vb", &target, &target, 268_554).expect("threaded");
+        let w = wake_up_delay(&[&c], "vb", &target, &target, false, 268_554).expect("threaded");
         assert!(
             (w.delay_ns - 5_000.0).abs() < 1e-6 && w.source.contains("napi/vb-8193"),
             "{w:?}"
@@ -1432,7 +1479,7 @@ mod tests {
         let current = softirq_vb();
         let target = after("threaded", None).expect("threaded");
         let few = second(&[("ksoftirqd/0", ksoftirqd(0), Some((100_000, 3)))]);
-        let w = wake_up_delay(&[&few], "vb", &current, &target, 268_554).expect("threaded");
+        let w = wake_up_delay(&[&few], "vb", &current, &target, false, 268_554).expect("threaded");
         assert!(!w.measured && w.delay_ns == 268_554.0, "{w:?}");
         assert!(
             w.source.contains("ran 3 times") && w.source.contains("veth-lab"),
@@ -1440,7 +1487,7 @@ mod tests {
             w.source
         );
         let none = second(&[("ksoftirqd/0", ksoftirqd(0), None)]);
-        let w = wake_up_delay(&[&none], "vb", &current, &target, 268_554).expect("threaded");
+        let w = wake_up_delay(&[&none], "vb", &current, &target, false, 268_554).expect("threaded");
         assert!(
             !w.measured && w.source.contains("no scheduler statistics of ksoftirqd/0"),
             "{}",
@@ -1449,7 +1496,7 @@ mod tests {
         // Nothing threaded on either side: no delay to estimate.
         let deferral = after("deferral", None).expect("deferral");
         assert_eq!(
-            wake_up_delay(&[&few], "vb", &current, &deferral, 268_554),
+            wake_up_delay(&[&few], "vb", &current, &deferral, false, 268_554),
             None
         );
     }
