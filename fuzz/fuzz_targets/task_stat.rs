@@ -8,5 +8,6 @@ fuzz_target!(|data: &[u8]| {
             let _ = t.policy.map(napilab_probe::procfs::policy_name);
         }
         let _ = napilab_probe::procfs::parse_status_cpus_allowed(s);
+        let _ = napilab_probe::procfs::parse_schedstat(s, 1);
     }
 });

@@ -38,7 +38,7 @@ pub use metric::{Metric, Source};
 pub use observation::{
     CpuAccounting, CpuInterval, CpuTimeShares, DeviceInterval, HostFacts, HostInterval, Hz,
     Interval, IrqInterval, Notice, Observation, Origin, OriginKind, QdiscInterval, QueueInterval,
-    QueueKind, Settings, ThreadInterval, ThreadRole, TraceCost, OBSERVATION_SCHEMA,
+    QueueKind, SchedDelta, Settings, ThreadInterval, ThreadRole, TraceCost, OBSERVATION_SCHEMA,
 };
 pub use topology::{
     Device, EthtoolInfo, IrqInfo, IrqMatch, Napi, ObservedPolling, Poller, QdiscInfo, RxQueue,

@@ -308,6 +308,23 @@ pub struct ThreadInterval {
     pub last_cpu: Option<u32>,
     /// CPU used by the thread (utime + stime), as a fraction of one CPU.
     pub cpu: Option<Metric>,
+    /// The scheduler's statistics of the thread over the interval
+    /// (`/proc/<pid>/schedstat`); absent on kernels without it (no
+    /// `CONFIG_SCHED_INFO`) and in observations made before napilab read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sched: Option<SchedDelta>,
+}
+
+/// What `/proc/<pid>/schedstat` counted over an interval: a kernel thread's run delay
+/// per run is how long a woken thread of that CPU waits before it runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchedDelta {
+    /// Time on a CPU, ns (the file's first field, `sum_exec_runtime`).
+    pub on_cpu_ns: u64,
+    /// Time runnable on a run queue, waiting for a CPU, ns (`run_delay`).
+    pub run_delay_ns: u64,
+    /// Times the thread was given a CPU (`pcount`).
+    pub runs: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -13,8 +13,8 @@ use crate::near::find_near;
 
 use napilab_core::{
     CpuAccounting, CpuInterval, CpuTimeShares, DeviceInterval, HostInterval, Interval, IrqInterval,
-    Metric, Poller, QdiscInterval, QueueInterval, QueueKind, Source, ThreadInterval, ThreadRole,
-    TopologyMap, Unit,
+    Metric, Poller, QdiscInterval, QueueInterval, QueueKind, SchedDelta, Source, ThreadInterval,
+    ThreadRole, TopologyMap, Unit,
 };
 
 use napilab_core::stats::sum;
@@ -247,6 +247,23 @@ fn thread_share(
     })
 }
 
+/// What `/proc/<pid>/schedstat` of `pid` counted between the samples; `None` when either
+/// sample lacks it or a counter went back (the pid was reused).
+fn sched_delta(prev: &Sample, cur: &Sample, pid: u32) -> Option<SchedDelta> {
+    let find = |s: &Sample| {
+        s.schedstats
+            .iter()
+            .find(|(p, _)| *p == pid)
+            .map(|(_, x)| *x)
+    };
+    let (before, now) = (find(prev)?, find(cur)?);
+    Some(SchedDelta {
+        on_cpu_ns: delta(before.on_cpu_ns, now.on_cpu_ns)?,
+        run_delay_ns: delta(before.run_delay_ns, now.run_delay_ns)?,
+        runs: delta(before.runs, now.runs)?,
+    })
+}
+
 fn derive_threads(
     prev: &Sample,
     cur: &Sample,
@@ -280,6 +297,7 @@ fn derive_threads(
                 role,
                 last_cpu: t.processor,
                 cpu: thread_share(prev, cur, ctx.user_hz, seconds, |x| x.pid == t.pid),
+                sched: sched_delta(prev, cur, t.pid),
             })
         })
         .collect()
@@ -488,5 +506,31 @@ mod tests {
         assert_eq!(delta32(u64::from(u32::MAX) - 1, 3), Some(5));
         assert_eq!(delta32(1 << 40, 3), None);
         assert_eq!(delta(10, 3), None);
+    }
+
+    #[test]
+    fn run_delay_over_an_interval() {
+        let at = |runs: u64, delay: u64| crate::sample::Sample {
+            schedstats: vec![(
+                22,
+                crate::procfs::Schedstat {
+                    on_cpu_ns: runs * 1_000,
+                    run_delay_ns: delay,
+                    runs,
+                },
+            )],
+            ..Default::default()
+        };
+        assert_eq!(
+            sched_delta(&at(100, 5_000), &at(130, 95_000), 22),
+            Some(SchedDelta {
+                on_cpu_ns: 30_000,
+                run_delay_ns: 90_000,
+                runs: 30
+            })
+        );
+        // Another pid, or a counter that went back (the pid was reused): nothing.
+        assert_eq!(sched_delta(&at(100, 5_000), &at(130, 95_000), 23), None);
+        assert_eq!(sched_delta(&at(100, 5_000), &at(3, 95_000), 22), None);
     }
 }

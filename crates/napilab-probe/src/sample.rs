@@ -8,7 +8,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::netlink::{LinkStats, Netlink, QdiscStats, QueueStats};
-use crate::procfs::{self, Interrupts, ProcError, ProcStat, Softirqs, SoftnetRow, TaskStat};
+use crate::procfs::{
+    self, Interrupts, ProcError, ProcStat, Schedstat, Softirqs, SoftnetRow, TaskStat,
+};
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RawSample {
@@ -21,6 +23,10 @@ pub struct RawSample {
     pub softnet: Option<String>,
     /// `/proc/<pid>/stat` of ksoftirqd and NAPI threads: (pid, text).
     pub threads: Vec<(u32, String)>,
+    /// `/proc/<pid>/schedstat` of the same threads: (pid, text). Absent from recordings
+    /// made before napilab read it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub schedstats: Vec<(u32, String)>,
     pub links: Option<Vec<LinkStats>>,
     pub qdiscs: Option<Vec<QdiscStats>>,
     pub qstats: Option<Vec<QueueStats>>,
@@ -36,6 +42,8 @@ pub struct Sample {
     pub stat: Option<ProcStat>,
     pub softnet: Option<Vec<SoftnetRow>>,
     pub threads: Vec<TaskStat>,
+    /// (pid, schedstat) of the threads whose file was read and parsed.
+    pub schedstats: Vec<(u32, Schedstat)>,
     pub links: Option<Vec<LinkStats>>,
     pub qdiscs: Option<Vec<QdiscStats>>,
     pub qstats: Option<Vec<QueueStats>>,
@@ -120,6 +128,11 @@ impl SampleParser {
                 .iter()
                 .filter_map(|(_, text)| procfs::parse_task_stat(text).ok())
                 .collect(),
+            schedstats: raw
+                .schedstats
+                .iter()
+                .filter_map(|(pid, text)| Some((*pid, procfs::parse_schedstat(text, *pid).ok()?)))
+                .collect(),
             links: raw.links.clone(),
             qdiscs: raw.qdiscs.clone(),
             qstats: raw.qstats.clone(),
@@ -135,15 +148,27 @@ impl SampleParser {
     }
 }
 
+/// One packet thread's per-sample files.
+#[derive(Debug)]
+struct ThreadPaths {
+    pid: u32,
+    stat: String,
+    schedstat: String,
+}
+
 /// Reads samples from a live host. Holds the netlink socket and the list of packet
 /// threads between samples so that one sample costs a handful of reads.
 pub struct Sampler {
     root: PathBuf,
     netlink: Option<Netlink>,
     qstats_offered: bool,
-    /// The packet threads' `proc/<pid>/stat` paths (relative to `root`), from the last
-    /// scan: formatted once per scan, not once per sample.
-    thread_stat_paths: Vec<(u32, String)>,
+    /// The packet threads' `proc/<pid>/stat` and `proc/<pid>/schedstat` paths
+    /// (relative to `root`), from the last scan: formatted once per scan, not once per
+    /// sample.
+    thread_paths: Vec<ThreadPaths>,
+    /// This kernel has `/proc/<pid>/schedstat` (`CONFIG_SCHED_INFO`): cleared at the
+    /// first thread without it, so a kernel without it costs no failed open per sample.
+    schedstat_offered: bool,
     epoch: Instant,
     files: procfs::KeptFiles,
     /// The last pid the kernel had handed out at the last thread scan (/proc/loadavg).
@@ -159,7 +184,8 @@ impl Sampler {
             root: root.to_path_buf(),
             netlink: use_netlink.then(Netlink::new),
             qstats_offered: use_netlink,
-            thread_stat_paths: Vec::new(),
+            thread_paths: Vec::new(),
+            schedstat_offered: true,
             epoch: Instant::now(),
             files: procfs::KeptFiles::default(),
             scanned_at_pid: None,
@@ -200,9 +226,13 @@ impl Sampler {
                         .and_then(|pid| pid.to_str()?.parse::<u32>().ok())
                         .is_none_or(|pid| listed.contains(&pid))
                 });
-                self.thread_stat_paths = threads
+                self.thread_paths = threads
                     .iter()
-                    .map(|t| (t.pid, format!("proc/{}/stat", t.pid)))
+                    .map(|t| ThreadPaths {
+                        pid: t.pid,
+                        stat: format!("proc/{}/stat", t.pid),
+                        schedstat: format!("proc/{}/schedstat", t.pid),
+                    })
                     .collect();
             }
             Err(e) => self.notices.add(
@@ -254,12 +284,40 @@ impl Sampler {
             "per-CPU processed/dropped/time_squeeze are left out",
             &mut raw.softnet,
         );
-        let mut spare: Vec<String> = raw.threads.drain(..).map(|(_, text)| text).collect();
-        for (pid, rel) in &self.thread_stat_paths {
+        let mut spare: Vec<String> = raw
+            .threads
+            .drain(..)
+            .chain(raw.schedstats.drain(..))
+            .map(|(_, text)| text)
+            .collect();
+        for t in &self.thread_paths {
             let mut text = spare.pop().unwrap_or_default();
             // A thread that exited since the last scan is simply absent from this sample.
-            if self.files.read_into(&self.root, rel, &mut text).is_ok() {
-                raw.threads.push((*pid, text));
+            if self
+                .files
+                .read_into(&self.root, &t.stat, &mut text)
+                .is_err()
+            {
+                continue;
+            }
+            raw.threads.push((t.pid, text));
+            if !self.schedstat_offered {
+                continue;
+            }
+            let mut text = spare.pop().unwrap_or_default();
+            match self.files.read_into(&self.root, &t.schedstat, &mut text) {
+                Ok(()) => raw.schedstats.push((t.pid, text)),
+                // Missing while the thread is still there: the kernel has none.
+                Err(ProcError::Missing { .. })
+                    if self.root.join(format!("proc/{}", t.pid)).exists() =>
+                {
+                    self.schedstat_offered = false;
+                    self.notices.add(
+                        "/proc/<pid>/schedstat",
+                        "not present on this kernel (CONFIG_SCHED_INFO off); the packet threads' run delays are left out",
+                    );
+                }
+                Err(_) => {}
             }
         }
         let (mut links, mut qdiscs, mut qstats) = (None, None, None);

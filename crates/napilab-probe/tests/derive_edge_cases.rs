@@ -78,6 +78,7 @@ fn sample(t_ms: u64, c: &Counters) -> RawSample {
         stat: Some(stat),
         softnet: Some(softnet),
         threads: Vec::new(),
+        schedstats: Vec::new(),
         links: Some(
             c.links
                 .iter()

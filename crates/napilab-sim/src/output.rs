@@ -794,6 +794,7 @@ fn thread_intervals(sim: &Sim, k: &Counts, secs: f64) -> Vec<ThreadInterval> {
                 role,
                 last_cpu: Some(th.cpu as u32),
                 cpu: Some(m(k.thread_ns[t] as f64 / (secs * 1e9), Unit::CpuFraction)),
+                sched: None,
             })
         })
         .collect()

@@ -22,7 +22,7 @@
 use serde::{Deserialize, Serialize};
 
 use napilab_core::observation::ThreadRole;
-use napilab_core::{Observation, Poller};
+use napilab_core::{Interval, Observation, Poller, ThreadInterval};
 use napilab_tune::model::{Kind, Value};
 use napilab_tune::profile::{parse_setting, value_for, Params, Profile as TuneProfile};
 
@@ -44,6 +44,15 @@ pub const MIN_POLLS: u64 = 100;
 pub const SEEDS: u64 = 5;
 /// Confidence level of the intervals.
 pub const LEVEL: f64 = 0.95;
+/// The share of the packets the twin may lose at its headroom: the lab's default loss
+/// threshold (docs/lab.md), so a transient at the start of a run is not a limit.
+pub const HEADROOM_LOSS: f64 = 0.001;
+/// Seeds of the headroom search, one bisection each: the interval is over them.
+pub const HEADROOM_SEEDS: u64 = 3;
+/// Twin runs per seed of the headroom search, the first at the observed load.
+pub const HEADROOM_PROBES: u32 = 9;
+/// The bisection stops when its bracket is narrower than this share of its top.
+const HEADROOM_RESOLUTION: f64 = 0.02;
 /// The twin's window per run (after its warm-up): long enough for thousands of polls
 /// at the loads that pass [`MIN_PPS`] times ten, short enough for a plan.
 const TWIN_WINDOW_MS: f64 = 200.0;
@@ -51,6 +60,9 @@ const TWIN_WARMUP_MS: f64 = 20.0;
 /// The fit stops when the twin's packet CPU is within this fraction of the measured.
 const FIT_TOLERANCE: f64 = 0.02;
 const FIT_ROUNDS: usize = 6;
+/// Fewest runs of the kernel threads a wake-up delay is estimated from: below it the
+/// mean is a handful of waits, each as long as whatever happened to hold the CPU.
+pub const MIN_WAKE_UP_RUNS: u64 = 20;
 
 /// One NAPI instance's settings as the twin runs them.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -63,6 +75,182 @@ pub struct NapiSettings {
     pub cpu: u32,
     pub defer_hard_irqs: u32,
     pub gro_flush_timeout_ns: u64,
+}
+
+/// How long a woken NAPI kthread waits for its CPU in the twin (the profile's
+/// `latency_ns.irq_delivery`, which the twin applies to threaded polling only).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WakeUp {
+    /// The delay, ns.
+    pub delay_ns: f64,
+    /// Measured on this host (the run delay of its kernel threads), or else the
+    /// veth-lab profile's.
+    pub measured: bool,
+    /// Where it comes from, in words (what was measured, or why nothing was).
+    pub source: String,
+}
+
+/// Run delay pooled over some kernel threads over an observation.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RunDelay {
+    /// The threads that had scheduler statistics, by name.
+    pub threads: Vec<String>,
+    pub run_delay_ns: u64,
+    pub runs: u64,
+    /// The intervals' length, s.
+    pub seconds: f64,
+}
+
+impl RunDelay {
+    /// Mean wait per run, ns: the run delay of all the threads over all their runs.
+    pub fn mean_ns(&self) -> Option<f64> {
+        (self.runs > 0).then(|| self.run_delay_ns as f64 / self.runs as f64)
+    }
+}
+
+/// The scheduler statistics (`/proc/<pid>/schedstat` deltas) of the threads `pick`
+/// selects, pooled over `intervals`: each run's wait counts once, so a thread that ran
+/// more weighs more.
+pub fn run_delay(intervals: &[&Interval], pick: impl Fn(&ThreadInterval) -> bool) -> RunDelay {
+    let mut out = RunDelay::default();
+    for i in intervals {
+        out.seconds += i.duration_s;
+        for t in i.threads.iter().filter(|t| pick(t)) {
+            let Some(d) = t.sched else { continue };
+            out.run_delay_ns += d.run_delay_ns;
+            out.runs += d.runs;
+            if !out.threads.contains(&t.name) {
+                out.threads.push(t.name.clone());
+            }
+        }
+    }
+    out
+}
+
+/// The wake-up delay of the device's NAPI kthreads for the twin, from the host: the
+/// run delay per run of the device's own NAPI kthreads when they ran (threaded
+/// already); else, for kthreads pinned to CPUs (`pinned`), of `ksoftirqd/N` of those
+/// CPUs (a kernel thread of the same CPU, woken from its softirq while something else
+/// holds the CPU, as the NAPI kthread will be); for unpinned ones, of the `ksoftirqd/N`
+/// that waited least (the scheduler wakes an unpinned thread on a CPU that is free, and
+/// `ksoftirqd/N` cannot move: the one of the sender's CPU waits behind the sender).
+/// `None` when neither settings polls in a kthread; the veth-lab profile's `lab_ns`
+/// when the observation has no such runs.
+pub fn wake_up_delay(
+    traced: &[&Interval],
+    dev: &str,
+    current: &[NapiSettings],
+    target: &[NapiSettings],
+    pinned: bool,
+    lab_ns: u64,
+) -> Option<WakeUp> {
+    let mut cpus: Vec<u32> = current
+        .iter()
+        .chain(target)
+        .filter(|s| threaded(s))
+        .map(|s| s.cpu)
+        .collect();
+    cpus.sort_unstable();
+    cpus.dedup();
+    if cpus.is_empty() {
+        return None;
+    }
+    let measured = |r: &RunDelay, what: String| {
+        let mean = r.mean_ns()?;
+        (r.runs >= MIN_WAKE_UP_RUNS).then(|| WakeUp {
+            delay_ns: mean,
+            measured: true,
+            source: format!(
+                "run delay of {} over {:.1} s: {:.1} us per run ({} runs){what}",
+                r.threads.join(", "),
+                r.seconds,
+                mean / 1e3,
+                r.runs
+            ),
+        })
+    };
+    let own = run_delay(
+        traced,
+        |t| matches!(&t.role, ThreadRole::NapiThread { device: Some(d), .. } if d == dev),
+    );
+    if let Some(w) = measured(&own, String::new()) {
+        return Some(w);
+    }
+    if !pinned {
+        // Per CPU, the one whose ksoftirqd waited least, among those that ran enough.
+        let mut all: Vec<u32> = traced
+            .iter()
+            .flat_map(|i| &i.threads)
+            .filter_map(|t| match t.role {
+                ThreadRole::Ksoftirqd { cpu } => Some(cpu),
+                _ => None,
+            })
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        let least = all
+            .iter()
+            .map(|&c| {
+                run_delay(
+                    traced,
+                    |t| matches!(t.role, ThreadRole::Ksoftirqd { cpu } if cpu == c),
+                )
+            })
+            .filter(|r| r.runs >= MIN_WAKE_UP_RUNS)
+            .filter_map(|r| Some((r.mean_ns()?, r)))
+            .min_by(|a, b| a.0.total_cmp(&b.0));
+        if let Some((_, r)) = least {
+            return measured(
+                &r,
+                ", the least wait of any CPU's ksoftirqd: the NAPI kthread is unpinned, and the scheduler wakes it where a CPU is free".into(),
+            );
+        }
+    }
+    let ksoftirqd = run_delay(
+        traced,
+        |t| matches!(t.role, ThreadRole::Ksoftirqd { cpu } if cpus.contains(&cpu)),
+    );
+    let names: Vec<String> = cpus.iter().map(|c| format!("ksoftirqd/{c}")).collect();
+    if let Some(w) = measured(
+        &ksoftirqd,
+        format!(
+            ", the kernel thread of the CPU{} the twin places the NAPI kthread on",
+            if cpus.len() > 1 { "s" } else { "" }
+        ),
+    ) {
+        return Some(w);
+    }
+    let why = if own.threads.is_empty() && ksoftirqd.threads.is_empty() {
+        format!(
+            "the observation has no scheduler statistics of {} (a kernel without /proc/<pid>/schedstat, or a recording made before napilab read it)",
+            names.join(", ")
+        )
+    } else {
+        let seen: Vec<String> = own
+            .threads
+            .iter()
+            .chain(&ksoftirqd.threads)
+            .cloned()
+            .collect();
+        format!(
+            "{} ran {} times over {:.1} s, fewer than the {MIN_WAKE_UP_RUNS} runs an estimate needs",
+            seen.join(", "),
+            ksoftirqd.runs + own.runs,
+            ksoftirqd.seconds
+        )
+    };
+    Some(WakeUp {
+        delay_ns: lab_ns as f64,
+        measured: false,
+        source: format!("the veth-lab profile's delay, fitted on the lab machine's maximum throughput and not this host's: {why}"),
+    })
+}
+
+fn threaded(s: &NapiSettings) -> bool {
+    matches!(
+        s.context,
+        NapiContext::Threaded | NapiContext::ThreadedBusyPoll
+    )
 }
 
 /// A figure over the twin's seeds: mean and its interval.
@@ -120,6 +308,31 @@ pub struct Outcome {
     /// Over all CPUs (`cpu` is u32::MAX): shares and rates summed, packets per poll
     /// over all polls.
     pub total: CpuFigures,
+    /// The highest load the twin carries without losing packets ([`headroom`]);
+    /// `None` in predictions made before it was searched.
+    #[serde(default)]
+    pub headroom_pps: Option<Headroom>,
+}
+
+/// The twin's headroom for one set of settings: the highest offered load (packets/s)
+/// at which it loses at most [`HEADROOM_LOSS`] of the packets, one bisection per seed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Headroom {
+    /// Mean and interval over the seeds.
+    #[serde(flatten)]
+    pub pps: Figure,
+    /// Each seed's answer, in seed order.
+    pub per_seed: Vec<f64>,
+    /// How the searches ended: `converged`; `at_cap` (a seed lost nothing even at the
+    /// cap, so the figure is a lower bound); `below_observed` (a seed lost packets at
+    /// the observed load already: the headroom is under it); `iterations_exhausted`.
+    pub stopped: String,
+    /// The top of the search: what the instances could poll at the fitted per-packet
+    /// stage cost alone, with no fixed cost and no wait.
+    pub cap_pps: f64,
+    pub loss_threshold: f64,
+    /// Twin runs the searches made.
+    pub runs: u32,
 }
 
 /// What the observation measured, per CPU, for the devices.
@@ -164,6 +377,11 @@ pub struct Prediction {
     pub level: f64,
     /// Every assumption the prediction rests on, in words.
     pub assumed: Vec<String>,
+    /// The NAPI kthreads' wake-up delay the twin ran with, and its source; `None` when
+    /// neither settings polls in a kthread (and in predictions made before it was
+    /// estimated).
+    #[serde(default)]
+    pub kthread_wake_up: Option<WakeUp>,
 }
 
 /// Why the twin will not predict, and what to do instead.
@@ -278,15 +496,29 @@ pub fn predict(
         pps,
         frame_bytes,
     };
-    let base = crate::calibrate::LabProfile::load(crate::calibrate::VETH_LAB_NAME)
+    let mut base = crate::calibrate::LabProfile::load(crate::calibrate::VETH_LAB_NAME)
         .map_err(|e| Refusal {
             reason: format!("the shipped veth-lab profile does not load: {e}"),
         })?
         .profile;
+    let wake_up = wake_up_delay(
+        &traced,
+        &dev,
+        &current,
+        &target,
+        params.has("cpus"),
+        base.latency_ns.irq_delivery,
+    );
+    if let Some(w) = &wake_up {
+        base.latency_ns.irq_delivery = w.delay_ns.round() as u64;
+    }
     let (factor, fitted, residual) = fit(&twin, &current, &base, measured_share)?;
     let seeds: Vec<u64> = (1..=SEEDS).collect();
-    let current_out = outcome(&twin, &current, &fitted, &seeds)?;
-    let predicted = outcome(&twin, &target, &fitted, &seeds)?;
+    let mut current_out = outcome(&twin, &current, &fitted, &seeds)?;
+    let mut predicted = outcome(&twin, &target, &fitted, &seeds)?;
+    let headroom_seeds: Vec<u64> = (1..=HEADROOM_SEEDS).collect();
+    current_out.headroom_pps = Some(headroom(&twin, &current, &fitted, &headroom_seeds)?);
+    predicted.headroom_pps = Some(headroom(&twin, &target, &fitted, &headroom_seeds)?);
 
     let assumed = assumptions(&Assumed {
         factor,
@@ -294,7 +526,7 @@ pub fn predict(
         measured: &measured,
         dev: &dev,
         seeds: seeds.len(),
-        wake_up_us: base.latency_ns.irq_delivery as f64 / 1e3,
+        wake_up: wake_up.as_ref(),
         current: &current,
         target: &target,
         placed: params.has("cpus"),
@@ -312,6 +544,7 @@ pub fn predict(
         seeds,
         level: LEVEL,
         assumed,
+        kthread_wake_up: wake_up,
     })
 }
 
@@ -322,7 +555,7 @@ struct Assumed<'a> {
     measured: &'a Measured,
     dev: &'a str,
     seeds: usize,
-    wake_up_us: f64,
+    wake_up: Option<&'a WakeUp>,
     current: &'a [NapiSettings],
     target: &'a [NapiSettings],
     /// The profile was given the kthreads' CPUs.
@@ -339,15 +572,12 @@ fn assumptions(a: &Assumed<'_>) -> Vec<String> {
         "packets the host delivers locally are run through the twin's forwarding path (IP stack and transmit); the fitted factor absorbs the difference in cost".into(),
         format!("intervals: Student's t at {:.0}% over {} twin seeds (the twin's own variation, not the host's)", LEVEL * 100.0, a.seeds),
     ];
-    let threaded = |s: &NapiSettings| {
-        matches!(
-            s.context,
-            NapiContext::Threaded | NapiContext::ThreadedBusyPoll
-        )
-    };
-    if a.current.iter().chain(a.target).any(threaded) {
-        assumed.push(format!("a NAPI kthread wakes {:.0} us after veth schedules it: the veth-lab profile's delay, fitted on the lab machine's maximum throughput and not fitted to this host (the fit is of the per-packet cost only); polls/s and packets per poll of threaded polling depend on it", a.wake_up_us));
+    match a.wake_up {
+        Some(w) if w.measured => assumed.push(format!("a NAPI kthread runs {:.1} us after veth schedules it, every time: the mean wait of a woken kernel thread for its CPU on this host, {}; the real wait varies around it; polls/s, packets per poll and the headroom of threaded polling depend on it", w.delay_ns / 1e3, w.source)),
+        Some(w) => assumed.push(format!("a NAPI kthread runs {:.0} us after veth schedules it: {}; polls/s, packets per poll and the headroom of threaded polling depend on it", w.delay_ns / 1e3, w.source)),
+        None => {}
     }
+    assumed.push(format!("headroom: the highest offered load at which the twin loses at most {:.1}% of the packets, by bisection from the observed load up to what the instances could poll at the fitted per-packet stage cost alone, {HEADROOM_PROBES} twin runs at most per seed over {HEADROOM_SEEDS} seeds, to {:.0}%; it is the packet path's limit: the twin has no sender, whose own system calls share a CPU with veth's softirq polling on a real host", HEADROOM_LOSS * 100.0, HEADROOM_RESOLUTION * 100.0));
     for s in a.target {
         if threaded(s)
             && !a.placed
@@ -650,6 +880,7 @@ fn measured_cpu(
 }
 
 /// The host the twin runs: what is the same for every setting.
+#[derive(Clone)]
 struct TwinHost {
     cpus: u32,
     hz: u32,
@@ -868,11 +1099,141 @@ fn outcome(
     };
     Ok(Outcome {
         total,
+        headroom_pps: None,
         settings: settings.to_vec(),
         packets_per_s: fig(&|r| r.model.totals.forwarded_pps),
         dropped_per_s: fig(&|r| r.model.totals.rx_dropped_pps + r.model.totals.tx_dropped_pps),
         cpu_ns_per_packet: fig(&|r| packet_cpu(r) / host.pps.max(1e-9) * 1e9),
         cpus,
+    })
+}
+
+/// The share of the packets a run lost: those offered in its window that it did not
+/// deliver (as the lab's loss ratio).
+fn loss(r: &crate::SimResult) -> f64 {
+    let sent: u64 = r.model.classes.iter().map(|c| c.offered).sum();
+    let got: u64 = r.model.classes.iter().map(|c| c.forwarded).sum();
+    if sent == 0 {
+        0.0
+    } else {
+        sent.saturating_sub(got) as f64 / sent as f64
+    }
+}
+
+/// How far the top of the headroom search lies above the stage-cost limit.
+const HEADROOM_CAP_MARGIN: f64 = 1.25;
+
+/// The top of the headroom search: a quarter above one packet per fitted per-packet
+/// stage cost on each instance's CPU (no more CPUs than the host has), and above the
+/// observed load. Every packet costs at least its stages on the CPU that polls it, so
+/// no twin carries the top; exactly at the limit a NAPI kthread that never runs out of
+/// packets never sleeps, and would pass however long its wake-up.
+fn headroom_cap(host: &TwinHost, settings: &[NapiSettings], profile: &Profile) -> f64 {
+    let s = &profile.stage_cycles;
+    let ns = (s.poll + s.ip_stack + s.xmit + s.unmapped) / profile.cpu_ghz.max(1e-3);
+    let pollers = (settings.len() as u32).clamp(1, host.cpus.max(1));
+    (f64::from(pollers) * 1e9 / ns.max(1.0)).max(host.pps) * HEADROOM_CAP_MARGIN
+}
+
+/// The headroom of `settings`: per seed, the twin at the observed load, then the
+/// experiment layer's bisection up to [`headroom_cap`] (or, when the observed load
+/// already loses packets, down from it), [`HEADROOM_PROBES`] runs at most.
+fn headroom(
+    host: &TwinHost,
+    settings: &[NapiSettings],
+    profile: &Profile,
+    seeds: &[u64],
+) -> Result<Headroom, Refusal> {
+    use napilab_experiment::bisection::{bisect, Probe};
+    let cap = headroom_cap(host, settings, profile);
+    // The egress ring holds every packet of a run at the cap.
+    let at_cap = TwinHost {
+        pps: cap,
+        ..host.clone()
+    };
+    let base = config(&at_cap, settings);
+    let run_profile = profile_for(profile, settings);
+    let mut per_seed = Vec::with_capacity(seeds.len());
+    let mut stops = Vec::with_capacity(seeds.len());
+    let mut runs = 0u32;
+    for &seed in seeds {
+        let mut failure: Option<String> = None;
+        let mut probe = |pps: f64| {
+            let mut cfg = base.clone();
+            cfg.traffic.rate_pps = pps;
+            runs += 1;
+            match crate::try_run(&cfg, &run_profile, seed) {
+                Ok(r) if loss(&r) <= HEADROOM_LOSS => Probe::Pass,
+                Ok(_) => Probe::Fail,
+                Err(e) => {
+                    failure = Some(e.to_string());
+                    Probe::Interrupted
+                }
+            }
+        };
+        let first = probe(host.pps);
+        let (found, stop) = match first {
+            Probe::Pass => {
+                let o = bisect(
+                    cap,
+                    &[(host.pps, true)],
+                    HEADROOM_PROBES - 1,
+                    HEADROOM_RESOLUTION,
+                    &mut probe,
+                );
+                let stop = if o.stopped == "upper_bound_passed" {
+                    "at_cap"
+                } else {
+                    o.stopped
+                };
+                (o, stop)
+            }
+            Probe::Fail => (
+                bisect(
+                    host.pps,
+                    &[(host.pps, false)],
+                    HEADROOM_PROBES - 1,
+                    HEADROOM_RESOLUTION,
+                    &mut probe,
+                ),
+                "below_observed",
+            ),
+            Probe::Interrupted => (
+                napilab_experiment::bisection::SearchOutcome {
+                    pps: 0.0,
+                    stopped: "interrupted",
+                    probed: Vec::new(),
+                },
+                "interrupted",
+            ),
+        };
+        if let Some(e) = failure {
+            return refuse(format!("the twin of this host is not a valid configuration at a higher load ({e}): report it with the observation (napilab observe --json)"));
+        }
+        per_seed.push(found.pps);
+        stops.push(if found.stopped == "interrupted" {
+            "interrupted"
+        } else {
+            stop
+        });
+    }
+    // The weakest claim any seed makes names the whole figure.
+    let stopped = [
+        "interrupted",
+        "below_observed",
+        "at_cap",
+        "iterations_exhausted",
+    ]
+    .into_iter()
+    .find(|s| stops.contains(s))
+    .unwrap_or("converged");
+    Ok(Headroom {
+        pps: Figure::of(&per_seed),
+        per_seed,
+        stopped: stopped.into(),
+        cap_pps: cap,
+        loss_threshold: HEADROOM_LOSS,
+        runs,
     })
 }
 
@@ -901,7 +1262,21 @@ pub struct Verification {
     pub checks: Vec<Check>,
     /// Largest |error| over the checks that have one.
     pub max_abs_error: Option<f64>,
+    /// Figures the prediction made that this measurement cannot check, and why.
+    #[serde(default)]
+    pub unverified: Vec<Unverified>,
 }
+
+/// A predicted figure a verification does not measure.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Unverified {
+    pub figure: String,
+    pub predicted: Figure,
+    pub why: String,
+}
+
+/// Why `tune verify` does not check the headroom.
+pub const HEADROOM_NOT_VERIFIED: &str = "predicted but not verified: tune verify observes the load the host carries and does not raise it until packets drop; measuring the headroom takes a load search that drives the path to loss (as the lab's maximum-throughput search does on its testbed, docs/lab.md)";
 
 /// Checks `prediction`'s figures for the profile against `measured`, over all CPUs.
 pub fn verify(prediction: &Prediction, measured: Measured) -> Verification {
@@ -946,6 +1321,15 @@ pub fn verify(prediction: &Prediction, measured: Measured) -> Verification {
         .iter()
         .filter_map(|c| c.error.map(f64::abs))
         .fold(None, |a: Option<f64>, e| Some(a.map_or(e, |a| a.max(e))));
+    let unverified = p
+        .headroom_pps
+        .iter()
+        .map(|h| Unverified {
+            figure: "headroom (packets/s)".into(),
+            predicted: h.pps,
+            why: HEADROOM_NOT_VERIFIED.into(),
+        })
+        .collect();
     Verification {
         schema: VERIFY_SCHEMA.into(),
         profile: prediction.profile.clone(),
@@ -953,6 +1337,7 @@ pub fn verify(prediction: &Prediction, measured: Measured) -> Verification {
         measured,
         checks,
         max_abs_error,
+        unverified,
     }
 }
 
@@ -998,6 +1383,184 @@ mod tests {
         assert_eq!((s[0].context, s[0].cpu), (NapiContext::Threaded, 1));
         let s = after("threaded-busy-poll", None).expect("modelled");
         assert_eq!(s[0].context, NapiContext::ThreadedBusyPoll);
+    }
+
+    /// A thread's name, role and (run delay ns, runs) over one second.
+    type Sched<'a> = (&'a str, ThreadRole, Option<(u64, u64)>);
+
+    /// One second of an observation with these threads' scheduler statistics.
+    fn second(threads: &[Sched<'_>]) -> Interval {
+        Interval {
+            duration_s: 1.0,
+            threads: threads
+                .iter()
+                .enumerate()
+                .map(|(k, (name, role, sched))| ThreadInterval {
+                    pid: 10 + k as u32,
+                    name: (*name).into(),
+                    role: role.clone(),
+                    last_cpu: None,
+                    cpu: None,
+                    sched: sched.map(|(run_delay_ns, runs)| napilab_core::SchedDelta {
+                        on_cpu_ns: runs * 2_000,
+                        run_delay_ns,
+                        runs,
+                    }),
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn ksoftirqd(cpu: u32) -> ThreadRole {
+        ThreadRole::Ksoftirqd { cpu }
+    }
+
+    #[test]
+    fn the_wake_up_delay_is_the_run_delay_of_the_polling_cpus_kthread() {
+        let current = softirq_vb();
+        let target = after("threaded", None).expect("threaded");
+        // ksoftirqd/0 (the CPU the kthread goes on) waited 30 us per run over two
+        // seconds, pooled by runs: (1.2 ms + 4.8 ms) / (40 + 160); ksoftirqd/1 is
+        // another CPU's and does not count.
+        let a = second(&[
+            ("ksoftirqd/0", ksoftirqd(0), Some((1_200_000, 40))),
+            ("ksoftirqd/1", ksoftirqd(1), Some((90_000_000, 100))),
+        ]);
+        let b = second(&[("ksoftirqd/0", ksoftirqd(0), Some((4_800_000, 160)))]);
+        let w =
+            wake_up_delay(&[&a, &b], "vb", &current, &target, false, 268_554).expect("threaded");
+        assert!(w.measured, "{w:?}");
+        assert!((w.delay_ns - 30_000.0).abs() < 1e-6, "{w:?}");
+        assert!(
+            w.source
+                .contains("ksoftirqd/0 over 2.0 s: 30.0 us per run (200 runs)"),
+            "{}",
+            w.source
+        );
+        // Unpinned, it is woken where a CPU is free: the least wait of any ksoftirqd.
+        let busy0 = second(&[
+            ("ksoftirqd/0", ksoftirqd(0), Some((90_000_000, 100))),
+            ("ksoftirqd/1", ksoftirqd(1), Some((1_000_000, 100))),
+        ]);
+        let w =
+            wake_up_delay(&[&busy0], "vb", &current, &target, false, 268_554).expect("threaded");
+        assert!(
+            (w.delay_ns - 10_000.0).abs() < 1e-6 && w.source.contains("ksoftirqd/1"),
+            "{w:?}"
+        );
+        // Pinned to CPU 1 by --cpus: CPU 1's.
+        let pinned = after("threaded", Some("1")).expect("pinned");
+        let w = wake_up_delay(&[&a, &b], "vb", &current, &pinned, true, 268_554).expect("threaded");
+        assert!((w.delay_ns - 900_000.0).abs() < 1e-6, "{w:?}");
+        // The device's own NAPI kthread, when it already polls, is its own measure.
+        let own = ThreadRole::NapiThread {
+            device: Some("vb".into()),
+            napi_id: Some(8193),
+        };
+        let c = second(&[
+            ("napi/vb-8193", own, Some((500_000, 100))),
+            ("ksoftirqd/0", ksoftirqd(0), Some((9_000_000, 100))),
+        ]);
+        let w = wake_up_delay(&[&c], "vb", &target, &target, false, 268_554).expect("threaded");
+        assert!(
+            (w.delay_ns - 5_000.0).abs() < 1e-6 && w.source.contains("napi/vb-8193"),
+            "{w:?}"
+        );
+    }
+
+    #[test]
+    fn without_enough_kthread_runs_the_lab_delay_is_kept_and_said() {
+        let current = softirq_vb();
+        let target = after("threaded", None).expect("threaded");
+        let few = second(&[("ksoftirqd/0", ksoftirqd(0), Some((100_000, 3)))]);
+        let w = wake_up_delay(&[&few], "vb", &current, &target, false, 268_554).expect("threaded");
+        assert!(!w.measured && w.delay_ns == 268_554.0, "{w:?}");
+        assert!(
+            w.source.contains("ran 3 times") && w.source.contains("veth-lab"),
+            "{}",
+            w.source
+        );
+        let none = second(&[("ksoftirqd/0", ksoftirqd(0), None)]);
+        let w = wake_up_delay(&[&none], "vb", &current, &target, false, 268_554).expect("threaded");
+        assert!(
+            !w.measured && w.source.contains("no scheduler statistics of ksoftirqd/0"),
+            "{}",
+            w.source
+        );
+        // Nothing threaded on either side: no delay to estimate.
+        let deferral = after("deferral", None).expect("deferral");
+        assert_eq!(
+            wake_up_delay(&[&few], "vb", &current, &deferral, false, 268_554),
+            None
+        );
+    }
+
+    /// A 2-CPU twin host under 100,000 packets/s of 64-byte frames.
+    fn twin_host() -> TwinHost {
+        TwinHost {
+            cpus: 2,
+            hz: 250,
+            kernel: "6.18".into(),
+            netdev_budget: 300,
+            netdev_budget_usecs: Some(2_000),
+            pps: 100_000.0,
+            frame_bytes: 64.0,
+        }
+    }
+
+    fn veth_lab() -> Profile {
+        crate::calibrate::LabProfile::load(crate::calibrate::VETH_LAB_NAME)
+            .expect("the shipped veth-lab profile")
+            .profile
+    }
+
+    #[test]
+    fn a_longer_kthread_wake_up_lowers_the_threaded_headroom() {
+        let host = twin_host();
+        let threaded = after("threaded", None).expect("threaded");
+        let with = |ns: u64| {
+            let mut p = veth_lab();
+            p.latency_ns.irq_delivery = ns;
+            headroom(&host, &threaded, &p, &[1]).expect("searched")
+        };
+        let (quick, slow) = (with(10_000), with(1_000_000));
+        println!(
+            "threaded headroom: {:.0} pps with a 10 us wake-up, {:.0} with 1 ms",
+            quick.pps.mean, slow.pps.mean
+        );
+        assert!(
+            slow.pps.mean < quick.pps.mean,
+            "a 1 ms wake-up {slow:?} vs 10 us {quick:?}"
+        );
+        // veth's ring holds 256 packets while the kthread waits: after a 1 ms wait the
+        // ring has overflowed from 256 packets per ms on, whatever the CPU.
+        assert!(
+            slow.pps.mean <= 256.0 / 1e-3,
+            "the ring bounds a slow kthread: {slow:?}"
+        );
+        assert!(slow.runs <= HEADROOM_PROBES && quick.runs <= HEADROOM_PROBES);
+    }
+
+    #[test]
+    fn the_headroom_search_is_bounded_by_the_stage_cost() {
+        let host = twin_host();
+        let p = veth_lab();
+        let h = headroom(&host, &softirq_vb(), &p, &[1, 2]).expect("searched");
+        let s = &p.stage_cycles;
+        let limit = 1e9 / ((s.poll + s.ip_stack + s.xmit + s.unmapped) / p.cpu_ghz);
+        assert!(
+            (h.cap_pps - limit * HEADROOM_CAP_MARGIN).abs() < 1.0,
+            "{h:?}"
+        );
+        assert_eq!(h.stopped, "converged", "{h:?}");
+        assert!(
+            h.per_seed.iter().all(|&x| x >= host.pps && x <= limit),
+            "the observed load passes and nothing passes above the stage-cost limit: {h:?}"
+        );
+        assert_eq!(h.per_seed.len(), 2);
+        assert!(h.runs <= 2 * HEADROOM_PROBES, "{h:?}");
+        assert!(h.pps.low <= h.pps.mean && h.pps.mean <= h.pps.high, "{h:?}");
     }
 
     #[test]

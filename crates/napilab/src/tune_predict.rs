@@ -144,6 +144,18 @@ fn fig(f: &Figure, scale: f64, digits: usize) -> String {
     }
 }
 
+/// A headroom figure with what bounds it: `>=` when the search passed at its cap,
+/// `<` observed when the observed load already lost packets in the twin.
+fn headroom(h: &predict::Headroom) -> String {
+    let f = fig(&h.pps, 1.0, 0);
+    match h.stopped.as_str() {
+        "at_cap" => format!(">= {f} (the search's cap)"),
+        "below_observed" => format!("{f} (below the observed load)"),
+        "converged" => f,
+        other => format!("{f} ({other})"),
+    }
+}
+
 /// The prediction as text: the measured load, then per CPU current -> predicted.
 pub fn render(p: &Prediction) -> String {
     let m = &p.measured;
@@ -180,6 +192,16 @@ pub fn render(p: &Prediction) -> String {
         fig(&p.current.cpu_ns_per_packet, 1.0, 0),
         fig(&p.predicted.cpu_ns_per_packet, 1.0, 0),
     ));
+    if let (Some(a), Some(b)) = (&p.current.headroom_pps, &p.predicted.headroom_pps) {
+        out.push_str(&row(
+            &format!(
+                "headroom (packets/s, loss <= {:.1}%)",
+                b.loss_threshold * 100.0
+            ),
+            headroom(a),
+            headroom(b),
+        ));
+    }
     for (c, n) in p.current.cpus.iter().zip(&p.predicted.cpus) {
         let per: [(&str, Pick, f64, usize); 6] = [
             ("softirq %", |x| &x.softirq, 100.0, 1),
@@ -225,6 +247,20 @@ pub fn render(p: &Prediction) -> String {
             c.polls_per_s,
             c.packets_per_poll
         ));
+    }
+    if let Some(w) = &p.kthread_wake_up {
+        out.push_str(&format!(
+            "NAPI kthread wake-up delay: {:.1} us ({})\n",
+            w.delay_ns / 1e3,
+            if w.measured {
+                "measured on this host"
+            } else {
+                "not measured here"
+            }
+        ));
+    }
+    if p.predicted.headroom_pps.is_some() {
+        out.push_str(&format!("headroom: {}\n", predict::HEADROOM_NOT_VERIFIED));
     }
     out.push_str("assumed:\n");
     for a in &p.assumed {
@@ -290,6 +326,16 @@ pub fn verify(journal: &std::path::Path, duration: Duration, json: bool) -> Resu
     }
     if let Some(e) = v.max_abs_error {
         out.push_str(&format!("max |error| {:.0}%\n", e * 100.0));
+    }
+    for u in &v.unverified {
+        out.push_str(&format!(
+            "  {:<32} {:>30} {:>12} {:>8}  {}\n",
+            u.figure,
+            fig(&u.predicted, 1.0, 0),
+            "-",
+            "-",
+            u.why
+        ));
     }
     print!("{out}");
     Ok(())

@@ -133,10 +133,47 @@ fn threaded_prediction_moves_the_poll_into_a_kthread() {
         assumed.iter().any(|a| a.contains("scaled by")),
         "the fit is stated: {assumed:#?}"
     );
+    // The kthread's wake-up delay: measured on this host (a kernel thread's run delay)
+    // or the lab's, and which one is said.
+    let wake = &p["kthread_wake_up"];
+    let source = wake["source"]
+        .as_str()
+        .expect("a wake-up delay for threaded");
+    assert!(wake["delay_ns"].as_f64().expect("delay") >= 0.0, "{wake}");
+    if wake["measured"] == true {
+        assert!(source.starts_with("run delay of "), "{source}");
+    } else {
+        assert!(source.contains("veth-lab"), "{source}");
+    }
+    assert!(
+        assumed.iter().any(|a| a.contains("NAPI kthread runs")),
+        "the delay is an assumption: {assumed:#?}"
+    );
+    // Headroom, current and predicted: an interval around the mean, under the search's
+    // cap, and not under the observed load unless the search says so.
+    for side in ["current", "predicted"] {
+        let h = &p[side]["headroom_pps"];
+        let (lo, mean, hi, cap) = (
+            h["low"].as_f64().expect("low"),
+            h["mean"].as_f64().expect("mean"),
+            h["high"].as_f64().expect("high"),
+            h["cap_pps"].as_f64().expect("cap"),
+        );
+        assert!(lo <= mean && mean <= hi && mean <= cap, "{side}: {h}");
+        assert!(
+            mean >= measured_pps || h["stopped"] == "below_observed",
+            "{side}: headroom under the observed load without saying so: {h}"
+        );
+    }
     println!(
-        "{name}: measured {measured_pps:.0} pps, {measured_ns:.0} ns/packet; twin current {twin_ns:.0} ns/packet, predicted {:.0} ns/packet; fit factor {}",
+        "{name}: measured {measured_pps:.0} pps, {measured_ns:.0} ns/packet; twin current {twin_ns:.0} ns/packet, predicted {:.0} ns/packet; fit factor {}; wake-up {:.1} us ({source}); headroom {} -> {} pps ({} -> {})",
         p["predicted"]["cpu_ns_per_packet"]["mean"].as_f64().unwrap_or(0.0),
-        p["fit_factor"]
+        p["fit_factor"],
+        wake["delay_ns"].as_f64().unwrap_or(0.0) / 1e3,
+        p["current"]["headroom_pps"]["mean"],
+        p["predicted"]["headroom_pps"]["mean"],
+        p["current"]["headroom_pps"]["stopped"],
+        p["predicted"]["headroom_pps"]["stopped"],
     );
 }
 
@@ -232,6 +269,17 @@ fn apply_keeps_the_prediction_and_verify_measures_it() {
     for c in checks {
         assert!(c["error"].is_number() || c["measured"] == 0.0, "{c}");
     }
+    // Headroom is predicted, and said not to be measured by verify.
+    let unverified = v["unverified"].as_array().expect("unverified");
+    assert!(
+        unverified.iter().any(|u| u["figure"]
+            .as_str()
+            .is_some_and(|f| f.starts_with("headroom"))
+            && u["why"]
+                .as_str()
+                .is_some_and(|w| w.contains("not verified"))),
+        "{v:#}"
+    );
     println!(
         "{name}: {}",
         checks

@@ -29,8 +29,8 @@ pub use softirqs::{parse_softirqs, read_softirqs, Softirqs};
 pub use softnet::{parse_softnet, read_softnet, SoftnetRow};
 pub use stat::{parse_stat, read_stat, CpuTimes, ProcStat};
 pub use task::{
-    list_packet_threads, parse_status_cpus_allowed, parse_task_stat, policy_name,
-    read_task_cpus_allowed, read_task_stat, KernelThread, PacketThreadScan, TaskStat,
+    list_packet_threads, parse_schedstat, parse_status_cpus_allowed, parse_task_stat, policy_name,
+    read_task_cpus_allowed, read_task_stat, KernelThread, PacketThreadScan, Schedstat, TaskStat,
 };
 
 /// Reads `root.join(rel)` (`rel` like `"proc/interrupts"`) as text.

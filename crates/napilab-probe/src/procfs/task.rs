@@ -133,6 +133,33 @@ pub fn read_task_stat(root: &Path, pid: u32) -> Result<TaskStat, ProcError> {
     parse_task_stat(&read_text(root, &format!("proc/{pid}/stat"))?)
 }
 
+/// The three numbers of `/proc/<pid>/schedstat` (fs/proc/base.c, `proc_pid_schedstat`):
+/// time on a CPU, time waiting on a run queue (both ns) and the number of times the task
+/// was given a CPU. A kernel that keeps no scheduler statistics prints `0 0 0`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Schedstat {
+    pub on_cpu_ns: u64,
+    pub run_delay_ns: u64,
+    pub runs: u64,
+}
+
+/// Parses `/proc/<pid>/schedstat` (`pid` only names the file in errors).
+pub fn parse_schedstat(text: &str, pid: u32) -> Result<Schedstat, ProcError> {
+    let file = || format!("/proc/{pid}/schedstat");
+    let mut fields = text.split_whitespace();
+    let mut next = |what: &str| -> Result<u64, ProcError> {
+        let tok = fields
+            .next()
+            .ok_or_else(|| ProcError::ended(&file(), 1, what))?;
+        parse_dec(tok).ok_or_else(|| ProcError::unexpected(&file(), 1, what, tok))
+    };
+    Ok(Schedstat {
+        on_cpu_ns: next("the time on a CPU in ns")?,
+        run_delay_ns: next("the run delay in ns")?,
+        runs: next("the number of runs")?,
+    })
+}
+
 /// Name of a scheduling policy number (`SCHED_*` in include/uapi/linux/sched.h).
 pub fn policy_name(policy: u32) -> &'static str {
     match policy {
@@ -454,6 +481,29 @@ mod tests {
         assert_eq!(
             msg("14 (x) S 2 0 0 0 -1 0 0 0 0 0 1 2 0 0 20 -0x").as_deref(),
             Some("/proc/14/stat line 1: expected a nice value, found '-0x'")
+        );
+    }
+
+    #[test]
+    fn schedstat() {
+        assert_eq!(
+            parse_schedstat("26565697393 141081313013 522723\n", 22).expect("parses"),
+            Schedstat {
+                on_cpu_ns: 26_565_697_393,
+                run_delay_ns: 141_081_313_013,
+                runs: 522_723
+            }
+        );
+        let msg = |s: &str| parse_schedstat(s, 22).err().map(|e| e.to_string());
+        assert_eq!(
+            msg("1 2").as_deref(),
+            Some(
+                "/proc/22/schedstat line 1: expected the number of runs, found the end of the line"
+            )
+        );
+        assert_eq!(
+            msg("1 -2 3").as_deref(),
+            Some("/proc/22/schedstat line 1: expected the run delay in ns, found '-2'")
         );
     }
 
