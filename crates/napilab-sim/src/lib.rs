@@ -32,6 +32,7 @@ pub mod traffic;
 pub mod twin_plan;
 pub mod twin_testbed;
 pub mod twin_vs_lab;
+pub mod wake_up;
 pub mod wireguard;
 
 pub use calibrate::LabProfile;

@@ -22,7 +22,7 @@
 use serde::{Deserialize, Serialize};
 
 use napilab_core::observation::ThreadRole;
-use napilab_core::{Interval, Observation, Poller, ThreadInterval};
+use napilab_core::{Observation, Poller};
 use napilab_tune::model::{Kind, Value};
 use napilab_tune::profile::{parse_setting, value_for, Params, Profile as TuneProfile};
 
@@ -31,6 +31,7 @@ use crate::config::{
     TrafficConfig, THREADED_BUSY_POLL_KERNEL,
 };
 use crate::twin_plan::{lab_host, veth_ingress, VETH_RING, VETH_WEIGHT};
+pub use crate::wake_up::{run_delay, wake_up_delay, RunDelay, WakeUp, MIN_WAKE_UP_RUNS};
 use crate::{Profile, SimConfig};
 
 pub const PREDICTION_SCHEMA: &str = "napilab.tune-prediction/1";
@@ -60,10 +61,6 @@ const TWIN_WARMUP_MS: f64 = 20.0;
 /// The fit stops when the twin's packet CPU is within this fraction of the measured.
 const FIT_TOLERANCE: f64 = 0.02;
 const FIT_ROUNDS: usize = 6;
-/// Fewest runs of the kernel threads a wake-up delay is estimated from: below it the
-/// mean is a handful of waits, each as long as whatever happened to hold the CPU.
-pub const MIN_WAKE_UP_RUNS: u64 = 20;
-
 /// One NAPI instance's settings as the twin runs them.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NapiSettings {
@@ -77,73 +74,9 @@ pub struct NapiSettings {
     pub gro_flush_timeout_ns: u64,
 }
 
-/// How long a woken NAPI kthread waits for its CPU in the twin (the profile's
-/// `latency_ns.irq_delivery`, which the twin applies to threaded polling only).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct WakeUp {
-    /// The delay, ns.
-    pub delay_ns: f64,
-    /// Measured on this host (the run delay of its kernel threads), or else the
-    /// veth-lab profile's.
-    pub measured: bool,
-    /// Where it comes from, in words (what was measured, or why nothing was).
-    pub source: String,
-}
-
-/// Run delay pooled over some kernel threads over an observation.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct RunDelay {
-    /// The threads that had scheduler statistics, by name.
-    pub threads: Vec<String>,
-    pub run_delay_ns: u64,
-    pub runs: u64,
-    /// The intervals' length, s.
-    pub seconds: f64,
-}
-
-impl RunDelay {
-    /// Mean wait per run, ns: the run delay of all the threads over all their runs.
-    pub fn mean_ns(&self) -> Option<f64> {
-        (self.runs > 0).then(|| self.run_delay_ns as f64 / self.runs as f64)
-    }
-}
-
-/// The scheduler statistics (`/proc/<pid>/schedstat` deltas) of the threads `pick`
-/// selects, pooled over `intervals`: each run's wait counts once, so a thread that ran
-/// more weighs more.
-pub fn run_delay(intervals: &[&Interval], pick: impl Fn(&ThreadInterval) -> bool) -> RunDelay {
-    let mut out = RunDelay::default();
-    for i in intervals {
-        out.seconds += i.duration_s;
-        for t in i.threads.iter().filter(|t| pick(t)) {
-            let Some(d) = t.sched else { continue };
-            out.run_delay_ns += d.run_delay_ns;
-            out.runs += d.runs;
-            if !out.threads.contains(&t.name) {
-                out.threads.push(t.name.clone());
-            }
-        }
-    }
-    out
-}
-
-/// The wake-up delay of the device's NAPI kthreads for the twin, from the host: the
-/// run delay per run of the device's own NAPI kthreads when they ran (threaded
-/// already); else, for kthreads pinned to CPUs (`pinned`), of `ksoftirqd/N` of those
-/// CPUs (a kernel thread of the same CPU, woken from its softirq while something else
-/// holds the CPU, as the NAPI kthread will be); for unpinned ones, of the `ksoftirqd/N`
-/// that waited least (the scheduler wakes an unpinned thread on a CPU that is free, and
-/// `ksoftirqd/N` cannot move: the one of the sender's CPU waits behind the sender).
-/// `None` when neither settings polls in a kthread; the veth-lab profile's `lab_ns`
-/// when the observation has no such runs.
-pub fn wake_up_delay(
-    traced: &[&Interval],
-    dev: &str,
-    current: &[NapiSettings],
-    target: &[NapiSettings],
-    pinned: bool,
-    lab_ns: u64,
-) -> Option<WakeUp> {
+/// The CPUs the NAPI kthreads of `current` or `target` settings would poll on (none
+/// when neither polls in a kthread), for [`wake_up_delay`].
+fn kthread_cpus(current: &[NapiSettings], target: &[NapiSettings]) -> Vec<u32> {
     let mut cpus: Vec<u32> = current
         .iter()
         .chain(target)
@@ -152,98 +85,7 @@ pub fn wake_up_delay(
         .collect();
     cpus.sort_unstable();
     cpus.dedup();
-    if cpus.is_empty() {
-        return None;
-    }
-    let measured = |r: &RunDelay, what: String| {
-        let mean = r.mean_ns()?;
-        (r.runs >= MIN_WAKE_UP_RUNS).then(|| WakeUp {
-            delay_ns: mean,
-            measured: true,
-            source: format!(
-                "run delay of {} over {:.1} s: {:.1} us per run ({} runs){what}",
-                r.threads.join(", "),
-                r.seconds,
-                mean / 1e3,
-                r.runs
-            ),
-        })
-    };
-    let own = run_delay(
-        traced,
-        |t| matches!(&t.role, ThreadRole::NapiThread { device: Some(d), .. } if d == dev),
-    );
-    if let Some(w) = measured(&own, String::new()) {
-        return Some(w);
-    }
-    if !pinned {
-        // Per CPU, the one whose ksoftirqd waited least, among those that ran enough.
-        let mut all: Vec<u32> = traced
-            .iter()
-            .flat_map(|i| &i.threads)
-            .filter_map(|t| match t.role {
-                ThreadRole::Ksoftirqd { cpu } => Some(cpu),
-                _ => None,
-            })
-            .collect();
-        all.sort_unstable();
-        all.dedup();
-        let least = all
-            .iter()
-            .map(|&c| {
-                run_delay(
-                    traced,
-                    |t| matches!(t.role, ThreadRole::Ksoftirqd { cpu } if cpu == c),
-                )
-            })
-            .filter(|r| r.runs >= MIN_WAKE_UP_RUNS)
-            .filter_map(|r| Some((r.mean_ns()?, r)))
-            .min_by(|a, b| a.0.total_cmp(&b.0));
-        if let Some((_, r)) = least {
-            return measured(
-                &r,
-                ", the least wait of any CPU's ksoftirqd: the NAPI kthread is unpinned, and the scheduler wakes it where a CPU is free".into(),
-            );
-        }
-    }
-    let ksoftirqd = run_delay(
-        traced,
-        |t| matches!(t.role, ThreadRole::Ksoftirqd { cpu } if cpus.contains(&cpu)),
-    );
-    let names: Vec<String> = cpus.iter().map(|c| format!("ksoftirqd/{c}")).collect();
-    if let Some(w) = measured(
-        &ksoftirqd,
-        format!(
-            ", the kernel thread of the CPU{} the twin places the NAPI kthread on",
-            if cpus.len() > 1 { "s" } else { "" }
-        ),
-    ) {
-        return Some(w);
-    }
-    let why = if own.threads.is_empty() && ksoftirqd.threads.is_empty() {
-        format!(
-            "the observation has no scheduler statistics of {} (a kernel without /proc/<pid>/schedstat, or a recording made before napilab read it)",
-            names.join(", ")
-        )
-    } else {
-        let seen: Vec<String> = own
-            .threads
-            .iter()
-            .chain(&ksoftirqd.threads)
-            .cloned()
-            .collect();
-        format!(
-            "{} ran {} times over {:.1} s, fewer than the {MIN_WAKE_UP_RUNS} runs an estimate needs",
-            seen.join(", "),
-            ksoftirqd.runs + own.runs,
-            ksoftirqd.seconds
-        )
-    };
-    Some(WakeUp {
-        delay_ns: lab_ns as f64,
-        measured: false,
-        source: format!("the veth-lab profile's delay, fitted on the lab machine's maximum throughput and not this host's: {why}"),
-    })
+    cpus
 }
 
 fn threaded(s: &NapiSettings) -> bool {
@@ -504,8 +346,7 @@ pub fn predict(
     let wake_up = wake_up_delay(
         &traced,
         &dev,
-        &current,
-        &target,
+        &kthread_cpus(&current, &target),
         params.has("cpus"),
         base.latency_ns.irq_delivery,
     );
@@ -1353,6 +1194,7 @@ fn sum(a: Figure, b: Figure) -> Figure {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use napilab_core::{Interval, ThreadInterval};
 
     fn softirq_vb() -> Vec<NapiSettings> {
         vec![NapiSettings {
@@ -1428,8 +1270,14 @@ mod tests {
             ("ksoftirqd/1", ksoftirqd(1), Some((90_000_000, 100))),
         ]);
         let b = second(&[("ksoftirqd/0", ksoftirqd(0), Some((4_800_000, 160)))]);
-        let w =
-            wake_up_delay(&[&a, &b], "vb", &current, &target, false, 268_554).expect("threaded");
+        let w = wake_up_delay(
+            &[&a, &b],
+            "vb",
+            &kthread_cpus(&current, &target),
+            false,
+            268_554,
+        )
+        .expect("threaded");
         assert!(w.measured, "{w:?}");
         assert!((w.delay_ns - 30_000.0).abs() < 1e-6, "{w:?}");
         assert!(
@@ -1443,15 +1291,28 @@ mod tests {
             ("ksoftirqd/0", ksoftirqd(0), Some((90_000_000, 100))),
             ("ksoftirqd/1", ksoftirqd(1), Some((1_000_000, 100))),
         ]);
-        let w =
-            wake_up_delay(&[&busy0], "vb", &current, &target, false, 268_554).expect("threaded");
+        let w = wake_up_delay(
+            &[&busy0],
+            "vb",
+            &kthread_cpus(&current, &target),
+            false,
+            268_554,
+        )
+        .expect("threaded");
         assert!(
             (w.delay_ns - 10_000.0).abs() < 1e-6 && w.source.contains("ksoftirqd/1"),
             "{w:?}"
         );
         // Pinned to CPU 1 by --cpus: CPU 1's.
         let pinned = after("threaded", Some("1")).expect("pinned");
-        let w = wake_up_delay(&[&a, &b], "vb", &current, &pinned, true, 268_554).expect("threaded");
+        let w = wake_up_delay(
+            &[&a, &b],
+            "vb",
+            &kthread_cpus(&current, &pinned),
+            true,
+            268_554,
+        )
+        .expect("threaded");
         assert!((w.delay_ns - 900_000.0).abs() < 1e-6, "{w:?}");
         // The device's own NAPI kthread, when it already polls, is its own measure.
         let own = ThreadRole::NapiThread {
@@ -1462,7 +1323,8 @@ mod tests {
             ("napi/vb-8193", own, Some((500_000, 100))),
             ("ksoftirqd/0", ksoftirqd(0), Some((9_000_000, 100))),
         ]);
-        let w = wake_up_delay(&[&c], "vb", &target, &target, false, 268_554).expect("threaded");
+        let w = wake_up_delay(&[&c], "vb", &kthread_cpus(&target, &target), false, 268_554)
+            .expect("threaded");
         assert!(
             (w.delay_ns - 5_000.0).abs() < 1e-6 && w.source.contains("napi/vb-8193"),
             "{w:?}"
@@ -1474,7 +1336,14 @@ mod tests {
         let current = softirq_vb();
         let target = after("threaded", None).expect("threaded");
         let few = second(&[("ksoftirqd/0", ksoftirqd(0), Some((100_000, 3)))]);
-        let w = wake_up_delay(&[&few], "vb", &current, &target, false, 268_554).expect("threaded");
+        let w = wake_up_delay(
+            &[&few],
+            "vb",
+            &kthread_cpus(&current, &target),
+            false,
+            268_554,
+        )
+        .expect("threaded");
         assert!(!w.measured && w.delay_ns == 268_554.0, "{w:?}");
         assert!(
             w.source.contains("ran 3 times") && w.source.contains("veth-lab"),
@@ -1482,7 +1351,14 @@ mod tests {
             w.source
         );
         let none = second(&[("ksoftirqd/0", ksoftirqd(0), None)]);
-        let w = wake_up_delay(&[&none], "vb", &current, &target, false, 268_554).expect("threaded");
+        let w = wake_up_delay(
+            &[&none],
+            "vb",
+            &kthread_cpus(&current, &target),
+            false,
+            268_554,
+        )
+        .expect("threaded");
         assert!(
             !w.measured && w.source.contains("no scheduler statistics of ksoftirqd/0"),
             "{}",
@@ -1491,7 +1367,13 @@ mod tests {
         // Nothing threaded on either side: no delay to estimate.
         let deferral = after("deferral", None).expect("deferral");
         assert_eq!(
-            wake_up_delay(&[&few], "vb", &current, &deferral, false, 268_554),
+            wake_up_delay(
+                &[&few],
+                "vb",
+                &kthread_cpus(&current, &deferral),
+                false,
+                268_554
+            ),
             None
         );
     }

@@ -572,16 +572,7 @@ impl<'a> Sim<'a> {
                     .and_then(|a| cfg.apps.iter().position(|x| &x.name == a))
             })
             .collect();
-        let closed: Vec<Option<(crate::config::ClosedLoop, Rng)>> = cfg
-            .traffic
-            .classes
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                c.closed_loop
-                    .map(|cl| (cl, Rng::new(seed, 2_000_000 + i as u64)))
-            })
-            .collect();
+        let closed = closed_loops(cfg, seed);
         let nq = cfg.ingress.queues.len();
         let rps_rng = (0..nq)
             .map(|q| Rng::new(seed, 1_000_000 + q as u64))
@@ -683,6 +674,20 @@ impl<'a> Sim<'a> {
             coalesce_idle_passes: true,
         }
     }
+}
+
+/// Per class, its closed loop of clients (if it has one) with the random stream of its
+/// think times.
+fn closed_loops(cfg: &SimConfig, seed: u64) -> Vec<Option<(crate::config::ClosedLoop, Rng)>> {
+    cfg.traffic
+        .classes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            c.closed_loop
+                .map(|cl| (cl, Rng::new(seed, 2_000_000 + i as u64)))
+        })
+        .collect()
 }
 
 /// The share of the offered rate the open-loop classes (those without a closed loop of
