@@ -85,6 +85,10 @@ const ONE_TESTBED_OR_OPTIONAL: &[(&str, &str)] = &[
         "a thread's device: only NAPI kthreads have one (the lab's other threads do not)",
     ),
     (".role.napi_id", "likewise: only NAPI kthreads have a NAPI id"),
+    (
+        ".threads[].sched",
+        "a thread's scheduler statistics: the lab reads them from /proc/<pid>/schedstat where the kernel keeps them; the twin models no per-thread run delay",
+    ),
 ];
 
 /// (role, requested load, repeat) of every point, in order.
