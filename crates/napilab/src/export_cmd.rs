@@ -24,6 +24,7 @@ use serde::Deserialize;
 use crate::export_http::{self, Asked, HttpCounters, HttpLimits};
 use crate::export_metrics::{self, Dropped, Limits, PacketPath, SelfCost};
 use crate::exposition;
+use crate::heap_trim::HeapTrimmer;
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9977";
 
@@ -238,6 +239,7 @@ pub fn run(options: &Options) -> Result<()> {
             .spawn(move || -> Result<()> {
                 let start = Instant::now();
                 let mut step: u32 = 1;
+                let mut heap = HeapTrimmer::new();
                 loop {
                     if wait_until(start + interval * step, &stop_rx) {
                         break;
@@ -256,6 +258,7 @@ pub fn run(options: &Options) -> Result<()> {
                         }
                         Err(e) => eprintln!("napilab export: sample failed: {e:#}"),
                     }
+                    heap.maybe_trim();
                 }
                 // Dropping the exporter detaches and unloads the BPF programs.
                 drop(exporter);

@@ -5,6 +5,7 @@ mod export_cmd;
 mod export_http;
 mod export_metrics;
 mod exposition;
+mod heap_trim;
 mod host_cmd;
 mod kv_cmd;
 mod lab_cmd;
