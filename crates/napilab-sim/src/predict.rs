@@ -1254,6 +1254,11 @@ mod tests {
         }
     }
 
+    /// The wake-up delay of vb's kthread, with the lab profile's 268,554 ns as the fallback.
+    fn vb_wake_up(traced: &[&Interval], cpus: &[u32], pinned: bool) -> Option<WakeUp> {
+        wake_up_delay(traced, "vb", cpus, pinned, 268_554)
+    }
+
     fn ksoftirqd(cpu: u32) -> ThreadRole {
         ThreadRole::Ksoftirqd { cpu }
     }
@@ -1270,14 +1275,7 @@ mod tests {
             ("ksoftirqd/1", ksoftirqd(1), Some((90_000_000, 100))),
         ]);
         let b = second(&[("ksoftirqd/0", ksoftirqd(0), Some((4_800_000, 160)))]);
-        let w = wake_up_delay(
-            &[&a, &b],
-            "vb",
-            &kthread_cpus(&current, &target),
-            false,
-            268_554,
-        )
-        .expect("threaded");
+        let w = vb_wake_up(&[&a, &b], &kthread_cpus(&current, &target), false).expect("threaded");
         assert!(w.measured, "{w:?}");
         assert!((w.delay_ns - 30_000.0).abs() < 1e-6, "{w:?}");
         assert!(
@@ -1291,28 +1289,14 @@ mod tests {
             ("ksoftirqd/0", ksoftirqd(0), Some((90_000_000, 100))),
             ("ksoftirqd/1", ksoftirqd(1), Some((1_000_000, 100))),
         ]);
-        let w = wake_up_delay(
-            &[&busy0],
-            "vb",
-            &kthread_cpus(&current, &target),
-            false,
-            268_554,
-        )
-        .expect("threaded");
+        let w = vb_wake_up(&[&busy0], &kthread_cpus(&current, &target), false).expect("threaded");
         assert!(
             (w.delay_ns - 10_000.0).abs() < 1e-6 && w.source.contains("ksoftirqd/1"),
             "{w:?}"
         );
         // Pinned to CPU 1 by --cpus: CPU 1's.
         let pinned = after("threaded", Some("1")).expect("pinned");
-        let w = wake_up_delay(
-            &[&a, &b],
-            "vb",
-            &kthread_cpus(&current, &pinned),
-            true,
-            268_554,
-        )
-        .expect("threaded");
+        let w = vb_wake_up(&[&a, &b], &kthread_cpus(&current, &pinned), true).expect("threaded");
         assert!((w.delay_ns - 900_000.0).abs() < 1e-6, "{w:?}");
         // The device's own NAPI kthread, when it already polls, is its own measure.
         let own = ThreadRole::NapiThread {
@@ -1323,8 +1307,7 @@ mod tests {
             ("napi/vb-8193", own, Some((500_000, 100))),
             ("ksoftirqd/0", ksoftirqd(0), Some((9_000_000, 100))),
         ]);
-        let w = wake_up_delay(&[&c], "vb", &kthread_cpus(&target, &target), false, 268_554)
-            .expect("threaded");
+        let w = vb_wake_up(&[&c], &kthread_cpus(&target, &target), false).expect("threaded");
         assert!(
             (w.delay_ns - 5_000.0).abs() < 1e-6 && w.source.contains("napi/vb-8193"),
             "{w:?}"
@@ -1336,14 +1319,7 @@ mod tests {
         let current = softirq_vb();
         let target = after("threaded", None).expect("threaded");
         let few = second(&[("ksoftirqd/0", ksoftirqd(0), Some((100_000, 3)))]);
-        let w = wake_up_delay(
-            &[&few],
-            "vb",
-            &kthread_cpus(&current, &target),
-            false,
-            268_554,
-        )
-        .expect("threaded");
+        let w = vb_wake_up(&[&few], &kthread_cpus(&current, &target), false).expect("threaded");
         assert!(!w.measured && w.delay_ns == 268_554.0, "{w:?}");
         assert!(
             w.source.contains("ran 3 times") && w.source.contains("veth-lab"),
@@ -1351,14 +1327,7 @@ mod tests {
             w.source
         );
         let none = second(&[("ksoftirqd/0", ksoftirqd(0), None)]);
-        let w = wake_up_delay(
-            &[&none],
-            "vb",
-            &kthread_cpus(&current, &target),
-            false,
-            268_554,
-        )
-        .expect("threaded");
+        let w = vb_wake_up(&[&none], &kthread_cpus(&current, &target), false).expect("threaded");
         assert!(
             !w.measured && w.source.contains("no scheduler statistics of ksoftirqd/0"),
             "{}",
@@ -1367,13 +1336,7 @@ mod tests {
         // Nothing threaded on either side: no delay to estimate.
         let deferral = after("deferral", None).expect("deferral");
         assert_eq!(
-            wake_up_delay(
-                &[&few],
-                "vb",
-                &kthread_cpus(&current, &deferral),
-                false,
-                268_554
-            ),
+            vb_wake_up(&[&few], &kthread_cpus(&current, &deferral), false),
             None
         );
     }
