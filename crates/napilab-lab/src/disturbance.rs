@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use napilab_core::scenario::{DutSettings, NapiContext};
 use napilab_core::{Disturbance, DisturbanceKind, EngineStats, PointResult};
-use napilab_probe::procfs::{parse_task_stat, read_stat};
+use napilab_probe::procfs::{parse_schedstat, parse_task_stat, read_stat};
 
 /// Marks a trial disturbed above these, over what the machine does anyway (its
 /// noise, measured at the start of a run: [`Limits`]).
@@ -236,10 +236,11 @@ pub fn snapshot(root: &Path) -> Snapshot {
             let Ok(ts) = parse_task_stat(&text) else {
                 continue;
             };
+            // A kernel without CONFIG_SCHEDSTATS has no schedstat: no run delay seen.
             let run_delay_ns = std::fs::read_to_string(t.path().join("schedstat"))
                 .ok()
-                .and_then(|s| s.split_whitespace().nth(1)?.parse().ok())
-                .unwrap_or(0);
+                .and_then(|s| parse_schedstat(&s, tid).ok())
+                .map_or(0, |s| s.run_delay_ns);
             let reaped = if tid == pid {
                 ts.reaped_children_ticks
             } else {
