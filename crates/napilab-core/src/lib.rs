@@ -9,6 +9,7 @@ pub mod experiment;
 pub mod explain;
 pub mod finding;
 pub mod host_identity;
+pub mod host_speed;
 pub mod latency;
 pub mod many_napi;
 pub mod metric;
@@ -33,6 +34,7 @@ pub use finding::{Evidence, Finding, RuleId, Severity, Subject};
 pub use host_identity::{
     CpuIdentity, CpuIdle, HostIdentity, IdentityDifference, KernelIdentity, Virtualization,
 };
+pub use host_speed::{HostSpeed, SpeedSpread, SLOW_SAMPLE};
 pub use latency::{LatencyHistogram, LatencySummary};
 pub use metric::{Metric, Source};
 pub use observation::{

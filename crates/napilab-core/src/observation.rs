@@ -85,6 +85,10 @@ pub struct HostFacts {
     /// records made before napilab kept it, and in the twin's, which ran on no host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<crate::host_identity::HostIdentity>,
+    /// How steadily each CPU ran a fixed piece of work (lab runs: at their start and
+    /// end; docs/lab.md, "Host speed"); empty elsewhere.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub speed: Vec<crate::host_speed::HostSpeed>,
 }
 
 impl HostFacts {
@@ -101,6 +105,7 @@ impl HostFacts {
             accounting: CpuAccounting::TickSampled,
             user_hz: 100,
             identity: None,
+            speed: Vec::new(),
         }
     }
 }

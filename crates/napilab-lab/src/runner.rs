@@ -62,7 +62,7 @@ impl Drop for PidFile {
 /// Runs a scenario end to end and writes `<out_dir>/<run_id>/run.json`.
 pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
     preflight()?;
-    let host = napilab_probe::observe::describe_host(Path::new("/"), false).host;
+    let mut host = napilab_probe::observe::describe_host(Path::new("/"), false).host;
     let ncpus = host.cpus.iter().copied().max().map_or(1, |m| m + 1);
     let scenario = scenario::parse(&opts.scenario_text, &opts.scenario_file, Some(ncpus))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -124,6 +124,8 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
         ctx.disturbance_limits = machine_noise(ncpus, &opts.stop);
         let detail = ctx.disturbance_limits.detail();
         notice(&mut ctx.notices, "disturbance limits", detail);
+        ctx.bar.set_message("the host's speed");
+        host_speed(&mut host, &mut ctx.notices, "run start", &opts.stop);
     }
     if !opts.observe {
         notice(
@@ -156,6 +158,10 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
         }
         .map_err(|e| e.context(format!("configuration {}", cfg.name)))
     });
+    if !host.speed.is_empty() {
+        ctx.bar.set_message("the host's speed");
+        host_speed(&mut host, &mut ctx.notices, "run end", &opts.stop);
+    }
     ctx.bar.finish_and_clear();
     let error = done.error;
     let record = start.finish(now_ms(), host, done.results, done.interrupted, ctx.notices);
@@ -192,6 +198,44 @@ fn machine_noise(ncpus: u32, stop: &std::sync::atomic::AtomicBool) -> crate::dis
     }
     crate::disturbance::Limits::from_idle_windows(&snapshots, &cpus)
 }
+
+/// The same fixed work timed on every CPU at once for [`HOST_SPEED_SAMPLES`] samples
+/// (docs/lab.md, "Host speed"): how steadily the CPUs ran, which bounds how steady the
+/// run's trials can be. Skipped when a stop was asked for; a failure is a notice.
+fn host_speed(
+    host: &mut napilab_core::HostFacts,
+    notices: &mut Vec<napilab_core::Notice>,
+    when: &str,
+    stop: &std::sync::atomic::AtomicBool,
+) {
+    const SAMPLE: std::time::Duration = std::time::Duration::from_millis(200);
+    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    let threads: Vec<_> = host
+        .cpus
+        .iter()
+        .map(|&cpu| {
+            std::thread::spawn(move || {
+                napilab_probe::host_speed::measure(cpu, SAMPLE, HOST_SPEED_SAMPLES)
+            })
+        })
+        .collect();
+    for t in threads {
+        match t.join() {
+            Ok(Ok(mut speed)) => {
+                speed.when = when.to_string();
+                notice(notices, "host speed", speed.summary());
+                host.speed.push(speed);
+            }
+            Ok(Err(e)) => notice(notices, "host speed", format!("{when}: {e}")),
+            Err(_) => notice(notices, "host speed", format!("{when}: the probe panicked")),
+        }
+    }
+}
+
+/// 200 ms samples at a run's start and end: 2 s each.
+const HOST_SPEED_SAMPLES: usize = 10;
 
 /// The lab namespaces of a run (`napilab lab clean` deletes them after a kill).
 pub fn namespaces_of(run_id: &str) -> Vec<String> {

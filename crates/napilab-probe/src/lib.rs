@@ -5,6 +5,7 @@
 
 pub mod derive;
 pub mod host_identity;
+pub mod host_speed;
 pub mod kernel;
 pub mod map;
 mod near;

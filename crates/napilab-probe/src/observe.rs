@@ -79,6 +79,7 @@ pub fn describe_host(root: &Path, use_netlink: bool) -> RecordingHeader {
             accounting: config.map(|c| c.accounting()).unwrap_or_default(),
             user_hz: kernel::user_hz(),
             identity: Some(identity),
+            speed: Vec::new(),
         },
         online_cpus,
         settings,

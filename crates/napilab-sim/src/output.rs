@@ -358,6 +358,7 @@ pub(crate) fn build(sim: &Sim) -> SimResult {
             accounting: CpuAccounting::TickSampled,
             user_hz: 100,
             identity: None,
+            speed: Vec::new(),
             ..Default::default()
         },
         settings: Settings {

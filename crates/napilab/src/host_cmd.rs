@@ -1,12 +1,22 @@
 //! `napilab host`: which machine this is, as every record stores it (CPU, microcode,
 //! mitigations, kernel, virtualization; docs/observation.md, "Host identity"). Only
-//! reads, so it runs without root.
+//! reads, so it runs without root. `--speed SECONDS` also times a fixed piece of work
+//! on each CPU for that long (docs/lab.md, "Host speed"): how steady the CPUs are that
+//! a measurement would run on.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
-use anyhow::Result;
-use napilab_core::HostIdentity;
+use anyhow::{bail, Context, Result};
+use napilab_core::{HostIdentity, HostSpeed};
 use napilab_probe::host_identity::read_host_identity;
+use napilab_probe::procfs::parse_cpu_list;
+
+/// One host-speed sample: short enough to see the seconds-long slow spells of a shared
+/// host, long enough that the probe's own timing is far below the spread it measures.
+const SPEED_SAMPLE: Duration = Duration::from_millis(200);
+/// The longest --speed: a bound on the loop, not a recommendation (60 s is plenty).
+const MOST_SPEED_SECONDS: f64 = 3600.0;
 
 #[derive(clap::Args)]
 pub struct HostArgs {
@@ -16,17 +26,91 @@ pub struct HostArgs {
     /// Read /proc and /sys under DIR instead of / (a recorded tree).
     #[arg(long, value_name = "DIR")]
     root: Option<PathBuf>,
+    /// Also time the same fixed work on every online CPU (all at once) for SECONDS, in
+    /// 200 ms samples, and print how much slower than its fastest each CPU ran: on a
+    /// shared VM this spread, which no steal counter shows, bounds how steady any
+    /// measurement here can be. Keeps every CPU busy meanwhile.
+    #[arg(long, value_name = "SECONDS")]
+    speed: Option<f64>,
+    /// With --speed: only these CPUs (a list such as 0,2-3).
+    #[arg(long, value_name = "LIST", requires = "speed")]
+    cpus: Option<String>,
 }
 
 pub fn run(args: HostArgs) -> Result<()> {
     let root = args.root.unwrap_or_else(|| PathBuf::from("/"));
     let identity = read_host_identity(&root);
+    let speed = match args.speed {
+        None => None,
+        Some(seconds) => {
+            let cpus = speed_cpus(args.cpus.as_deref())?;
+            Some(measure_speed(seconds, &cpus)?)
+        }
+    };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&identity)?);
+        let value = match &speed {
+            None => serde_json::to_value(&identity)?,
+            Some(speed) => serde_json::json!({
+                "identity": identity,
+                "speed": speed.iter().map(|s| serde_json::json!({
+                    "samples": s, "spread": s.spread()
+                })).collect::<Vec<_>>(),
+            }),
+        };
+        println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         print!("{}", text(&identity));
+        for s in speed.iter().flatten() {
+            println!("speed: {}", s.summary());
+        }
     }
     Ok(())
+}
+
+fn speed_cpus(asked: Option<&str>) -> Result<Vec<u32>> {
+    let (list, from) = match asked {
+        Some(list) => (list.to_string(), "--cpus"),
+        None => (
+            std::fs::read_to_string("/sys/devices/system/cpu/online")
+                .context("cannot read /sys/devices/system/cpu/online: give the CPUs with --cpus")?,
+            "/sys/devices/system/cpu/online",
+        ),
+    };
+    match parse_cpu_list(&list) {
+        Some(cpus) if !cpus.is_empty() => Ok(cpus),
+        _ => bail!("{from}: {:?} is not a CPU list such as 0,2-3", list.trim()),
+    }
+}
+
+/// Every CPU at once, each on a pinned thread of its own.
+fn measure_speed(seconds: f64, cpus: &[u32]) -> Result<Vec<HostSpeed>> {
+    if !(seconds >= SPEED_SAMPLE.as_secs_f64() && seconds <= MOST_SPEED_SECONDS) {
+        bail!(
+            "--speed {seconds}: give between {} and {MOST_SPEED_SECONDS:.0} seconds",
+            SPEED_SAMPLE.as_secs_f64()
+        );
+    }
+    let samples = (seconds / SPEED_SAMPLE.as_secs_f64()).round() as usize;
+    eprintln!(
+        "napilab host: timing the same work on CPUs {cpus:?} for {seconds:.0} s ({samples} samples of {} ms each)",
+        SPEED_SAMPLE.as_millis()
+    );
+    let threads: Vec<_> = cpus
+        .iter()
+        .map(|&cpu| {
+            std::thread::spawn(move || {
+                napilab_probe::host_speed::measure(cpu, SPEED_SAMPLE, samples)
+            })
+        })
+        .collect();
+    threads
+        .into_iter()
+        .map(|t| {
+            t.join()
+                .map_err(|_| anyhow::anyhow!("a host-speed thread panicked"))?
+                .map_err(anyhow::Error::from)
+        })
+        .collect()
 }
 
 /// The summary first (what `make test` prints), then one line per field.

@@ -199,6 +199,7 @@ pub fn summary(r: &RunRecord, verbose: bool) -> String {
         Some(id) => format!("host: {}\n", id.summary()),
         None => "host: unknown (recorded before napilab kept the host identity)\n".into(),
     });
+    out.push_str(&host_speed_line(&r.host.speed));
     let (t, trials_left_out) = points_table(r, verbose);
     out.push_str(&maxima_table(r));
     out.push_str(&crate::lab_requests::maxima(r));
@@ -219,6 +220,30 @@ pub fn summary(r: &RunRecord, verbose: bool) -> String {
         out.push_str(&format!("note: {}: {}\n", n.what, n.why));
     }
     out
+}
+
+/// "host speed: run start CPU 0 1.64x, CPU 1 1.51x; run end ..." (the median sample
+/// against the fastest; docs/lab.md, "Host speed"), or nothing when not measured.
+fn host_speed_line(speed: &[napilab_core::HostSpeed]) -> String {
+    if speed.is_empty() {
+        return String::new();
+    }
+    let mut parts: Vec<String> = Vec::new();
+    for s in speed {
+        let figure = s.spread().map_or("no sample".to_string(), |x| {
+            format!("{:.2}x", x.median_slowdown)
+        });
+        match parts.last_mut() {
+            Some(last) if last.starts_with(&s.when) => {
+                last.push_str(&format!(", CPU {} {figure}", s.cpu))
+            }
+            _ => parts.push(format!("{} CPU {} {figure}", s.when, s.cpu)),
+        }
+    }
+    format!(
+        "host speed (median time of a fixed piece of work against its fastest; a maximum cannot be steadier than its CPU): {}\n",
+        parts.join("; ")
+    )
 }
 
 /// The sweep's points (and the searches' trials when `verbose`) as a table, and how
@@ -494,8 +519,28 @@ fn maxima_table(r: &RunRecord) -> String {
 
 #[cfg(test)]
 mod tests {
-    use napilab_core::{Disturbance, DisturbanceKind, RunKind, TrialRecord};
+    use napilab_core::{Disturbance, DisturbanceKind, HostSpeed, RunKind, TrialRecord};
     use napilab_report::synthetic::SyntheticRun;
+
+    #[test]
+    fn the_host_speed_line_gives_each_cpus_median_slowdown_at_start_and_end() {
+        let speed = |when: &str, cpu: u32, ns: Vec<f64>| HostSpeed {
+            when: when.into(),
+            cpu,
+            sample_ms: 200.0,
+            ns_per_unit: ns,
+        };
+        let line = super::host_speed_line(&[
+            speed("run start", 0, vec![100.0, 150.0, 200.0]),
+            speed("run start", 1, vec![100.0, 100.0, 120.0]),
+            speed("run end", 0, vec![]),
+        ]);
+        assert!(
+            line.ends_with("run start CPU 0 1.50x, CPU 1 1.00x; run end CPU 0 no sample\n"),
+            "{line}"
+        );
+        assert_eq!(super::host_speed_line(&[]), "");
+    }
 
     #[test]
     fn the_summary_says_what_took_the_disturbed_trials_out() {

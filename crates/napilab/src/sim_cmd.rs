@@ -455,6 +455,7 @@ fn run_twin(args: &RunArgs) -> Result<()> {
             accounting: CpuAccounting::TickSampled,
             user_hz: 100,
             identity: None,
+            speed: Vec::new(),
         });
     if host.cpus.is_empty() {
         // The twin's Observation names CPUs per interval only; the run lists them all.
@@ -708,6 +709,7 @@ fn run_scenario(args: &RunArgs, text: &str) -> Result<()> {
             accounting: CpuAccounting::TickSampled,
             user_hz: 100,
             identity: None,
+            speed: Vec::new(),
         });
     if host.cpus.is_empty() {
         host.cpus = (0..cpus).collect();

@@ -76,6 +76,10 @@ const ONE_TESTBED_OR_OPTIONAL: &[(&str, &str)] = &[
     (".twin", "the lab's own twin-vs-lab table"),
     (".host.identity", "the identity of the machine the lab ran on; the twin models a host"),
     (
+        ".host.speed",
+        "how steadily the lab's CPUs ran a fixed piece of work: the twin's CPUs are steady by construction",
+    ),
+    (
         ".intervals[].trace",
         "the trace tier's readings: the twin models them always, the lab reads them when the scenario asks (measurement.trace)",
     ),

@@ -87,3 +87,46 @@ fn host_text_starts_with_the_summary_then_one_line_per_field() {
         "{text}"
     );
 }
+
+/// `--speed` times the same work on the CPUs asked for and gives every sample and the
+/// spread against the fastest.
+#[test]
+fn speed_times_the_work_on_each_cpu_asked_for() {
+    let out = napilab(&["host", "--json", "--speed", "0.4", "--cpus", "0"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert!(v["identity"]["kernel"].is_object(), "{v}");
+    let speed = v["speed"].as_array().expect("speed");
+    assert_eq!(speed.len(), 1, "{v}");
+    assert_eq!(speed[0]["samples"]["cpu"], 0);
+    assert_eq!(
+        speed[0]["samples"]["ns_per_unit"].as_array().map(Vec::len),
+        Some(2)
+    );
+    let median = speed[0]["spread"]["median_slowdown"]
+        .as_f64()
+        .expect("median");
+    assert!(median >= 1.0, "{v}");
+    let text = napilab(&["host", "--speed", "0.2", "--cpus", "0"]);
+    assert!(text.status.success());
+    assert!(String::from_utf8_lossy(&text.stdout).contains("speed: CPU 0, 1 samples of 200 ms"));
+}
+
+#[test]
+fn speed_refuses_a_bad_duration_or_cpu_list_and_says_what_to_give() {
+    let out = napilab(&["host", "--speed", "0"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--speed 0: give between 0.2 and 3600 seconds"),
+        "{err}"
+    );
+    let out = napilab(&["host", "--speed", "1", "--cpus", "x"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--cpus: \"x\" is not a CPU list"), "{err}");
+}

@@ -66,6 +66,20 @@ fn a_short_mlrsearch_gives_bounded_answers_with_their_trials() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     let record: Value = serde_json::from_slice(&out.stdout).expect("RunRecord JSON");
+    // The host's speed, timed on every CPU at the run's start and at its end.
+    let cpus = record["host"]["cpus"].as_array().expect("cpus").len();
+    let speed = record["host"]["speed"].as_array().expect("host.speed");
+    for when in ["run start", "run end"] {
+        let at: Vec<&Value> = speed.iter().filter(|s| s["when"] == when).collect();
+        assert_eq!(at.len(), cpus, "{when}: {speed:?}");
+        for s in at {
+            let samples = s["ns_per_unit"].as_array().expect("samples");
+            assert!(
+                !samples.is_empty() && samples.iter().all(|x| x.as_f64().is_some_and(|x| x > 0.0)),
+                "{s}"
+            );
+        }
+    }
     let conf = &record["configurations"][0];
     let max = &conf["max_throughput"];
     assert_eq!(max["method"], "mlrsearch", "{max}");
