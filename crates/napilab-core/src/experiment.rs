@@ -484,6 +484,12 @@ pub struct Disturbance {
     /// 2026-11-27 have none).
     #[serde(default)]
     pub marked_by: Vec<DisturbanceKind>,
+    /// Per lab CPU, ns of CPU time one unit of the host-speed probe's fixed work took,
+    /// timed for 100 ms right after the trial (docs/lab.md, "Host speed"): how fast the
+    /// CPU ran then, which no steal counter shows. Evidence, not a mark; absent in
+    /// records before 2026-11-27 16:00 UTC.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_speed_ns: Vec<(u32, f64)>,
 }
 
 /// What took a disturbed trial away from the lab.

@@ -192,6 +192,19 @@ fn ppid_of(stat: &str) -> Option<u32> {
     rest.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// How long the host-speed probe runs after each search trial, on the trial's CPUs.
+const SPEED_AFTER_TRIAL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The host-speed probe's ns per unit on each of `cpus`, timed at once right after a
+/// trial (docs/lab.md, "Host speed"); CPUs it could not time are left out.
+pub fn host_speed_after_trial(cpus: &[u32]) -> Vec<(u32, f64)> {
+    napilab_probe::host_speed::measure_all(cpus, SPEED_AFTER_TRIAL, 1)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter_map(|s| Some((s.cpu, *s.ns_per_unit.first()?)))
+        .collect()
+}
+
 /// Reads /proc under `root`. Unreadable tasks (they exit all the time) are skipped.
 pub fn snapshot(root: &Path) -> Snapshot {
     let at = Instant::now();

@@ -396,7 +396,7 @@ impl PacketTestbed for LabPackets<'_, '_> {
             let after = disturbance::snapshot(Path::new("/"));
             let generator = GeneratorEvidence::of(&point, b.generator_reached, b.generator_alone);
             b.generator_reached = b.generator_reached.max(point.offered_pps);
-            let disturbance = disturbance::assess(
+            let mut disturbance = disturbance::assess(
                 &before,
                 &after,
                 &b.lab_cpus,
@@ -404,6 +404,7 @@ impl PacketTestbed for LabPackets<'_, '_> {
                 &generator,
                 &b.limits,
             );
+            disturbance.host_speed_ns = disturbance::host_speed_after_trial(&b.lab_cpus);
             MeasuredTrial {
                 point,
                 disturbance,

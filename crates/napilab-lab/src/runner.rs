@@ -212,24 +212,14 @@ fn host_speed(
     if stop.load(std::sync::atomic::Ordering::Relaxed) {
         return;
     }
-    let threads: Vec<_> = host
-        .cpus
-        .iter()
-        .map(|&cpu| {
-            std::thread::spawn(move || {
-                napilab_probe::host_speed::measure(cpu, SAMPLE, HOST_SPEED_SAMPLES)
-            })
-        })
-        .collect();
-    for t in threads {
-        match t.join() {
-            Ok(Ok(mut speed)) => {
+    for timed in napilab_probe::host_speed::measure_all(&host.cpus, SAMPLE, HOST_SPEED_SAMPLES) {
+        match timed {
+            Ok(mut speed) => {
                 speed.when = when.to_string();
                 notice(notices, "host speed", speed.summary());
                 host.speed.push(speed);
             }
-            Ok(Err(e)) => notice(notices, "host speed", format!("{when}: {e}")),
-            Err(_) => notice(notices, "host speed", format!("{when}: the probe panicked")),
+            Err(e) => notice(notices, "host speed", format!("{when}: {e}")),
         }
     }
 }

@@ -41,6 +41,31 @@ pub fn measure(cpu: u32, sample: Duration, samples: usize) -> Result<HostSpeed, 
         .map_err(|_| SpeedError::Panicked)?
 }
 
+/// [`measure`] on every CPU of `cpus` at once, one pinned thread each; results in the
+/// order of `cpus`.
+pub fn measure_all(
+    cpus: &[u32],
+    sample: Duration,
+    samples: usize,
+) -> Vec<Result<HostSpeed, SpeedError>> {
+    let threads: Vec<_> = cpus
+        .iter()
+        .map(|&cpu| {
+            std::thread::Builder::new()
+                .name("napilab-speed".into())
+                .spawn(move || measure_here(cpu, sample, samples))
+        })
+        .collect();
+    threads
+        .into_iter()
+        .map(|t| {
+            t.map_err(SpeedError::Clock)?
+                .join()
+                .map_err(|_| SpeedError::Panicked)?
+        })
+        .collect()
+}
+
 fn measure_here(cpu: u32, sample: Duration, samples: usize) -> Result<HostSpeed, SpeedError> {
     pin_this_thread(cpu)?;
     let mut work = Work::new();
@@ -144,6 +169,14 @@ mod tests {
         for ns in &speed.ns_per_unit {
             assert!(*ns > 20_000.0 && *ns < 20e6, "{ns} ns per unit");
         }
+    }
+
+    #[test]
+    fn all_cpus_are_timed_at_once_in_the_order_asked() {
+        let all = measure_all(&[0, 100_000], Duration::from_millis(10), 1);
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[0].as_ref().map(|s| s.cpu).ok(), Some(0));
+        assert!(all[1].is_err());
     }
 
     #[test]

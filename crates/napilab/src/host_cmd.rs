@@ -95,21 +95,9 @@ fn measure_speed(seconds: f64, cpus: &[u32]) -> Result<Vec<HostSpeed>> {
         "napilab host: timing the same work on CPUs {cpus:?} for {seconds:.0} s ({samples} samples of {} ms each)",
         SPEED_SAMPLE.as_millis()
     );
-    let threads: Vec<_> = cpus
-        .iter()
-        .map(|&cpu| {
-            std::thread::spawn(move || {
-                napilab_probe::host_speed::measure(cpu, SPEED_SAMPLE, samples)
-            })
-        })
-        .collect();
-    threads
+    napilab_probe::host_speed::measure_all(cpus, SPEED_SAMPLE, samples)
         .into_iter()
-        .map(|t| {
-            t.join()
-                .map_err(|_| anyhow::anyhow!("a host-speed thread panicked"))?
-                .map_err(anyhow::Error::from)
-        })
+        .map(|r| r.map_err(anyhow::Error::from))
         .collect()
 }
 

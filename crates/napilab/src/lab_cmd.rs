@@ -222,6 +222,55 @@ pub fn summary(r: &RunRecord, verbose: bool) -> String {
     out
 }
 
+/// Per configuration, how fast the CPUs ran right after its search trials, against the
+/// fastest this run saw on each CPU (docs/lab.md, "Host speed").
+fn trial_speed_lines(r: &RunRecord) -> String {
+    let mut fastest: std::collections::BTreeMap<u32, f64> = std::collections::BTreeMap::new();
+    let trial_samples = |c: &napilab_core::ConfigurationResult| -> Vec<(u32, f64)> {
+        c.max_throughput
+            .iter()
+            .flat_map(|m| &m.trials)
+            .flat_map(|t| t.disturbance.host_speed_ns.iter().copied())
+            .filter(|(_, ns)| ns.is_finite() && *ns > 0.0)
+            .collect()
+    };
+    let run_samples = r
+        .host
+        .speed
+        .iter()
+        .flat_map(|s| s.ns_per_unit.iter().map(move |ns| (s.cpu, *ns)))
+        .filter(|(_, ns)| ns.is_finite() && *ns > 0.0);
+    for (cpu, ns) in r
+        .configurations
+        .iter()
+        .flat_map(trial_samples)
+        .chain(run_samples)
+    {
+        let f = fastest.entry(cpu).or_insert(ns);
+        *f = f.min(ns);
+    }
+    let mut out = String::new();
+    for c in &r.configurations {
+        let mut slowdowns: Vec<f64> = trial_samples(c)
+            .into_iter()
+            .filter_map(|(cpu, ns)| Some(ns / fastest.get(&cpu)?))
+            .collect();
+        if slowdowns.is_empty() {
+            continue;
+        }
+        slowdowns.sort_by(f64::total_cmp);
+        let at = |q: f64| slowdowns[((slowdowns.len() - 1) as f64 * q).round() as usize];
+        out.push_str(&format!(
+            "  {}: CPUs after its trials ran a fixed piece of work at a median {:.2}x the run's fastest, p90 {:.2}x ({} samples)\n",
+            c.name,
+            at(0.5),
+            at(0.9),
+            slowdowns.len()
+        ));
+    }
+    out
+}
+
 /// "host speed: run start CPU 0 1.64x, CPU 1 1.51x; run end ..." (the median sample
 /// against the fastest; docs/lab.md, "Host speed"), or nothing when not measured.
 fn host_speed_line(speed: &[napilab_core::HostSpeed]) -> String {
@@ -478,6 +527,7 @@ fn maxima_table(r: &RunRecord) -> String {
             kinds.join(", ")
         ));
     }
+    out.push_str(&trial_speed_lines(r));
     // Where each search's range came from, and who set an answer the DUT did not.
     for c in &r.configurations {
         if let Some(range) = c.max_throughput.as_ref().and_then(|m| m.range.as_ref()) {
@@ -571,6 +621,14 @@ mod tests {
         let text = super::summary(&run, false);
         let expected =
             format!("{name}: 2 of {trials} trials disturbed, by generator late 2, steal 1");
+        assert!(text.contains(&expected), "{expected} not in\n{text}");
+        // The host's speed after each trial, against the fastest of the run.
+        let max = run.configurations[0].max_throughput.as_mut().expect("max");
+        for (t, ns) in max.trials.iter_mut().zip([100.0, 150.0, 300.0]) {
+            t.disturbance.host_speed_ns = vec![(1, ns)];
+        }
+        let text = super::summary(&run, false);
+        let expected = format!("{name}: CPUs after its trials ran a fixed piece of work at a median 1.50x the run's fastest, p90 3.00x (3 samples)");
         assert!(text.contains(&expected), "{expected} not in\n{text}");
     }
 }

@@ -96,6 +96,13 @@ fn a_short_mlrsearch_gives_bounded_answers_with_their_trials() {
                 .is_some_and(|s| !s.is_empty()),
             "{t}"
         );
+        // And the speed its CPUs ran at right after it.
+        assert!(
+            t["disturbance"]["host_speed_ns"]
+                .as_array()
+                .is_some_and(|s| !s.is_empty()),
+            "{t}"
+        );
         let disturbed = t["disturbance"]["disturbed"].as_bool().expect("flag");
         let reasons = t["disturbance"]["reasons"].as_array().expect("reasons");
         assert_eq!(disturbed, !reasons.is_empty(), "{t}");
