@@ -56,12 +56,12 @@ mod tests {
     use super::*;
 
     fn anonymous_rss_kb() -> u64 {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
         status
             .lines()
             .find_map(|l| l.strip_prefix("RssAnon:"))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap()
+            .expect("RssAnon in /proc/self/status")
     }
 
     #[test]
@@ -69,7 +69,7 @@ mod tests {
         // Many 64 KiB blocks (below the mmap threshold, so on the heap), freed except the
         // last one, which pins the top of the arena: glibc alone keeps the freed pages.
         let mut blocks: Vec<Vec<u8>> = (0..256).map(|_| vec![1u8; 64 * 1024]).collect();
-        let pin = blocks.pop().unwrap();
+        let pin = blocks.pop().expect("256 blocks");
         let before_free = anonymous_rss_kb();
         drop(blocks);
         let after_free = anonymous_rss_kb();
