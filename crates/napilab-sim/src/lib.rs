@@ -24,6 +24,7 @@ pub mod poll_loop;
 pub mod predict;
 pub mod profile;
 pub mod rng;
+pub mod sender_rate;
 pub mod server_plan;
 mod sim;
 pub mod softirq;

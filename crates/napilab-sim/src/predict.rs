@@ -30,6 +30,7 @@ use crate::config::{
     ClassConfig, MeasurementConfig, NapiContext, Pattern, QdiscKind, RxQueueConfig, ThreadPolicy,
     TrafficConfig, THREADED_BUSY_POLL_KERNEL,
 };
+use crate::sender_rate::{self, SenderRate};
 use crate::twin_plan::{lab_host, veth_ingress, VETH_RING, VETH_WEIGHT};
 pub use crate::wake_up::{run_delay, wake_up_delay, RunDelay, WakeUp, MIN_WAKE_UP_RUNS};
 use crate::{Profile, SimConfig};
@@ -224,6 +225,11 @@ pub struct Prediction {
     /// estimated).
     #[serde(default)]
     pub kthread_wake_up: Option<WakeUp>,
+    /// Whether the sender's CPU set the observed rate, and the rate the twin ran the
+    /// profile at because of it (crate::sender_rate); `None` in predictions made before
+    /// it was assessed.
+    #[serde(default)]
+    pub sender_rate: Option<SenderRate>,
 }
 
 /// Why the twin will not predict, and what to do instead.
@@ -312,32 +318,7 @@ pub fn predict(
     }
     let (pps, frame_bytes) = (measured.packets_per_s, measured.frame_bytes);
     let measured_share = measured.total.softirq + measured.total.napi_thread;
-    let cpus: Vec<u32> = obs.host.cpus.clone();
-
-    let host_cpus = cpus.iter().copied().max().unwrap_or(0) + 1;
-    let twin = TwinHost {
-        cpus: host_cpus.max(
-            current
-                .iter()
-                .chain(&target)
-                .map(|s| s.cpu + 1)
-                .max()
-                .unwrap_or(1),
-        ),
-        hz: obs.host.hz.value.unwrap_or(crate::twin_plan::LAB_HZ),
-        kernel: format!("{}.{}", version.0, version.1),
-        netdev_budget: obs
-            .settings
-            .netdev_budget
-            .and_then(|b| u32::try_from(b).ok())
-            .unwrap_or(300),
-        netdev_budget_usecs: obs
-            .settings
-            .netdev_budget_usecs
-            .and_then(|b| u32::try_from(b).ok()),
-        pps,
-        frame_bytes,
-    };
+    let twin = TwinHost::of(obs, version, &current, &target, pps, frame_bytes);
     let mut base = crate::calibrate::LabProfile::load(crate::calibrate::VETH_LAB_NAME)
         .map_err(|e| Refusal {
             reason: format!("the shipped veth-lab profile does not load: {e}"),
@@ -356,10 +337,17 @@ pub fn predict(
     let (factor, fitted, residual) = fit(&twin, &current, &base, measured_share)?;
     let seeds: Vec<u64> = (1..=SEEDS).collect();
     let mut current_out = outcome(&twin, &current, &fitted, &seeds)?;
-    let mut predicted = outcome(&twin, &target, &fitted, &seeds)?;
     let headroom_seeds: Vec<u64> = (1..=HEADROOM_SEEDS).collect();
     current_out.headroom_pps = Some(headroom(&twin, &current, &fitted, &headroom_seeds)?);
-    predicted.headroom_pps = Some(headroom(&twin, &target, &fitted, &headroom_seeds)?);
+    let sender = sender_rate::observe(&traced, &dev, &measured);
+    let (predicted, sender) = sender_rate::predicted_outcome(
+        &twin,
+        &target,
+        &fitted,
+        &seeds,
+        sender,
+        (params.has("cpus"), obs.host.cpus.len()),
+    )?;
 
     let assumed = assumptions(&Assumed {
         factor,
@@ -371,6 +359,7 @@ pub fn predict(
         current: &current,
         target: &target,
         placed: params.has("cpus"),
+        sender: &sender,
     });
     Ok(Prediction {
         schema: PREDICTION_SCHEMA.into(),
@@ -386,6 +375,7 @@ pub fn predict(
         level: LEVEL,
         assumed,
         kthread_wake_up: wake_up,
+        sender_rate: Some(sender),
     })
 }
 
@@ -401,6 +391,7 @@ struct Assumed<'a> {
     target: &'a [NapiSettings],
     /// The profile was given the kthreads' CPUs.
     placed: bool,
+    sender: &'a SenderRate,
 }
 
 /// What a prediction assumed and where the twin is out of its depth, in words.
@@ -409,7 +400,7 @@ fn assumptions(a: &Assumed<'_>) -> Vec<String> {
     let mut assumed = vec![
         format!("the twin is the veth receive path of crate napilab-sim with the shipped veth-lab profile's costs (fitted on the lab machine), its per-packet stage costs (poll, IP stack, transmit) scaled by {:.3} so that the twin's packet CPU for the current settings matches the measured {:.0} ns per packet (NET_RX softirq time from the trace tier plus the NAPI kthreads' CPU over {:.1} s); the fit is left at {:+.1}%", a.factor, m.cpu_ns_per_packet, m.seconds, a.residual * 100.0),
         format!("the load stays as observed: {:.0} packets/s of {:.0}-byte frames on {}, evenly spaced (a sender that sends one datagram at a time, as veth's synchronous softirq sees it), split evenly over the instances", m.packets_per_s, m.frame_bytes, a.dev),
-        "the sender's own CPU (its system calls) is not in the twin: in softirq mode veth's poll runs in the sender's softirq, so the twin's CPU is the packet path only; a sender limited by its own CPU may send faster once the poll leaves its softirq, which the twin does not predict".into(),
+        format!("the sender's own CPU (its system calls) is not in the twin: in softirq mode veth's poll runs in the sender's softirq, so the twin's CPU is the packet path only. A sender whose CPU was at least {:.0}% busy (/proc/stat) while it ran the device's softirq polls is sender-limited: its cost per packet is that CPU's busy time less steal and the measured packet path there, per packet; once the profile moves the poll off that CPU it sends at 1 / (its cost + the twin's notification cost per packet, which stays on its CPU), unless the profile's headroom is lower; everything else on that CPU counts as the sender's cost. Here: {}", sender_rate::SATURATED_BUSY * 100.0, a.sender.says),
         "packets the host delivers locally are run through the twin's forwarding path (IP stack and transmit); the fitted factor absorbs the difference in cost".into(),
         format!("intervals: Student's t at {:.0}% over {} twin seeds (the twin's own variation, not the host's)", LEVEL * 100.0, a.seeds),
     ];
@@ -722,14 +713,46 @@ fn measured_cpu(
 
 /// The host the twin runs: what is the same for every setting.
 #[derive(Clone)]
-struct TwinHost {
-    cpus: u32,
-    hz: u32,
-    kernel: String,
-    netdev_budget: u32,
-    netdev_budget_usecs: Option<u32>,
-    pps: f64,
-    frame_bytes: f64,
+pub(crate) struct TwinHost {
+    pub(crate) cpus: u32,
+    pub(crate) hz: u32,
+    pub(crate) kernel: String,
+    pub(crate) netdev_budget: u32,
+    pub(crate) netdev_budget_usecs: Option<u32>,
+    pub(crate) pps: f64,
+    pub(crate) frame_bytes: f64,
+}
+
+impl TwinHost {
+    /// The twin of the host `obs` observed (kernel `version`) at `pps` packets/s of
+    /// `frame_bytes`-byte frames, with a CPU for every CPU either settings poll on.
+    fn of(
+        obs: &Observation,
+        version: (u32, u32),
+        current: &[NapiSettings],
+        target: &[NapiSettings],
+        pps: f64,
+        frame_bytes: f64,
+    ) -> TwinHost {
+        let host_cpus = obs.host.cpus.iter().copied().max().unwrap_or(0) + 1;
+        let polling = current.iter().chain(target).map(|s| s.cpu + 1).max();
+        TwinHost {
+            cpus: host_cpus.max(polling.unwrap_or(1)),
+            hz: obs.host.hz.value.unwrap_or(crate::twin_plan::LAB_HZ),
+            kernel: format!("{}.{}", version.0, version.1),
+            netdev_budget: obs
+                .settings
+                .netdev_budget
+                .and_then(|b| u32::try_from(b).ok())
+                .unwrap_or(300),
+            netdev_budget_usecs: obs
+                .settings
+                .netdev_budget_usecs
+                .and_then(|b| u32::try_from(b).ok()),
+            pps,
+            frame_bytes,
+        }
+    }
 }
 
 fn config(host: &TwinHost, settings: &[NapiSettings]) -> SimConfig {
@@ -880,7 +903,7 @@ fn fit(
     Ok((factor, scaled(base, factor), residual))
 }
 
-fn outcome(
+pub(crate) fn outcome(
     host: &TwinHost,
     settings: &[NapiSettings],
     profile: &Profile,
@@ -979,7 +1002,7 @@ fn headroom_cap(host: &TwinHost, settings: &[NapiSettings], profile: &Profile) -
 /// The headroom of `settings`: per seed, the twin at the observed load, then the
 /// experiment layer's bisection up to [`headroom_cap`] (or, when the observed load
 /// already loses packets, down from it), [`HEADROOM_PROBES`] runs at most.
-fn headroom(
+pub(crate) fn headroom(
     host: &TwinHost,
     settings: &[NapiSettings],
     profile: &Profile,

@@ -131,6 +131,25 @@ fn run(cmd: &mut Command) -> Result<Output, String> {
     }
 }
 
+/// Pins the calling thread to CPU `cpu` (`sched_setaffinity` of pid 0).
+fn pin_this_thread(cpu: u32) -> std::io::Result<()> {
+    if cpu as usize >= libc::CPU_SETSIZE as usize {
+        return Err(std::io::Error::other(format!(
+            "CPU {cpu} is past CPU_SETSIZE"
+        )));
+    }
+    // SAFETY: cpu_set_t is plain data, zeroed is its empty set, and `cpu` is checked
+    // against CPU_SETSIZE above.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu as usize, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 fn sh_in(ns: &str, script: &str) -> Result<String, String> {
     run(Command::new("ip").args(["netns", "exec", ns, "sh", "-ec", script]))
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
@@ -144,8 +163,25 @@ impl VethPair {
         &self,
         stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     ) -> std::thread::JoinHandle<()> {
+        self.flood_on(None, stop)
+    }
+
+    /// [`VethPair::flood`] from a thread pinned to `cpu` (`None`: unpinned), so that
+    /// vb's polls, which veth runs in the sender's softirq, all run on that CPU; it ends
+    /// with a message on stderr if it cannot be pinned.
+    pub fn flood_on(
+        &self,
+        cpu: Option<u32>,
+        stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> std::thread::JoinHandle<()> {
         let ns = self.a.clone();
         std::thread::spawn(move || {
+            if let Some(c) = cpu {
+                if let Err(e) = pin_this_thread(c) {
+                    eprintln!("flood: cannot pin to CPU {c}: {e}");
+                    return;
+                }
+            }
             if let Err(e) = napilab_probe::netns::enter(&ns) {
                 eprintln!("flood: cannot enter {ns}: {e}");
                 return;

@@ -202,6 +202,9 @@ pub fn render(p: &Prediction) -> String {
             headroom(b),
         ));
     }
+    if let Some(s) = &p.sender_rate {
+        out.push_str(&format!("sender: {}\n", s.says));
+    }
     for (c, n) in p.current.cpus.iter().zip(&p.predicted.cpus) {
         let per: [(&str, Pick, f64, usize); 6] = [
             ("softirq %", |x| &x.softirq, 100.0, 1),

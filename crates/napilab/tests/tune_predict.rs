@@ -177,6 +177,81 @@ fn threaded_prediction_moves_the_poll_into_a_kthread() {
     );
 }
 
+/// A sender pinned to one CPU floods vb: veth runs vb's polls in that CPU's softirq, and
+/// one thread sending without pause keeps it saturated. Threaded moves the poll into a
+/// kthread the scheduler wakes elsewhere, so the prediction says the host is
+/// sender-limited and runs the twin at the rate the sender then reaches, above the
+/// observed one. Asserts the mechanism and its wording, not the rate.
+#[test]
+fn a_saturated_veth_sender_is_predicted_to_send_faster_threaded() {
+    let name = "a_saturated_veth_sender_is_predicted_to_send_faster_threaded";
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 {
+        println!("SKIPPED {name}: needs a second CPU for the kthread to move to");
+        return;
+    }
+    let Some(pair) = pair_or_skip(name, "sender") else {
+        return;
+    };
+    let cpu = u32::try_from(cpus - 1).expect("CPU number");
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = pair.flood_on(Some(cpu), stop.clone());
+    std::thread::sleep(Duration::from_millis(300));
+    let (out, ok) = plan_predict(&pair, &["threaded", "--dev", "vb", "--for", "2s"]);
+    stop.store(true, Ordering::Relaxed);
+    let _ = sender.join();
+    assert!(ok, "plan of threaded on vb failed: {out:#}");
+    if let Some(r) = out["refusal"].as_str() {
+        if r.contains("trace tier") {
+            println!("SKIPPED {name}: {r}");
+            return;
+        }
+        panic!("prediction refused under load: {r}");
+    }
+    let p = &out["prediction"];
+    let s = &p["sender_rate"];
+    let says = s["says"]
+        .as_str()
+        .expect("the sender rate says what it found");
+    assert_eq!(s["verdict"], "sender_limited", "{s:#}");
+    assert_eq!(s["cost"]["cpu"], cpu, "the pinned sender's CPU: {s:#}");
+    assert!(
+        s["cost"]["busy"].as_f64().expect("busy")
+            >= s["saturated_busy"].as_f64().expect("threshold"),
+        "{s:#}"
+    );
+    assert!(
+        says.starts_with(&format!("sender-limited on CPU {cpu}: predicted rate "))
+            && says.contains(" from sender cost "),
+        "{says}"
+    );
+    let measured = p["measured"]["packets_per_s"].as_f64().expect("pps");
+    let rate = s["rate_pps"].as_f64().expect("the rate the twin ran at");
+    let sender_pps = s["sender_pps"].as_f64().expect("the sender's rate");
+    assert!(rate <= sender_pps * (1.0 + 1e-9), "{s:#}");
+    assert!(
+        rate > measured,
+        "without the poll the sender is faster: {rate:.0} vs observed {measured:.0} packets/s ({says})"
+    );
+    // The twin ran the profile at that rate, and the current settings at the observed one.
+    let predicted = p["predicted"]["packets_per_s"]["mean"]
+        .as_f64()
+        .expect("pps");
+    let offered_loss = p["predicted"]["dropped_per_s"]["mean"]
+        .as_f64()
+        .expect("drops");
+    assert!(
+        ((predicted + offered_loss) / rate - 1.0).abs() < 0.05,
+        "the twin is offered {rate:.0}: {predicted:.0} carried + {offered_loss:.0} dropped"
+    );
+    let current = p["current"]["packets_per_s"]["mean"].as_f64().expect("pps");
+    assert!(
+        (current / measured - 1.0).abs() < 0.3,
+        "{current} vs {measured}"
+    );
+    println!("{name}: {says}");
+}
+
 #[test]
 fn prediction_refuses_without_load_and_without_the_kernel() {
     let name = "prediction_refuses_without_load_and_without_the_kernel";
