@@ -567,6 +567,8 @@ pub struct IrqLine {
     /// The RX packets and bytes the vector's rings had given the driver when the
     /// adaptive ITR last read them (its counters are cleared on each update).
     pub itr_seen: (u64, u64),
+    /// A threaded handler: the line's IRQ thread (index into the simulator's threads).
+    pub thread: Option<usize>,
 }
 
 impl IrqLine {
