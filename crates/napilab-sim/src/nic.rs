@@ -911,6 +911,7 @@ mod tests {
             itr: Some(IxgbeItr::new(100, false)),
             last_assert: None,
             itr_seen: (0, 0),
+            thread: None,
         };
         assert_eq!(l.fire_time(5_000, 3_000, None), 5_000);
         l.last_assert = Some(10_000);
