@@ -21,8 +21,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("ap-w2e-single-core", &w2e),
         ("ap-w2e-dual-core", &w2e),
     ] {
-        let base =
-            SimConfig::from_file(std::path::Path::new(&format!("{dir}scenarios/{file}.toml")))?;
+        let base = SimConfig::from_file(std::path::Path::new(&format!(
+            "{dir}tests/fixtures/legacy/{file}.toml"
+        )))?;
         for link in [1000.0, 100_000.0] {
             let mut cfg = base.clone();
             cfg.measurement.duration_ms = 300.0;

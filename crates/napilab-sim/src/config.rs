@@ -294,8 +294,38 @@ pub struct IngressConfig {
     /// era exposes as rx-usecs 1); DIM (`net_dim`, the generic adaptive-rx) is not.
     #[serde(default)]
     pub adaptive_rx: bool,
+    /// How the driver handles the device's interrupts: in the hard IRQ (`hardirq`,
+    /// the default) or in a per-vector IRQ thread (`threaded`).
+    #[serde(default, skip_serializing_if = "IrqMode::is_hardirq")]
+    pub irq_mode: IrqMode,
     pub queues: Vec<RxQueueConfig>,
 }
+
+/// How a device's driver handles its interrupts (docs/sim.md, "Threaded IRQ handlers").
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum IrqMode {
+    /// `request_irq`: the handler runs in the hard IRQ and schedules NAPI there; the
+    /// softirq it raises runs on IRQ exit.
+    #[default]
+    Hardirq,
+    /// `request_threaded_irq` (iwlwifi's MSI-X vectors, Linux 5.12+): the hard handler
+    /// only wakes the vector's `irq/N-<dev>` thread (SCHED_FIFO 50) on its CPU; the
+    /// thread schedules NAPI between `local_bh_disable` and `local_bh_enable`, so the
+    /// softirq runs at that bh-enable, in the thread's context. The wake-up sets
+    /// need_resched, which ends an inline `__do_softirq` restart loop early.
+    Threaded,
+}
+
+impl IrqMode {
+    pub fn is_hardirq(&self) -> bool {
+        *self == IrqMode::Hardirq
+    }
+}
+
+/// The SCHED_FIFO priority of every IRQ thread (`sched_set_fifo` in kernel/irq/manage.c
+/// `setup_irq_thread`: MAX_RT_PRIO / 2).
+pub const IRQ_THREAD_PRIORITY: u32 = 50;
 
 /// `IXGBE_MAX_EITR`: the EITR interval field (bits 3..11, in 2-us units), so the
 /// driver's ITR value is microseconds times 4 (drivers/net/ethernet/intel/ixgbe/ixgbe.h,
@@ -469,6 +499,9 @@ pub struct EgressConfig {
     /// Who reclaims TX completions.
     #[serde(default)]
     pub completion: TxCompletion,
+    /// How the driver handles the TX-completion interrupts (as `ingress.irq_mode`).
+    #[serde(default, skip_serializing_if = "IrqMode::is_hardirq")]
+    pub irq_mode: IrqMode,
 }
 
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -516,6 +549,7 @@ impl Default for EgressConfig {
             moderation: Moderation::Timer,
             tx_work_limit: default_tx_work_limit(),
             completion: TxCompletion::default(),
+            irq_mode: IrqMode::Hardirq,
         }
     }
 }

@@ -28,6 +28,9 @@ pub enum ThreadKind {
     Worker(usize),
     /// A load generator thread (index into the simulator's clients).
     Client(usize),
+    /// The `irq/N-<dev>` thread of a threaded IRQ line (index into the simulator's
+    /// IRQ lines).
+    Irq(usize),
 }
 
 #[derive(Debug)]

@@ -172,6 +172,7 @@ fn map_configuration(
             rx_frames: nic.ingress.rx_frames,
             moderation: nic.ingress.moderation,
             adaptive_rx: nic.ingress.adaptive_rx,
+            irq_mode: nic.ingress.irq_mode,
             queues,
         },
         egress: egress(s, c, nic, &at)?,
@@ -357,6 +358,7 @@ fn egress(
         moderation: e.moderation,
         tx_work_limit: e.tx_work_limit,
         completion: c.twin.tx_irq_cpu.map_or(e.completion, TxCompletion::OnCpu),
+        irq_mode: e.irq_mode,
     })
 }
 

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{ConfigError, Moderation, SchedScaling, TickMode, TxCompletion};
+use crate::config::{ConfigError, IrqMode, Moderation, SchedScaling, TickMode, TxCompletion};
 
 /// The machine: CPUs, CONFIG_HZ, kernel.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -62,6 +62,10 @@ pub struct IngressNic {
     /// The driver's NAPI weight.
     #[serde(default = "default_weight")]
     pub weight: u32,
+    /// How the driver handles the device's interrupts (`hardirq` or `threaded`; the
+    /// profile's provenance says which driver function requests them).
+    #[serde(default, skip_serializing_if = "IrqMode::is_hardirq")]
+    pub irq_mode: IrqMode,
 }
 
 fn default_weight() -> u32 {
@@ -92,6 +96,9 @@ pub struct EgressNic {
     /// of a combined channel (`rx_napi`).
     #[serde(default)]
     pub completion: TxCompletion,
+    /// How the driver handles the device's interrupts (as `nic.ingress.irq_mode`).
+    #[serde(default, skip_serializing_if = "IrqMode::is_hardirq")]
+    pub irq_mode: IrqMode,
 }
 
 fn default_tx_ring() -> u32 {

@@ -183,6 +183,7 @@ pub fn ideal_profile(service_ns: f64) -> Profile {
             tx_dma: 0,
         },
         tunnel_cycles: None,
+        irq_thread: None,
         provenance: Default::default(),
         host: None,
         nic: None,

@@ -61,6 +61,19 @@ pub fn run(config: &SimConfig, profile: &Profile, seed: u64) -> SimResult {
 pub fn try_run(config: &SimConfig, profile: &Profile, seed: u64) -> Result<SimResult, ConfigError> {
     config.validate("(config passed to napilab_sim::run)")?;
     profile.validate("(profile passed to napilab_sim::run)")?;
+    let threaded = [
+        ("ingress.irq_mode", config.ingress.irq_mode),
+        ("egress.irq_mode", config.egress.irq_mode),
+    ]
+    .into_iter()
+    .find(|(_, m)| *m == config::IrqMode::Threaded);
+    if let (Some((field, _)), None) = (threaded, &profile.irq_thread) {
+        return Err(ConfigError::new(
+            &format!("profile {}", profile.name),
+            "irq_thread",
+            format!("the configuration's {field} is \"threaded\", but the profile has no [irq_thread] table (handler_cycles, wakeup_ns): add one, or set {field} to \"hardirq\""),
+        ));
+    }
     let mut sim = sim::Sim::new(config, profile, seed);
     sim.run();
     Ok(output::build(&sim))

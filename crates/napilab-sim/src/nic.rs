@@ -567,6 +567,8 @@ pub struct IrqLine {
     /// The RX packets and bytes the vector's rings had given the driver when the
     /// adaptive ITR last read them (its counters are cleared on each update).
     pub itr_seen: (u64, u64),
+    /// A threaded handler: the line's IRQ thread (index into the simulator's threads).
+    pub thread: Option<usize>,
 }
 
 impl IrqLine {
@@ -909,6 +911,7 @@ mod tests {
             itr: Some(IxgbeItr::new(100, false)),
             last_assert: None,
             itr_seen: (0, 0),
+            thread: None,
         };
         assert_eq!(l.fire_time(5_000, 3_000, None), 5_000);
         l.last_assert = Some(10_000);

@@ -788,6 +788,8 @@ fn thread_intervals(sim: &Sim, k: &Counts, secs: f64) -> Vec<ThreadInterval> {
                 // The Observation has no role for workqueue workers; their time is the
                 // CPUs' system time.
                 ThreadKind::Worker(_) => return None,
+                // Nor for IRQ threads (system time of their CPU, as in /proc/stat).
+                ThreadKind::Irq(_) => return None,
             };
             Some(ThreadInterval {
                 pid: th.pid,

@@ -75,6 +75,7 @@ pub fn config(delivery: Delivery, rate_pps: f64, duration_ms: f64) -> SimConfig 
             rx_frames: 0,
             moderation: Default::default(),
             adaptive_rx: false,
+            irq_mode: Default::default(),
             queues: vec![RxQueueConfig {
                 cpu: 0,
                 napi,

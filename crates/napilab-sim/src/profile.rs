@@ -24,6 +24,10 @@ pub struct Profile {
     /// `[tunnel]`); absent: the profile cannot run one.
     #[serde(default)]
     pub tunnel_cycles: Option<TunnelCycles>,
+    /// The costs of a threaded IRQ handler (a device with `irq_mode = "threaded"`);
+    /// absent: the profile cannot run one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub irq_thread: Option<IrqThreadCosts>,
     /// Where each parameter's value comes from, by parameter path
     /// (`stage_cycles.poll`, `latency_ns.rx_dma`, ...; see [`Profile::parameters`]).
     #[serde(default)]
@@ -116,6 +120,23 @@ pub struct TunnelCycles {
     /// GRO and delivery of one decrypted packet in the peer's NAPI poll, up to the
     /// receiving socket.
     pub gro: f64,
+}
+
+/// A threaded IRQ handler (`request_threaded_irq`): what the `irq/N-<dev>` thread costs
+/// beyond the hard handler (`fixed_cycles.hardirq`) and its two context switches
+/// (`fixed_cycles.context_switch` each).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct IrqThreadCosts {
+    /// One run of the thread's handler outside the softirq it raises: the `irq_thread`
+    /// loop, `irq_thread_fn`, the driver's thread function up to its `local_bh_enable`
+    /// (for iwlwifi: `napi_schedule` and the vector's bookkeeping).
+    pub handler_cycles: f64,
+    /// From the hard handler's wake-up of the thread to the thread being runnable on
+    /// its CPU, ns, no CPU time (0: at once, as a wake-up of a thread on the waking CPU
+    /// is).
+    #[serde(default)]
+    pub wakeup_ns: u64,
 }
 
 /// Cycles per event rather than per packet.
@@ -217,7 +238,8 @@ impl Profile {
         }
         // The cycle costs (the latencies are whole nanoseconds, cpu_ghz is checked above).
         let cycles = self.parameters().into_iter();
-        for (field, v) in cycles.filter(|(k, _)| k.contains("_cycles.")) {
+        let cycle_keys = |k: &&str| k.contains("_cycles.") || *k == "irq_thread.handler_cycles";
+        for (field, v) in cycles.filter(|(k, _)| cycle_keys(k)) {
             if !(v >= 0.0 && v.is_finite()) {
                 return Err(ConfigError::new(
                     file,
@@ -273,6 +295,12 @@ impl Profile {
             ("latency_ns.tx_dma", l.tx_dma as f64),
         ]
         .into_iter()
+        .chain(self.irq_thread.iter().flat_map(|t| {
+            [
+                ("irq_thread.handler_cycles", t.handler_cycles),
+                ("irq_thread.wakeup_ns", t.wakeup_ns as f64),
+            ]
+        }))
         .chain(self.tunnel_cycles.iter().flat_map(|t| {
             [
                 ("tunnel_cycles.decap", t.decap),
@@ -291,6 +319,17 @@ impl Profile {
                 ("nic.egress.tx_usecs", e.tx_usecs as f64),
                 ("nic.egress.tx_frames", e.tx_frames as f64),
             ]
+        }))
+        // A device whose driver requests a threaded IRQ says so, with the driver
+        // function as its source (absent for hard-IRQ devices, the default).
+        .chain(self.nic.iter().flat_map(|n| {
+            [
+                ("nic.ingress.irq_threaded", n.ingress.irq_mode),
+                ("nic.egress.irq_threaded", n.egress.irq_mode),
+            ]
+            .into_iter()
+            .filter(|(_, m)| *m == crate::config::IrqMode::Threaded)
+            .map(|(k, _)| (k, 1.0))
         }))
         .collect()
     }

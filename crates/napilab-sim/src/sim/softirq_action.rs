@@ -143,7 +143,8 @@ impl Sim<'_> {
             let pending = cpu.softirq_pending;
             let run = cpu.softirq.as_mut().expect("softirq run present");
             if pending != 0 {
-                if run.may_restart(now, tick_ns) {
+                // `time_before(jiffies, end) && !need_resched() && --max_restart`.
+                if !self.need_resched[c] && run.may_restart(now, tick_ns) {
                     run.todo = pending;
                     cpu.softirq_pending = 0;
                     continue;
