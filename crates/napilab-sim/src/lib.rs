@@ -22,6 +22,7 @@ pub mod output;
 pub mod point;
 pub mod poll_loop;
 pub mod predict;
+pub mod predict_inputs;
 pub mod profile;
 pub mod rng;
 pub mod sender_rate;

@@ -30,6 +30,7 @@ use crate::config::{
     ClassConfig, MeasurementConfig, NapiContext, Pattern, QdiscKind, RxQueueConfig, ThreadPolicy,
     TrafficConfig, THREADED_BUSY_POLL_KERNEL,
 };
+pub use crate::predict_inputs::{Measured, MeasuredCpu, NapiSettings};
 use crate::sender_rate::{self, SenderRate};
 use crate::twin_plan::{lab_host, veth_ingress, VETH_RING, VETH_WEIGHT};
 pub use crate::wake_up::{run_delay, wake_up_delay, RunDelay, WakeUp, MIN_WAKE_UP_RUNS};
@@ -62,18 +63,6 @@ const TWIN_WARMUP_MS: f64 = 20.0;
 /// The fit stops when the twin's packet CPU is within this fraction of the measured.
 const FIT_TOLERANCE: f64 = 0.02;
 const FIT_ROUNDS: usize = 6;
-/// One NAPI instance's settings as the twin runs them.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct NapiSettings {
-    pub device: String,
-    pub queue: u32,
-    pub napi_id: Option<u32>,
-    pub context: NapiContext,
-    /// The CPU that polls it: the softirq's (the sender's, for veth) or the kthread's.
-    pub cpu: u32,
-    pub defer_hard_irqs: u32,
-    pub gro_flush_timeout_ns: u64,
-}
 
 /// The CPUs the NAPI kthreads of `current` or `target` settings would poll on (none
 /// when neither polls in a kthread), for [`wake_up_delay`].
@@ -176,32 +165,6 @@ pub struct Headroom {
     pub loss_threshold: f64,
     /// Twin runs the searches made.
     pub runs: u32,
-}
-
-/// What the observation measured, per CPU, for the devices.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct MeasuredCpu {
-    pub cpu: u32,
-    /// NET_RX/NET_TX softirq time (trace tier), share of the CPU.
-    pub softirq: f64,
-    /// The devices' NAPI kthreads' CPU (/proc/<pid>/stat, tick-sampled).
-    pub napi_thread: f64,
-    pub polls_per_s: f64,
-    pub packets_per_poll: f64,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Measured {
-    pub seconds: f64,
-    pub packets_per_s: f64,
-    pub frame_bytes: f64,
-    pub cpu_ns_per_packet: f64,
-    /// Traced polls of the device over `seconds`.
-    pub polls: u64,
-    pub cpus: Vec<MeasuredCpu>,
-    /// Over all CPUs (`cpu` is u32::MAX): shares summed, polls/s summed, packets per
-    /// poll over all polls.
-    pub total: MeasuredCpu,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -340,7 +303,7 @@ pub fn predict(
     let headroom_seeds: Vec<u64> = (1..=HEADROOM_SEEDS).collect();
     current_out.headroom_pps = Some(headroom(&twin, &current, &fitted, &headroom_seeds)?);
     let sender = sender_rate::observe(&traced, &dev, &measured);
-    let (predicted, sender) = sender_rate::predicted_outcome(
+    let (predicted, sender) = predicted_outcome(
         &twin,
         &target,
         &fitted,
@@ -1212,6 +1175,48 @@ fn sum(a: Figure, b: Figure) -> Figure {
         low: a.low + b.low,
         high: a.high + b.high,
     }
+}
+
+/// The profile's outcome: the twin at the observed load and its headroom; and when the
+/// sender's CPU set the rate and the profile moves the poll off it
+/// (crate::sender_rate), the twin again at the rate the sender then reaches, with what
+/// decided it. `placement`: whether the profile was given the kthreads' CPUs, and the
+/// host's CPU count.
+pub(crate) fn predicted_outcome(
+    twin: &TwinHost,
+    target: &[NapiSettings],
+    fitted: &Profile,
+    seeds: &[u64],
+    sender: sender_rate::Observed,
+    (placed, host_cpus): (bool, usize),
+) -> Result<(Outcome, SenderRate), Refusal> {
+    let mut predicted = outcome(twin, target, fitted, seeds)?;
+    let headroom_seeds: Vec<u64> = (1..=HEADROOM_SEEDS).collect();
+    let h = headroom(twin, target, fitted, &headroom_seeds)?;
+    let leaves = match &sender {
+        sender_rate::Observed::Limited(c) => {
+            sender_rate::poll_leaves(target, c.cpu, placed, host_cpus)
+        }
+        _ => Ok(None),
+    };
+    // The twin's notification ("IRQ") costs the profile's fixed hard-IRQ cycles, which
+    // the fit does not scale.
+    let notification_ns = fitted.fixed_cycles.hardirq / fitted.cpu_ghz.max(1e-3);
+    let per_packet = predicted.total.irqs_per_s.mean / twin.pps.max(1e-9);
+    // Headroom bounds the rate only where it is the path's limit: a twin that loses
+    // packets at the observed load already has its limit below the sender's rate, and
+    // runs at the sender's rate to show the loss.
+    let bound = (h.stopped != "below_observed").then_some(h.pps.mean);
+    let sender = sender_rate::assess(sender, leaves, per_packet, notification_ns, bound);
+    if let Some(rate) = sender.rate_pps {
+        let at_rate = TwinHost {
+            pps: rate,
+            ..twin.clone()
+        };
+        predicted = outcome(&at_rate, target, fitted, seeds)?;
+    }
+    predicted.headroom_pps = Some(h);
+    Ok((predicted, sender))
 }
 
 #[cfg(test)]

@@ -15,10 +15,7 @@ use napilab_core::trace::ExecContext;
 use napilab_core::Interval;
 
 use crate::config::NapiContext;
-use crate::predict::{
-    headroom, outcome, Measured, NapiSettings, Outcome, Refusal, TwinHost, HEADROOM_SEEDS,
-};
-use crate::Profile;
+use crate::predict_inputs::{Measured, NapiSettings};
 
 /// A CPU at least this busy (/proc/stat, everything but idle and iowait, over the
 /// observation) is saturated. A sender that floods from one CPU keeps it 98-100% busy;
@@ -311,50 +308,11 @@ pub fn assess(
     out
 }
 
-/// The profile's outcome: the twin at the observed load and its headroom; and when the
-/// sender's CPU set the rate and the profile moves the poll off it
-/// (crate::sender_rate), the twin again at the rate the sender then reaches, with what
-/// decided it. `placement`: whether the profile was given the kthreads' CPUs, and the
-/// host's CPU count.
-pub(crate) fn predicted_outcome(
-    twin: &TwinHost,
-    target: &[NapiSettings],
-    fitted: &Profile,
-    seeds: &[u64],
-    sender: Observed,
-    (placed, host_cpus): (bool, usize),
-) -> Result<(Outcome, SenderRate), Refusal> {
-    let mut predicted = outcome(twin, target, fitted, seeds)?;
-    let headroom_seeds: Vec<u64> = (1..=HEADROOM_SEEDS).collect();
-    let h = headroom(twin, target, fitted, &headroom_seeds)?;
-    let leaves = match &sender {
-        Observed::Limited(c) => poll_leaves(target, c.cpu, placed, host_cpus),
-        _ => Ok(None),
-    };
-    // The twin's notification ("IRQ") costs the profile's fixed hard-IRQ cycles, which
-    // the fit does not scale.
-    let notification_ns = fitted.fixed_cycles.hardirq / fitted.cpu_ghz.max(1e-3);
-    let per_packet = predicted.total.irqs_per_s.mean / twin.pps.max(1e-9);
-    // Headroom bounds the rate only where it is the path's limit: a twin that loses
-    // packets at the observed load already has its limit below the sender's rate, and
-    // runs at the sender's rate to show the loss.
-    let bound = (h.stopped != "below_observed").then_some(h.pps.mean);
-    let sender = assess(sender, leaves, per_packet, notification_ns, bound);
-    if let Some(rate) = sender.rate_pps {
-        let at_rate = TwinHost {
-            pps: rate,
-            ..twin.clone()
-        };
-        predicted = outcome(&at_rate, target, fitted, seeds)?;
-    }
-    predicted.headroom_pps = Some(h);
-    Ok((predicted, sender))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::predict::MeasuredCpu;
+    use crate::predict::{predicted_outcome, TwinHost};
     use napilab_core::metric::{Metric, Source};
     use napilab_core::observation::{CpuInterval, CpuTimeShares};
     use napilab_core::trace::{NapiPollTrace, TraceInterval};
