@@ -39,6 +39,37 @@ fn sum(cpus: &Value, field: &str) -> f64 {
         .sum()
 }
 
+/// `tune plan threaded --predict` on vb while a UDP flood (pinned to `cpu` when given)
+/// runs: the plan's JSON; `None`, printed as skipped, where the trace tier is missing.
+fn predict_threaded_under_flood(pair: &VethPair, name: &str, cpu: Option<u32>) -> Option<Value> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = pair.flood_on(cpu, stop.clone());
+    std::thread::sleep(Duration::from_millis(300));
+    let (out, ok) = plan_predict(pair, &["threaded", "--dev", "vb", "--for", "2s"]);
+    stop.store(true, Ordering::Relaxed);
+    let _ = sender.join();
+    assert!(ok, "plan of threaded on vb failed: {out:#}");
+    if let Some(r) = out["refusal"].as_str() {
+        if r.contains("trace tier") {
+            println!("SKIPPED {name}: {r}");
+            return None;
+        }
+        panic!("prediction refused under load: {r}");
+    }
+    Some(out)
+}
+
+/// The tests of this file run one at a time: each pair's receiving device is `vb` in a
+/// namespace of its own, and the trace tier tells devices apart by name, so a second
+/// flood at once would add its polls to this test's `vb` (on its own CPU).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn pair_or_skip(name: &str, tag: &str) -> Option<VethPair> {
     if !root_or_skip(name, "needs root for namespaces and the trace tier") {
         return None;
@@ -55,28 +86,18 @@ fn pair_or_skip(name: &str, tag: &str) -> Option<VethPair> {
 #[test]
 fn threaded_prediction_moves_the_poll_into_a_kthread() {
     let name = "threaded_prediction_moves_the_poll_into_a_kthread";
+    let _serial = one_at_a_time();
     let Some(pair) = pair_or_skip(name, "pred") else {
         return;
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    let sender = pair.flood(stop.clone());
-    std::thread::sleep(Duration::from_millis(300));
-    let (out, ok) = plan_predict(&pair, &["threaded", "--dev", "vb", "--for", "2s"]);
-    stop.store(true, Ordering::Relaxed);
-    let _ = sender.join();
-    assert!(ok, "plan of threaded on vb failed: {out:#}");
+    let Some(out) = predict_threaded_under_flood(&pair, name, None) else {
+        return;
+    };
     assert_eq!(out["schema"], "napilab.tune-plan-predict/1");
     assert!(
         out["plan"]["changes"].is_array(),
         "the plan is there: {out:#}"
     );
-    if let Some(r) = out["refusal"].as_str() {
-        if r.contains("trace tier") {
-            println!("SKIPPED {name}: {r}");
-            return;
-        }
-        panic!("prediction refused under load: {r}");
-    }
     let p = &out["prediction"];
     assert_eq!(p["schema"], "napilab.tune-prediction/1");
     assert_eq!(p["current"]["settings"][0]["context"], "softirq", "{p:#}");
@@ -190,24 +211,14 @@ fn a_saturated_veth_sender_is_predicted_to_send_faster_threaded() {
         println!("SKIPPED {name}: needs a second CPU for the kthread to move to");
         return;
     }
+    let _serial = one_at_a_time();
     let Some(pair) = pair_or_skip(name, "sender") else {
         return;
     };
     let cpu = u32::try_from(cpus - 1).expect("CPU number");
-    let stop = Arc::new(AtomicBool::new(false));
-    let sender = pair.flood_on(Some(cpu), stop.clone());
-    std::thread::sleep(Duration::from_millis(300));
-    let (out, ok) = plan_predict(&pair, &["threaded", "--dev", "vb", "--for", "2s"]);
-    stop.store(true, Ordering::Relaxed);
-    let _ = sender.join();
-    assert!(ok, "plan of threaded on vb failed: {out:#}");
-    if let Some(r) = out["refusal"].as_str() {
-        if r.contains("trace tier") {
-            println!("SKIPPED {name}: {r}");
-            return;
-        }
-        panic!("prediction refused under load: {r}");
-    }
+    let Some(out) = predict_threaded_under_flood(&pair, name, Some(cpu)) else {
+        return;
+    };
     let p = &out["prediction"];
     let s = &p["sender_rate"];
     let says = s["says"]
@@ -255,6 +266,7 @@ fn a_saturated_veth_sender_is_predicted_to_send_faster_threaded() {
 #[test]
 fn prediction_refuses_without_load_and_without_the_kernel() {
     let name = "prediction_refuses_without_load_and_without_the_kernel";
+    let _serial = one_at_a_time();
     let Some(pair) = pair_or_skip(name, "idle") else {
         return;
     };
@@ -298,6 +310,7 @@ fn prediction_refuses_without_load_and_without_the_kernel() {
 #[test]
 fn apply_keeps_the_prediction_and_verify_measures_it() {
     let name = "apply_keeps_the_prediction_and_verify_measures_it";
+    let _serial = one_at_a_time();
     let Some(pair) = pair_or_skip(name, "verify") else {
         return;
     };
