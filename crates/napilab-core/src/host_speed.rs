@@ -41,6 +41,12 @@ pub struct SpeedSpread {
 /// interval is asked to hold, plus as much again for the probe's own noise.
 pub const SLOW_SAMPLE: f64 = 1.10;
 
+/// The `q` quantile of `sorted` (ascending, not empty) by nearest rank: a sample that
+/// was measured, not an interpolation between two.
+pub fn nearest_rank(sorted: &[f64], q: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * q.clamp(0.0, 1.0)).round() as usize]
+}
+
 impl HostSpeed {
     /// `None` without samples (or with nothing positive to divide by).
     pub fn spread(&self) -> Option<SpeedSpread> {
@@ -55,7 +61,7 @@ impl HostSpeed {
         }
         v.sort_by(f64::total_cmp);
         let fastest = v[0];
-        let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize] / fastest;
+        let at = |q: f64| nearest_rank(&v, q) / fastest;
         Some(SpeedSpread {
             samples: v.len(),
             fastest_ns: fastest,

@@ -34,7 +34,7 @@ pub use finding::{Evidence, Finding, RuleId, Severity, Subject};
 pub use host_identity::{
     CpuIdentity, CpuIdle, HostIdentity, IdentityDifference, KernelIdentity, Virtualization,
 };
-pub use host_speed::{HostSpeed, SpeedSpread, SLOW_SAMPLE};
+pub use host_speed::{nearest_rank, HostSpeed, SpeedSpread, SLOW_SAMPLE};
 pub use latency::{LatencyHistogram, LatencySummary};
 pub use metric::{Metric, Source};
 pub use observation::{

@@ -259,7 +259,7 @@ fn trial_speed_lines(r: &RunRecord) -> String {
             continue;
         }
         slowdowns.sort_by(f64::total_cmp);
-        let at = |q: f64| slowdowns[((slowdowns.len() - 1) as f64 * q).round() as usize];
+        let at = |q: f64| napilab_core::nearest_rank(&slowdowns, q);
         out.push_str(&format!(
             "  {}: CPUs after its trials ran a fixed piece of work at a median {:.2}x the run's fastest, p90 {:.2}x ({} samples)\n",
             c.name,
