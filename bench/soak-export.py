@@ -21,7 +21,8 @@ for OpenMetrics, half for text 0.0.4) and check each answer is complete. Meanwhi
 
 Every second it writes one row per exporter to DIR/soak.csv: elapsed seconds, the
 exporter, its RSS, its CPU seconds per second, scrapes that succeeded and failed in that
-second, series in the latest answer, devices alive. At the end (or on Ctrl-C) it plots
+second, series in the latest answer, devices alive, and its live heap (its own
+napilab_exporter_heap_allocated_bytes from the latest text answer). At the end (or on Ctrl-C) it plots
 RSS and CPU over time (DIR/rss.svg, DIR/cpu.svg, by the soak_plot example, plotters) and
 prints a verdict per exporter over the second half of the run: "RSS flat after warm-up"
 when its growth, extrapolated to 24 hours, is under 5% of that half's mean RSS, and the
@@ -40,6 +41,7 @@ import csv
 import http.client
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -49,8 +51,9 @@ import time
 ACCEPT_OM = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
 ACCEPT_TEXT = "text/plain;version=0.0.4"
 FIELDS = ["t_s", "exporter", "rss_bytes", "rss_anon_bytes", "rss_file_bytes", "cpu_s_per_s",
-          "scrapes_ok", "scrape_errors", "series", "devices"]
+          "scrapes_ok", "scrape_errors", "series", "devices", "heap_allocated_bytes"]
 FLAT_FRACTION_PER_DAY = 0.05
+HEAP_LINE = re.compile(rb"^napilab_exporter_heap_allocated_bytes ([0-9.e+]+)$", re.M)
 
 
 def log(msg):
@@ -123,13 +126,15 @@ class Counters:
         self.ok = 0
         self.errors = 0
         self.series = 0
+        # The exporter's own live heap from its latest text answer (empty when absent).
+        self.heap = ""
         self.first_errors = []
 
     def take(self):
         with self.lock:
             ok, err = self.ok, self.errors
             self.ok = self.errors = 0
-            return ok, err, self.series
+            return ok, err, self.series, self.heap
 
 
 def scraper(port, om, every, counters, stop):
@@ -155,6 +160,9 @@ def scraper(port, om, every, counters, stop):
                     # Series in the text format (OpenMetrics adds # EOF and _created).
                     counters.series = (body.count(b"\n") - body.count(b"\n#")
                                        - (1 if body.startswith(b"#") else 0))
+                    heap = HEAP_LINE.search(body)
+                    if heap:
+                        counters.heap = heap.group(1).decode()
         except Exception as e:  # any failure is a scrape error, counted and kept
             with counters.lock:
                 counters.errors += 1
@@ -319,9 +327,9 @@ def inner(args):
                     prev = last_cpu.get(e["interval"])
                     last_cpu[e["interval"]] = (now, cpu)
                     rate = (cpu - prev[1]) / (now - prev[0]) if prev else 0.0
-                    ok, err, series = e["counters"].take()
+                    ok, err, series, heap = e["counters"].take()
                     w.writerow([f"{now - start:.1f}", e["interval"], rss, anon, filed, f"{rate:.4f}",
-                                ok, err, series, devices])
+                                ok, err, series, devices, heap])
                 f.flush()
     except RuntimeError as e:
         failed = str(e)
@@ -408,6 +416,14 @@ def report(csv_path, out, plot_bin):
         robust = theil_sen_slope(per_minute_medians(*zip(*[(x, y) for x, y in zip(t, rss) if x >= t[-1] / 2])))
         per_day = robust * 86400
         anon_slope, anon_mean = second_half(anon)
+        heap = [(x, float(r["heap_allocated_bytes"])) for x, r in zip(t, rs)
+                if r.get("heap_allocated_bytes")]
+        heap_text = ""
+        if heap:
+            heap_half = [(x, y) for x, y in heap if x >= t[-1] / 2]
+            heap_slope = theil_sen_slope(per_minute_medians(*zip(*heap_half))) if heap_half else 0.0
+            heap_text = (f"; live heap {heap[0][1] / 2**20:.2f} -> {heap[-1][1] / 2**20:.2f} MB, "
+                         f"second-half growth {heap_slope * 3600 / 1024:+.1f} KB/h")
         flat = per_day < FLAT_FRACTION_PER_DAY * mean
         errors = sum(int(r["scrape_errors"]) for r in rs)
         scrapes = sum(int(r["scrapes_ok"]) for r in rs)
@@ -421,7 +437,7 @@ def report(csv_path, out, plot_bin):
             f"{robust * 3600 / 1024:+.1f} KB/h ({per_day / mean:+.2%} of {mean / 2**20:.2f} MB per day; "
             f"least-squares {slope * 3600 / 1024:+.1f} KB/h; anonymous part "
             f"{anon[min(len(anon) - 1, int(len(anon) * 0.1))] / 2**20:.2f} -> {anon[-1] / 2**20:.2f} MB, "
-            f"fit {anon_slope * 3600 / 1024:+.1f} KB/h): "
+            f"fit {anon_slope * 3600 / 1024:+.1f} KB/h{heap_text}): "
             + ("RSS flat after warm-up" if flat else "RSS NOT flat after warm-up")
             + f"; CPU {sum(cpu) / max(1, len(cpu)) * 1000:.1f} ms/s mean; "
             f"scrapes {scrapes} ok, {errors} failed; series per answer "

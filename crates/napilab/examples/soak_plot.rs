@@ -38,8 +38,9 @@ fn main() -> Result<()> {
         col("cpu_s_per_s")?,
     );
     let anon = col("rss_anon_bytes").ok();
-    // exporter -> (hours, MB, ms/s, anonymous MB)
-    let mut rows: BTreeMap<String, Vec<[f64; 4]>> = BTreeMap::new();
+    let heap = col("heap_allocated_bytes").ok();
+    // exporter -> (hours, MB, ms/s, anonymous MB, live heap MB)
+    let mut rows: BTreeMap<String, Vec<[f64; 5]>> = BTreeMap::new();
     for (n, line) in lines.enumerate() {
         let f: Vec<&str> = line.split(',').collect();
         let num = |i: usize| -> Result<f64> {
@@ -52,10 +53,16 @@ fn main() -> Result<()> {
             continue;
         };
         let a = anon.map(num).and_then(Result::ok).unwrap_or(f64::NAN);
+        // Empty when the exporter had not answered yet, or predates the metric.
+        let live = heap.map(num).and_then(Result::ok).unwrap_or(f64::NAN);
         let name = f.get(exporter).copied().unwrap_or("?").to_string();
-        rows.entry(name)
-            .or_default()
-            .push([h / 3600.0, m / 1048576.0, c * 1000.0, a / 1048576.0]);
+        rows.entry(name).or_default().push([
+            h / 3600.0,
+            m / 1048576.0,
+            c * 1000.0,
+            a / 1048576.0,
+            live / 1048576.0,
+        ]);
     }
     if rows.is_empty() {
         bail!("{csv} has no rows yet");
@@ -64,22 +71,26 @@ fn main() -> Result<()> {
         (
             "rss.svg",
             "RSS (MB)",
-            &[(1usize, ""), (3, ", anonymous")][..],
+            &[(1usize, ""), (3, ", anonymous"), (4, ", live heap")][..],
         ),
         ("cpu.svg", "CPU (ms per s)", &[(2, "")][..]),
     ] {
         let mut series = Vec::new();
         for (i, (name, points)) in rows.iter().enumerate() {
             for (pick, what) in picks {
+                let points = buckets(points, *pick);
+                if points.is_empty() {
+                    continue;
+                }
                 series.push(Series {
                     label: format!("napilab export --interval {name}{what}"),
                     colour: plot::colour(i),
-                    style: if what.is_empty() {
-                        Style::Solid
-                    } else {
-                        Style::Dashed
+                    style: match *what {
+                        "" => Style::Solid,
+                        ", live heap" => Style::Dotted,
+                        _ => Style::Dashed,
                     },
-                    points: buckets(points, *pick),
+                    points,
                 });
             }
         }
@@ -101,15 +112,20 @@ fn main() -> Result<()> {
     Ok(())
 }
 
-fn buckets(points: &[[f64; 4]], pick: usize) -> Vec<(f64, f64)> {
+fn buckets(points: &[[f64; 5]], pick: usize) -> Vec<(f64, f64)> {
     let per = points.len().div_ceil(MAX_POINTS).max(1);
     points
         .chunks(per)
-        .map(|c| {
-            let n = c.len() as f64;
-            let x = c.iter().map(|p| p[0]).sum::<f64>() / n;
-            let y = c.iter().map(|p| p[pick]).sum::<f64>() / n;
-            (x, y)
+        // Rows without the value (NaN: a CSV column absent or still empty) are left out,
+        // and a bucket without any is not drawn.
+        .filter_map(|c| {
+            let known: Vec<&[f64; 5]> = c.iter().filter(|p| !p[pick].is_nan()).collect();
+            let n = known.len() as f64;
+            (!known.is_empty()).then(|| {
+                let x = known.iter().map(|p| p[0]).sum::<f64>() / n;
+                let y = known.iter().map(|p| p[pick]).sum::<f64>() / n;
+                (x, y)
+            })
         })
         .collect()
 }

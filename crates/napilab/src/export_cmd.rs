@@ -24,7 +24,6 @@ use serde::Deserialize;
 use crate::export_http::{self, Asked, HttpCounters, HttpLimits};
 use crate::export_metrics::{self, Dropped, Limits, PacketPath, SelfCost};
 use crate::exposition;
-use crate::heap_trim::HeapTrimmer;
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9977";
 
@@ -239,7 +238,6 @@ pub fn run(options: &Options) -> Result<()> {
             .spawn(move || -> Result<()> {
                 let start = Instant::now();
                 let mut step: u32 = 1;
-                let mut heap = HeapTrimmer::new();
                 loop {
                     if wait_until(start + interval * step, &stop_rx) {
                         break;
@@ -258,7 +256,6 @@ pub fn run(options: &Options) -> Result<()> {
                         }
                         Err(e) => eprintln!("napilab export: sample failed: {e:#}"),
                     }
-                    heap.maybe_trim();
                 }
                 // Dropping the exporter detaches and unloads the BPF programs.
                 drop(exporter);
@@ -578,6 +575,7 @@ impl Exporter {
         };
         self.cost.cpu_seconds = own_cpu_seconds().unwrap_or(self.cost.cpu_seconds);
         self.cost.resident_bytes = own_resident_bytes();
+        self.cost.heap = crate::heap::heap_stats();
         self.cost.trace_active = self.tracer.is_some();
         self.cost.bpf_stats_enabled = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
             .ok()

@@ -607,6 +607,8 @@ fn finding_family(findings: &[Finding]) -> Family {
 pub struct SelfCost {
     pub cpu_seconds: f64,
     pub resident_bytes: Option<u64>,
+    /// The allocator's live and resident bytes.
+    pub heap: Option<crate::heap::HeapStats>,
     pub samples: u64,
     pub last_sample_seconds: f64,
     pub last_sample_unix_seconds: f64,
@@ -635,6 +637,18 @@ pub fn exporter_families(cost: &SelfCost) -> Vec<Family> {
         "Resident memory of this exporter process (/proc/self/statm).",
         Kind::Gauge,
         cost.resident_bytes.map(|b| b as f64),
+    );
+    let heap_live = Family::single(
+        "napilab_exporter_heap_allocated_bytes",
+        "Bytes this exporter holds in live heap allocations (jemalloc stats.allocated): a leak grows this; RSS above it is allocator pages not yet returned and code.",
+        Kind::Gauge,
+        cost.heap.map(|h| h.allocated as f64),
+    );
+    let heap_resident = Family::single(
+        "napilab_exporter_heap_resident_bytes",
+        "Resident pages of this exporter's heap allocator, live, metadata and freed pages not yet returned (jemalloc stats.resident).",
+        Kind::Gauge,
+        cost.heap.map(|h| h.resident as f64),
     );
     let samples = Family::single(
         "napilab_exporter_samples",
@@ -716,7 +730,20 @@ pub fn exporter_families(cost: &SelfCost) -> Vec<Family> {
         closed.push(&[("reason", reason.into())], n as f64);
     }
     vec![
-        cpu, rss, samples, duration, at, tier, stats, runs, run_time, dropped, open, accepted,
+        cpu,
+        rss,
+        heap_live,
+        heap_resident,
+        samples,
+        duration,
+        at,
+        tier,
+        stats,
+        runs,
+        run_time,
+        dropped,
+        open,
+        accepted,
         closed,
     ]
 }

@@ -5,7 +5,7 @@ mod export_cmd;
 mod export_http;
 mod export_metrics;
 mod exposition;
-mod heap_trim;
+mod heap;
 mod host_cmd;
 mod kv_cmd;
 mod lab_cmd;
@@ -28,6 +28,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+/// jemalloc rather than glibc malloc: the exporter runs for days and must hold its RSS
+/// flat and report its live heap (crate::heap says why).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// See, explain, experiment with and tune how Linux processes packets: which NAPI
 /// instance runs on which CPU, in which context, at what cost, and which kernel
