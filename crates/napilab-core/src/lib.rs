@@ -23,6 +23,7 @@ pub mod trace;
 pub mod twin_vs_lab;
 pub mod uncertainty;
 pub mod units;
+pub mod wake_up_latency;
 
 pub use experiment::{
     disturbed_by, CapacityProbe, ClassResult, ConfigurationResult, Disturbance, DisturbanceKind,
@@ -48,3 +49,4 @@ pub use topology::{
 };
 pub use twin_vs_lab::{LeaveOneOutMaximum, TwinClassPoint, TwinMaximum, TwinVsLab};
 pub use units::Unit;
+pub use wake_up_latency::WakeUpLatency;

@@ -89,6 +89,10 @@ pub struct HostFacts {
     /// end; docs/lab.md, "Host speed"); empty elsewhere.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub speed: Vec<crate::host_speed::HostSpeed>,
+    /// How long a thread woken onto each CPU waited to run (`napilab tune plan
+    /// --predict` measures it after observing; docs/tune.md); empty elsewhere.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wake_up: Vec<crate::wake_up_latency::WakeUpLatency>,
 }
 
 impl HostFacts {
@@ -106,6 +110,7 @@ impl HostFacts {
             user_hz: 100,
             identity: None,
             speed: Vec::new(),
+            wake_up: Vec::new(),
         }
     }
 }

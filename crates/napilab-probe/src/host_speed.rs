@@ -121,26 +121,7 @@ impl Work {
 }
 
 fn pin_this_thread(cpu: u32) -> Result<(), SpeedError> {
-    if cpu as usize >= libc::CPU_SETSIZE as usize {
-        return Err(SpeedError::Pin {
-            cpu,
-            source: std::io::Error::from_raw_os_error(libc::EINVAL),
-        });
-    }
-    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET writes inside it (cpu was
-    // checked against CPU_SETSIZE); pid 0 is the calling thread.
-    let rc = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu as usize, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
-    };
-    if rc != 0 {
-        return Err(SpeedError::Pin {
-            cpu,
-            source: std::io::Error::last_os_error(),
-        });
-    }
-    Ok(())
+    crate::pin::pin_this_thread(cpu).map_err(|source| SpeedError::Pin { cpu, source })
 }
 
 fn thread_cpu_ns() -> Result<u64, SpeedError> {

@@ -80,6 +80,7 @@ pub fn describe_host(root: &Path, use_netlink: bool) -> RecordingHeader {
             user_hz: kernel::user_hz(),
             identity: Some(identity),
             speed: Vec::new(),
+            wake_up: Vec::new(),
         },
         online_cpus,
         settings,

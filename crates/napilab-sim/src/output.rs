@@ -359,6 +359,7 @@ pub(crate) fn build(sim: &Sim) -> SimResult {
             user_hz: 100,
             identity: None,
             speed: Vec::new(),
+            wake_up: Vec::new(),
             ..Default::default()
         },
         settings: Settings {

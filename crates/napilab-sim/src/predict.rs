@@ -289,6 +289,7 @@ pub fn predict(
         .profile;
     let wake_up = wake_up_delay(
         &traced,
+        &obs.host.wake_up,
         &dev,
         &kthread_cpus(&current, &target),
         params.has("cpus"),
@@ -1284,7 +1285,7 @@ mod tests {
 
     /// The wake-up delay of vb's kthread, with the lab profile's 268,554 ns as the fallback.
     fn vb_wake_up(traced: &[&Interval], cpus: &[u32], pinned: bool) -> Option<WakeUp> {
-        wake_up_delay(traced, "vb", cpus, pinned, 268_554)
+        wake_up_delay(traced, &[], "vb", cpus, pinned, 268_554)
     }
 
     fn ksoftirqd(cpu: u32) -> ThreadRole {
@@ -1340,6 +1341,83 @@ mod tests {
             (w.delay_ns - 5_000.0).abs() < 1e-6 && w.source.contains("napi/vb-8193"),
             "{w:?}"
         );
+    }
+
+    #[test]
+    fn the_wake_up_probe_comes_before_ksoftirqd_and_after_the_own_kthread() {
+        let current = softirq_vb();
+        let threaded = after("threaded", None).expect("threaded");
+        let probe = |cpu: u32, us: f64| napilab_core::WakeUpLatency {
+            cpu,
+            waker_cpu: 1 - cpu,
+            idle_us: 100.0,
+            delays_ns: vec![us * 1e3; 40],
+        };
+        let probed = [probe(0, 45.0), probe(1, 900.0)];
+        let ks = second(&[
+            ("ksoftirqd/0", ksoftirqd(0), Some((3_000_000, 100))),
+            ("ksoftirqd/1", ksoftirqd(1), Some((1_000_000, 100))),
+        ]);
+        // Unpinned: the least probed CPU, not the least ksoftirqd.
+        let w = wake_up_delay(
+            &[&ks],
+            &probed,
+            "vb",
+            &kthread_cpus(&current, &threaded),
+            false,
+            268_554,
+        )
+        .expect("threaded");
+        assert!(w.measured && (w.delay_ns - 45_000.0).abs() < 1e-6, "{w:?}");
+        assert!(
+            w.source
+                .contains("CPU 0 woken from CPU 1: median 45.0 us of 40"),
+            "{}",
+            w.source
+        );
+        // Pinned to CPU 1: CPU 1's, however slow.
+        let pinned = after("threaded", Some("1")).expect("pinned");
+        let w = wake_up_delay(
+            &[&ks],
+            &probed,
+            "vb",
+            &kthread_cpus(&current, &pinned),
+            true,
+            268_554,
+        )
+        .expect("threaded");
+        assert!((w.delay_ns - 900_000.0).abs() < 1e-6, "{w:?}");
+        // Too few wake-ups on a CPU: ksoftirqd's estimate, as without the probe.
+        let few = [napilab_core::WakeUpLatency {
+            delays_ns: vec![45_000.0; 5],
+            ..probe(0, 45.0)
+        }];
+        let w = wake_up_delay(
+            &[&ks],
+            &few,
+            "vb",
+            &kthread_cpus(&current, &threaded),
+            false,
+            268_554,
+        )
+        .expect("threaded");
+        assert!(w.source.contains("ksoftirqd/1"), "{}", w.source);
+        // The device's own kthread, when it already polls, comes first.
+        let own = ThreadRole::NapiThread {
+            device: Some("vb".into()),
+            napi_id: Some(8193),
+        };
+        let c = second(&[("napi/vb-8193", own, Some((500_000, 100)))]);
+        let w = wake_up_delay(
+            &[&c],
+            &probed,
+            "vb",
+            &kthread_cpus(&threaded, &threaded),
+            false,
+            268_554,
+        )
+        .expect("threaded");
+        assert!(w.source.contains("napi/vb-8193"), "{}", w.source);
     }
 
     #[test]

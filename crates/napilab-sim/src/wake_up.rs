@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use napilab_core::observation::ThreadRole;
-use napilab_core::{Interval, ThreadInterval};
+use napilab_core::{Interval, ThreadInterval, WakeUpLatency};
 
 /// Fewest runs of the kernel threads a wake-up delay is estimated from: below it the
 /// mean is a handful of waits, each as long as whatever happened to hold the CPU.
@@ -62,18 +62,73 @@ pub fn run_delay(intervals: &[&Interval], pick: impl Fn(&ThreadInterval) -> bool
     out
 }
 
+/// Fewest wake-ups of the probe a CPU's median is taken from.
+pub const MIN_PROBED_WAKE_UPS: usize = 20;
+
+/// The probe's delay for kthreads on `cpus` (pinned) or anywhere (unpinned); None when
+/// the probe did not measure a CPU that applies.
+fn probed_delay(probed: &[WakeUpLatency], cpus: &[u32], pinned: bool) -> Option<WakeUp> {
+    let usable = probed
+        .iter()
+        .filter(|p| p.delays_ns.len() >= MIN_PROBED_WAKE_UPS)
+        .filter(|p| !pinned || cpus.contains(&p.cpu))
+        .filter_map(|p| Some((p.median_ns()?, p)));
+    let (delay_ns, chosen): (f64, Vec<&WakeUpLatency>) = if pinned {
+        let all: Vec<(f64, &WakeUpLatency)> = usable.collect();
+        if all.is_empty() {
+            return None;
+        }
+        let mean = all.iter().map(|(d, _)| d).sum::<f64>() / all.len() as f64;
+        (mean, all.into_iter().map(|(_, p)| p).collect())
+    } else {
+        let (d, p) = usable.min_by(|a, b| a.0.total_cmp(&b.0))?;
+        (d, vec![p])
+    };
+    let each: Vec<String> = chosen
+        .iter()
+        .map(|p| {
+            format!(
+                "CPU {} woken from CPU {}: median {:.1} us of {} wake-ups after {:.0} us idle",
+                p.cpu,
+                p.waker_cpu,
+                p.median_ns().unwrap_or(f64::NAN) / 1e3,
+                p.delays_ns.len(),
+                p.idle_us
+            )
+        })
+        .collect();
+    let why = if pinned {
+        "the CPUs the kthread is pinned to"
+    } else {
+        "the least of any CPU: the NAPI kthread is unpinned, and the scheduler wakes it where a CPU is free"
+    };
+    Some(WakeUp {
+        delay_ns,
+        measured: true,
+        source: format!("wake-up probe of this host ({}), {why}", each.join("; ")),
+    })
+}
+
 /// The wake-up delay of the device's NAPI kthreads for the twin, from the host, where
-/// `cpus` are the CPUs the twin places them on (none: no delay to estimate): the
-/// run delay per run of the device's own NAPI kthreads when they ran (threaded
-/// already); else, for kthreads pinned to CPUs (`pinned`), of `ksoftirqd/N` of those
-/// CPUs (a kernel thread of the same CPU, woken from its softirq while something else
-/// holds the CPU, as the NAPI kthread will be); for unpinned ones, of the `ksoftirqd/N`
-/// that waited least (the scheduler wakes an unpinned thread on a CPU that is free, and
-/// `ksoftirqd/N` cannot move: the one of the sender's CPU waits behind the sender).
-/// `None` when neither settings polls in a kthread; the veth-lab profile's `lab_ns`
-/// when the observation has no such runs.
+/// `cpus` are the CPUs the twin places them on (none: no delay to estimate), in this
+/// order of preference:
+/// 1. the run delay per run of the device's own NAPI kthreads when they ran (threaded
+///    already);
+/// 2. the wake-up probe of the host (`probed`, napilab-probe `wake_up_latency`: a thread
+///    woken onto each CPU from another): for kthreads pinned to CPUs (`pinned`) the
+///    median of those CPUs; for unpinned ones the least median of any CPU (the
+///    scheduler wakes an unpinned thread where a CPU is free);
+/// 3. the run delay of `ksoftirqd/N`: of the CPUs they are pinned to (a kernel thread
+///    of the same CPU, woken from its softirq while something else holds the CPU, as the
+///    NAPI kthread will be), or for unpinned ones the `ksoftirqd/N` that waited least.
+///    `ksoftirqd` runs when softirq work overflows, so it is woken onto a busy CPU by
+///    construction and overstates what a kthread woken onto an idle one waits (docs/tune.md);
+/// 4. the veth-lab profile's `lab_ns`.
+///
+/// `None` when neither settings polls in a kthread.
 pub fn wake_up_delay(
     traced: &[&Interval],
+    probed: &[WakeUpLatency],
     dev: &str,
     cpus: &[u32],
     pinned: bool,
@@ -101,6 +156,9 @@ pub fn wake_up_delay(
         |t| matches!(&t.role, ThreadRole::NapiThread { device: Some(d), .. } if d == dev),
     );
     if let Some(w) = measured(&own, String::new()) {
+        return Some(w);
+    }
+    if let Some(w) = probed_delay(probed, cpus, pinned) {
         return Some(w);
     }
     if !pinned {

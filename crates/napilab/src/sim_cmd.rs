@@ -456,6 +456,7 @@ fn run_twin(args: &RunArgs) -> Result<()> {
             user_hz: 100,
             identity: None,
             speed: Vec::new(),
+            wake_up: Vec::new(),
         });
     if host.cpus.is_empty() {
         // The twin's Observation names CPUs per interval only; the run lists them all.
@@ -710,6 +711,7 @@ fn run_scenario(args: &RunArgs, text: &str) -> Result<()> {
             user_hz: 100,
             identity: None,
             speed: Vec::new(),
+            wake_up: Vec::new(),
         });
     if host.cpus.is_empty() {
         host.cpus = (0..cpus).collect();

@@ -69,6 +69,36 @@ fn observe_traced(duration: Duration) -> Result<napilab_core::Observation> {
     observed
 }
 
+/// Wake-ups per CPU of the wake-up probe, and how long the CPU is left idle before each:
+/// a loaded NAPI kthread sleeps for tens to hundreds of microseconds between batches.
+const WAKE_UPS_PER_CPU: usize = 100;
+const IDLE_BEFORE_WAKE_UP: Duration = Duration::from_micros(100);
+
+/// How long a thread woken onto each of `cpus` waits to run, woken from the next CPU
+/// (napilab-probe `wake_up_latency`), under the load the observation saw; about 30 ms per
+/// CPU. None on a host of one CPU (nothing to wake from), and a CPU the probe fails on is
+/// said and left out: the twin then falls back to the run delays (docs/tune.md).
+fn probe_wake_ups(cpus: &[u32]) -> Vec<napilab_core::WakeUpLatency> {
+    if cpus.len() < 2 {
+        eprintln!("napilab: wake-up probe skipped: this host has one CPU, nothing to wake it from");
+        return Vec::new();
+    }
+    cpus.iter()
+        .enumerate()
+        .filter_map(|(k, &cpu)| {
+            let waker = cpus[(k + 1) % cpus.len()];
+            napilab_probe::wake_up_latency::measure(
+                cpu,
+                waker,
+                WAKE_UPS_PER_CPU,
+                IDLE_BEFORE_WAKE_UP,
+            )
+            .map_err(|e| eprintln!("napilab: wake-up probe on CPU {cpu}: {e}; left out"))
+            .ok()
+        })
+        .collect()
+}
+
 /// Observes this host and predicts profile `name`: the prediction, or the refusal's
 /// reason (the twin's or the observation's).
 pub fn predict_here(
@@ -78,7 +108,10 @@ pub fn predict_here(
 ) -> Result<std::result::Result<Prediction, String>> {
     let (profile, _) = profile::load(name)?;
     Ok(match observe_traced(duration) {
-        Ok(obs) => predict::predict(&obs, &profile, given).map_err(|r| r.reason),
+        Ok(mut obs) => {
+            obs.host.wake_up = probe_wake_ups(&obs.host.cpus);
+            predict::predict(&obs, &profile, given).map_err(|r| r.reason)
+        }
         Err(e) => Err(format!("observing this host failed: {e:#}")),
     })
 }

@@ -154,15 +154,26 @@ fn threaded_prediction_moves_the_poll_into_a_kthread() {
         assumed.iter().any(|a| a.contains("scaled by")),
         "the fit is stated: {assumed:#?}"
     );
-    // The kthread's wake-up delay: measured on this host (a kernel thread's run delay)
-    // or the lab's, and which one is said.
+    // The kthread's wake-up delay: measured on this host (the wake-up probe on a host of
+    // two or more CPUs, or a kernel thread's run delay) or the lab's, and which one is
+    // said.
     let wake = &p["kthread_wake_up"];
     let source = wake["source"]
         .as_str()
         .expect("a wake-up delay for threaded");
     assert!(wake["delay_ns"].as_f64().expect("delay") >= 0.0, "{wake}");
     if wake["measured"] == true {
-        assert!(source.starts_with("run delay of "), "{source}");
+        assert!(
+            source.starts_with("wake-up probe of this host (CPU ")
+                || source.starts_with("run delay of "),
+            "{source}"
+        );
+        // On a host of two CPUs or more the probe measures every CPU, each woken from
+        // another, and the twin takes it.
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if cpus >= 2 {
+            assert!(source.starts_with("wake-up probe"), "{source}");
+        }
     } else {
         assert!(source.contains("veth-lab"), "{source}");
     }

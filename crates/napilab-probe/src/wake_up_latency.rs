@@ -1,0 +1,235 @@
+//! Measures how long a thread woken onto a CPU waits before it runs (napilab-core
+//! `WakeUpLatency`).
+//!
+//! A thread parked on the target CPU (futex, through `std::thread::park`) is woken again
+//! and again from a thread on another CPU, each time after the target has been left idle
+//! for a while, as a NAPI kthread is between batches. The delay runs from just before the
+//! wake-up call to the first instruction of the woken thread, both read from
+//! CLOCK_MONOTONIC (one clock for all CPUs): the IPI to an idle CPU, its exit from idle
+//! (on a VM, the hypervisor's halt polling or the vCPU's scheduling), the scheduler and a
+//! context switch: what a kernel thread woken by `wake_up_process` from another CPU waits
+//! too. A user thread's return to user space adds well under a microsecond.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use napilab_core::WakeUpLatency;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WakeUpError {
+    #[error("cannot pin the wake-up probe's {role} thread to CPU {cpu}: {source} (is CPU {cpu} online and in this process's affinity mask?)")]
+    Pin {
+        role: &'static str,
+        cpu: u32,
+        source: std::io::Error,
+    },
+    #[error("the wake-up probe needs two different CPUs (woken and waking), got CPU {0} for both")]
+    SameCpu(u32),
+    #[error("cannot start the wake-up probe's thread: {0}")]
+    Spawn(std::io::Error),
+    #[error("the woken thread did not run within {0:?} of a wake-up (CPU {1}): the CPU is held by something that does not let go")]
+    Stuck(Duration, u32),
+}
+
+/// How long the prober waits for the woken thread before giving up on the probe.
+const WAKE_UP_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// State shared by the waking and the woken thread.
+struct Shared {
+    /// CLOCK_MONOTONIC ns just before the latest wake-up; its sequence number.
+    sent_ns: AtomicU64,
+    sent_seq: AtomicU64,
+    /// The woken thread's delay for sequence number `done_seq`.
+    delay_ns: AtomicU64,
+    done_seq: AtomicU64,
+    stop: AtomicBool,
+}
+
+/// `samples` wake-ups of a thread pinned to `cpu` from the calling side pinned to
+/// `waker_cpu`, each after `idle` with the target parked; takes about samples x idle.
+pub fn measure(
+    cpu: u32,
+    waker_cpu: u32,
+    samples: usize,
+    idle: Duration,
+) -> Result<WakeUpLatency, WakeUpError> {
+    if cpu == waker_cpu {
+        return Err(WakeUpError::SameCpu(cpu));
+    }
+    // The waking side runs on a thread of its own too, so the caller's affinity is left
+    // as it was.
+    std::thread::Builder::new()
+        .name("napilab-waker".into())
+        .spawn(move || wake_repeatedly(cpu, waker_cpu, samples, idle))
+        .map_err(WakeUpError::Spawn)?
+        .join()
+        .unwrap_or_else(|_| Err(WakeUpError::Spawn(std::io::Error::other("panicked"))))
+}
+
+fn wake_repeatedly(
+    cpu: u32,
+    waker_cpu: u32,
+    samples: usize,
+    idle: Duration,
+) -> Result<WakeUpLatency, WakeUpError> {
+    crate::pin::pin_this_thread(waker_cpu).map_err(|source| WakeUpError::Pin {
+        role: "waking",
+        cpu: waker_cpu,
+        source,
+    })?;
+    let shared = Arc::new(Shared {
+        sent_ns: AtomicU64::new(0),
+        sent_seq: AtomicU64::new(0),
+        delay_ns: AtomicU64::new(0),
+        done_seq: AtomicU64::new(0),
+        stop: AtomicBool::new(false),
+    });
+    let (pinned_tx, pinned_rx) = std::sync::mpsc::channel();
+    let woken = {
+        let shared = shared.clone();
+        std::thread::Builder::new()
+            .name("napilab-woken".into())
+            .spawn(move || be_woken(cpu, &shared, &pinned_tx))
+            .map_err(WakeUpError::Spawn)?
+    };
+    let outcome = drive(&shared, woken.thread(), &pinned_rx, cpu, samples, idle);
+    // Whatever happened, the woken thread is told to stop and is joined.
+    shared.stop.store(true, Ordering::SeqCst);
+    woken.thread().unpark();
+    let _ = woken.join();
+    Ok(WakeUpLatency {
+        cpu,
+        waker_cpu,
+        idle_us: idle.as_secs_f64() * 1e6,
+        delays_ns: outcome?,
+    })
+}
+
+/// Waits for the woken thread to be pinned, then wakes it `samples` times.
+fn drive(
+    shared: &Shared,
+    woken: &std::thread::Thread,
+    pinned: &std::sync::mpsc::Receiver<std::io::Result<()>>,
+    cpu: u32,
+    samples: usize,
+    idle: Duration,
+) -> Result<Vec<f64>, WakeUpError> {
+    match pinned.recv_timeout(WAKE_UP_TIMEOUT) {
+        Ok(Ok(())) => {}
+        Ok(Err(source)) => {
+            return Err(WakeUpError::Pin {
+                role: "woken",
+                cpu,
+                source,
+            })
+        }
+        Err(_) => return Err(WakeUpError::Stuck(WAKE_UP_TIMEOUT, cpu)),
+    }
+    let mut delays_ns = Vec::with_capacity(samples);
+    for seq in 1..=samples as u64 {
+        leave_idle(idle);
+        shared.sent_ns.store(monotonic_ns(), Ordering::SeqCst);
+        shared.sent_seq.store(seq, Ordering::SeqCst);
+        woken.unpark();
+        let asked = Instant::now();
+        // Bounded: the woken thread answers within the timeout or the probe gives up.
+        while shared.done_seq.load(Ordering::SeqCst) != seq {
+            if asked.elapsed() > WAKE_UP_TIMEOUT {
+                return Err(WakeUpError::Stuck(WAKE_UP_TIMEOUT, cpu));
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        delays_ns.push(shared.delay_ns.load(Ordering::SeqCst) as f64);
+    }
+    Ok(delays_ns)
+}
+
+/// The woken side: parks until a new sequence number arrives, then records how long
+/// after its wake-up call it came to run.
+fn be_woken(cpu: u32, shared: &Shared, pinned: &std::sync::mpsc::Sender<std::io::Result<()>>) {
+    let pin = crate::pin::pin_this_thread(cpu);
+    let ok = pin.is_ok();
+    let _ = pinned.send(pin);
+    if !ok {
+        return;
+    }
+    let mut seen = 0;
+    while !shared.stop.load(Ordering::SeqCst) {
+        // park() may return spuriously: only a new sequence number is a wake-up.
+        std::thread::park();
+        let now = monotonic_ns();
+        let seq = shared.sent_seq.load(Ordering::SeqCst);
+        if seq == seen {
+            continue;
+        }
+        seen = seq;
+        let sent = shared.sent_ns.load(Ordering::SeqCst);
+        shared
+            .delay_ns
+            .store(now.saturating_sub(sent), Ordering::SeqCst);
+        shared.done_seq.store(seq, Ordering::SeqCst);
+    }
+}
+
+/// Waits `idle` before the next wake-up. Sleeping is exact only to the timer slack (50 us
+/// by default), so short gaps are spun on the waking CPU; the target is idle either way.
+fn leave_idle(idle: Duration) {
+    if idle >= SLEEP_ABOVE {
+        std::thread::sleep(idle);
+    } else {
+        let until = Instant::now() + idle;
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// Gaps from this long on are slept, shorter ones spun.
+const SLEEP_ABOVE: Duration = Duration::from_micros(500);
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec for the call to fill; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn two_cpus() -> Option<(u32, u32)> {
+        let n = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        (n >= 2).then_some((0, 1))
+    }
+
+    #[test]
+    fn every_wake_up_is_timed_on_the_cpu_asked_for() {
+        let Some((cpu, waker)) = two_cpus() else {
+            eprintln!("skipped: the wake-up probe needs two CPUs and this host has one");
+            return;
+        };
+        let w = measure(cpu, waker, 20, Duration::from_millis(1)).expect("probe on CPUs 0 and 1");
+        assert_eq!((w.cpu, w.waker_cpu, w.delays_ns.len()), (cpu, waker, 20));
+        assert!((w.idle_us - 1000.0).abs() < 1e-6);
+        // A wake-up is an IPI and a context switch: more than nothing, and the probe's
+        // timeout bounds it.
+        for d in &w.delays_ns {
+            assert!(*d > 0.0 && *d < 1e9, "{d} ns");
+        }
+    }
+
+    #[test]
+    fn bad_cpus_are_named() {
+        let same = measure(0, 0, 1, Duration::from_millis(1)).expect_err("one CPU for both");
+        assert!(same.to_string().contains("two different CPUs"), "{same}");
+        let missing = measure(100_000, 0, 1, Duration::from_millis(1)).expect_err("no CPU 100000");
+        assert!(missing.to_string().contains("CPU 100000"), "{missing}");
+    }
+}
