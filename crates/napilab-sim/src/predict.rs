@@ -21,7 +21,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use napilab_core::observation::ThreadRole;
+use napilab_core::device_join::DeviceJoin;
 use napilab_core::{Observation, Poller};
 use napilab_tune::model::{Kind, Value};
 use napilab_tune::profile::{parse_setting, value_for, Params, Profile as TuneProfile};
@@ -287,9 +287,10 @@ pub fn predict(
             reason: format!("the shipped veth-lab profile does not load: {e}"),
         })?
         .profile;
+    let device = DeviceJoin::new(&obs.topology, &dev);
     let wake_up = wake_up_delay(
         &traced,
-        &dev,
+        &device,
         &kthread_cpus(&current, &target),
         params.has("cpus"),
         base.latency_ns.irq_delivery,
@@ -302,7 +303,7 @@ pub fn predict(
     let mut current_out = outcome(&twin, &current, &fitted, &seeds)?;
     let headroom_seeds: Vec<u64> = (1..=HEADROOM_SEEDS).collect();
     current_out.headroom_pps = Some(headroom(&twin, &current, &fitted, &headroom_seeds)?);
-    let sender = sender_rate::observe(&traced, &dev, &measured);
+    let sender = sender_rate::observe(&traced, &device, &measured);
     let (predicted, sender) = predicted_outcome(
         &twin,
         &target,
@@ -390,6 +391,8 @@ fn assumptions(a: &Assumed<'_>) -> Vec<String> {
 /// (and over all CPUs) the softirq and NAPI kthread shares, polls/s and packets per
 /// poll. The prediction's fit input, and what `tune verify` compares a prediction to.
 pub fn measure(obs: &Observation, dev: &str) -> Result<Measured, Refusal> {
+    // The polls of this namespace's `dev` only: the trace tier sees every namespace.
+    let device = DeviceJoin::new(&obs.topology, dev);
     let traced: Vec<&napilab_core::Interval> =
         obs.intervals.iter().filter(|i| i.trace.is_some()).collect();
     if traced.is_empty() {
@@ -415,7 +418,7 @@ pub fn measure(obs: &Observation, dev: &str) -> Result<Measured, Refusal> {
     let (polls, packets) = traced
         .iter()
         .flat_map(|i| i.trace.iter().flat_map(|t| &t.napi))
-        .filter(|n| n.device == dev)
+        .filter(|n| device.polls(n))
         .fold((0u64, 0u64), |(polls, packets), n| {
             (polls + n.polls, packets + n.packets)
         });
@@ -423,7 +426,7 @@ pub fn measure(obs: &Observation, dev: &str) -> Result<Measured, Refusal> {
         .host
         .cpus
         .iter()
-        .map(|&cpu| measured_cpu(&traced, seconds, dev, cpu))
+        .map(|&cpu| measured_cpu(&traced, seconds, &device, cpu))
         .collect();
     let total = MeasuredCpu {
         cpu: u32::MAX,
@@ -637,7 +640,7 @@ fn queue_selected(queues: Option<&toml::Value>, params: &Params, q: u32) -> Resu
 fn measured_cpu(
     traced: &[&napilab_core::Interval],
     seconds: f64,
-    dev: &str,
+    device: &DeviceJoin,
     cpu: u32,
 ) -> MeasuredCpu {
     let mut softirq = 0.0;
@@ -649,13 +652,11 @@ fn measured_cpu(
             softirq += c.net_softirq.value * i.duration_s;
         }
         for th in &i.threads {
-            let mine =
-                matches!(&th.role, ThreadRole::NapiThread { device: Some(d), .. } if d == dev);
-            if mine && th.last_cpu == Some(cpu) {
+            if device.runs_kthread(&th.role) && th.last_cpu == Some(cpu) {
                 kthread += th.cpu.as_ref().map_or(0.0, |m| m.value) * i.duration_s;
             }
         }
-        for n in t.napi.iter().filter(|n| n.device == dev && n.cpu == cpu) {
+        for n in t.napi.iter().filter(|n| device.polls(n) && n.cpu == cpu) {
             polls += n.polls;
             packets += n.packets;
         }
@@ -1222,6 +1223,7 @@ pub(crate) fn predicted_outcome(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use napilab_core::observation::ThreadRole;
     use napilab_core::{Interval, ThreadInterval};
 
     fn softirq_vb() -> Vec<NapiSettings> {
@@ -1255,6 +1257,115 @@ mod tests {
         assert_eq!(s[0].context, NapiContext::ThreadedBusyPoll);
     }
 
+    /// One traced second of a host whose map is namespace `OWN` with `vb` (ifindex 2),
+    /// and these trace rows: (netns, ifindex, cpu, polls, packets, napi id).
+    fn traced_second(rows: &[(u32, u32, u32, u64, u64, u32)]) -> Observation {
+        use napilab_core::trace::{ExecContext, NapiPollTrace, TraceInterval};
+        use napilab_core::{Metric, Source, Unit};
+        let napi = rows
+            .iter()
+            .map(
+                |&(netns, ifindex, cpu, polls, packets, napi_id)| NapiPollTrace {
+                    napi_id,
+                    device: "vb".into(),
+                    ifindex,
+                    netns,
+                    cpu,
+                    context: ExecContext::BhEnable,
+                    application: None,
+                    polls,
+                    packets,
+                    full_budget_polls: 0,
+                    work_histogram: Vec::new(),
+                    polls_per_s: Metric::new(polls as f64, Unit::PerSecond, Source::Trace),
+                    packets_per_s: Metric::new(
+                        packets as f64,
+                        Unit::PacketsPerSecond,
+                        Source::Trace,
+                    ),
+                },
+            )
+            .collect();
+        let kthread = |napi_id| ThreadInterval {
+            pid: napi_id,
+            name: format!("napi/vb-{napi_id}"),
+            role: ThreadRole::NapiThread {
+                device: Some("vb".into()),
+                napi_id: Some(napi_id),
+            },
+            last_cpu: Some(1),
+            cpu: Some(Metric::new(0.25, Unit::CpuFraction, Source::Proc)),
+            sched: None,
+        };
+        Observation {
+            schema: String::new(),
+            origin: napilab_core::Origin {
+                kind: napilab_core::OriginKind::Live,
+                hostname: None,
+                kernel: None,
+                started_unix_ms: 0,
+                napilab_version: String::new(),
+            },
+            host: napilab_core::HostFacts {
+                cpus: vec![0, 1],
+                ..Default::default()
+            },
+            settings: Default::default(),
+            topology: napilab_core::TopologyMap {
+                devices: vec![napilab_core::Device {
+                    name: "vb".into(),
+                    ifindex: 2,
+                    napis: vec![napilab_core::Napi {
+                        id: 8193,
+                        ifindex: 2,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                irqs: Vec::new(),
+                netns: Some(OWN),
+            },
+            intervals: vec![Interval {
+                duration_s: 1.0,
+                // Another namespace's vb has a kthread too (napi/vb-9000).
+                threads: vec![kthread(8193), kthread(9000)],
+                trace: Some(TraceInterval {
+                    napi,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            findings: Vec::new(),
+            notices: Vec::new(),
+            trace_cost: None,
+        }
+    }
+
+    const OWN: u32 = 4026532100;
+
+    #[test]
+    fn measure_counts_this_namespaces_device_only() {
+        // This namespace's vb on CPU 0; another namespace's vb (same name and ifindex)
+        // on CPU 1, four times as busy.
+        let obs = traced_second(&[
+            (OWN, 2, 0, 1_000, 8_000, 8193),
+            (OWN + 1, 2, 1, 4_000, 4_000, 9000),
+        ]);
+        let m = measure(&obs, "vb").expect("measured");
+        assert_eq!(m.polls, 1_000);
+        assert!(
+            (m.total.packets_per_poll - 8.0).abs() < 1e-9,
+            "{:?}",
+            m.total
+        );
+        assert_eq!(m.cpus[1].polls_per_s, 0.0, "{:?}", m.cpus);
+        // Its kthread, not the other namespace's napi/vb-9000.
+        assert!((m.total.napi_thread - 0.25).abs() < 1e-9, "{:?}", m.total);
+        // A recording without namespaces joins by name: both count.
+        let old = traced_second(&[(0, 2, 0, 1_000, 8_000, 8193), (0, 2, 1, 4_000, 4_000, 9000)]);
+        assert_eq!(measure(&old, "vb").expect("measured").polls, 5_000);
+    }
+
     /// A thread's name, role and (run delay ns, runs) over one second.
     type Sched<'a> = (&'a str, ThreadRole, Option<(u64, u64)>);
 
@@ -1284,7 +1395,8 @@ mod tests {
 
     /// The wake-up delay of vb's kthread, with the lab profile's 268,554 ns as the fallback.
     fn vb_wake_up(traced: &[&Interval], cpus: &[u32], pinned: bool) -> Option<WakeUp> {
-        wake_up_delay(traced, "vb", cpus, pinned, 268_554)
+        let vb = DeviceJoin::new(&napilab_core::TopologyMap::default(), "vb");
+        wake_up_delay(traced, &vb, cpus, pinned, 268_554)
     }
 
     fn ksoftirqd(cpu: u32) -> ThreadRole {
