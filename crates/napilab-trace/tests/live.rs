@@ -695,10 +695,13 @@ fn raw_tracepoint_fallback_counts_the_same_packets() {
         "only {received} of {N} datagrams arrived"
     );
     assert_eq!(napi_packets(&t, napi_id), received as u64, "{:#?}", t.napi);
+    // The namespace is read through bpf_probe_read_kernel here, as the tp_btf path
+    // loads it directly.
+    let vb_netns = in_namespace(&pair.b, napilab_probe::netns::own_inode).expect("netns");
     assert!(
         t.napi
             .iter()
-            .any(|n| n.napi_id == napi_id && n.device == "vb"),
+            .any(|n| n.napi_id == napi_id && n.device == "vb" && n.netns == vb_netns),
         "{:#?}",
         t.napi
     );
