@@ -741,6 +741,27 @@ mod tests {
     use std::collections::BTreeSet;
     use std::path::Path;
 
+    #[test]
+    fn id_less_instances_are_labelled_by_the_namespace_the_tier_recorded() {
+        let key = |napi_id, unnamed_ifindex, unnamed_netns| NapiKey {
+            napi_id,
+            unnamed_ifindex,
+            unnamed_netns,
+            cpu: 0,
+            context: ExecContext::Hardirq,
+        };
+        let own = Some(4026531840);
+        assert_eq!(id_less_namespace(&key(0, 5, 4026531840), own), "own");
+        assert_eq!(id_less_namespace(&key(0, 5, 4026532500), own), "other");
+        assert_eq!(id_less_namespace(&key(0, 0, 0), own), "any", "the backlog");
+        assert_eq!(id_less_namespace(&key(0, 5, 4026532500), None), "any");
+        assert_eq!(
+            id_less_namespace(&key(0, 5, 0), own),
+            "any",
+            "no namespace recorded"
+        );
+    }
+
     /// The families of `sample` without the trace tier, no findings, default limits.
     fn untraced_families(header: &RecordingHeader, sample: &Sample) -> (Vec<Family>, Dropped) {
         packet_path_families(
