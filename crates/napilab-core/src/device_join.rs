@@ -80,6 +80,16 @@ pub fn is_elsewhere(own: Option<u32>, row_netns: u32) -> bool {
     matches!(own, Some(own) if row_netns != 0 && row_netns != own)
 }
 
+/// How host-wide views name a device: `vb (netns 4026532512)` when it is in another
+/// namespace than the map's (device names repeat across namespaces), else its name.
+pub fn label(own: Option<u32>, device: &str, netns: u32) -> String {
+    if is_elsewhere(own, netns) {
+        format!("{device} (netns {netns})")
+    } else {
+        device.to_string()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,5 +198,7 @@ mod tests {
             "the backlog, or an old recording"
         );
         assert!(!is_elsewhere(None, OTHER), "a map without its namespace");
+        assert_eq!(label(Some(OWN), "vb", OTHER), "vb (netns 4026532200)");
+        assert_eq!(label(Some(OWN), "vb", OWN), "vb");
     }
 }

@@ -543,13 +543,8 @@ fn trace_tables(obs: &Observation) -> String {
     for i in &traced {
         let Some(t) = &i.trace else { continue };
         for n in &t.napi {
-            // Host-wide: instances of other namespaces stay, labelled with theirs (their
-            // device names may repeat this namespace's).
-            let device = if napilab_core::device_join::is_elsewhere(obs.topology.netns, n.netns) {
-                format!("{} (netns {})", n.device, n.netns)
-            } else {
-                n.device.clone()
-            };
+            // Host-wide: other namespaces' instances stay, labelled with theirs.
+            let device = napilab_core::device_join::label(obs.topology.netns, &n.device, n.netns);
             let e = napi
                 .entry((n.napi_id, device, n.cpu, n.context))
                 .or_default();

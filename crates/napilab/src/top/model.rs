@@ -234,11 +234,8 @@ fn napi_rows(observation: &Observation, last: &napilab_core::Interval) -> Vec<Na
     for (napi_id, t) in traced {
         let device = if napi_id == 0 {
             "backlog".to_string()
-        } else if napilab_core::device_join::is_elsewhere(topology.netns, t.netns) {
-            // Device names repeat across namespaces: say which one.
-            format!("{} (netns {})", t.device, t.netns)
         } else {
-            t.device.clone()
+            napilab_core::device_join::label(topology.netns, &t.device, t.netns)
         };
         rows.push(row(
             napi_id,
