@@ -5,6 +5,7 @@
 //! number is a [`Metric`] that carries its [`Source`]; a derived number also says how it
 //! was derived. Nothing in this crate touches the operating system.
 
+pub mod device_join;
 pub mod experiment;
 pub mod explain;
 pub mod finding;

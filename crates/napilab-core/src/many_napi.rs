@@ -132,6 +132,8 @@ pub fn traced_polls(obs: &Observation, device: &str) -> Option<TracedPolls> {
         return None;
     }
     let seconds: f64 = traced.iter().map(|(d, _)| d).sum();
+    // This namespace's `device` only: the trace tier sees every namespace.
+    let join = crate::device_join::DeviceJoin::new(&obs.topology, device);
     let mut out = TracedPolls::default();
     let mut counts: std::collections::BTreeMap<ExecContext, (u64, u64)> = Default::default();
     let mut polled = std::collections::BTreeSet::new();
@@ -143,7 +145,7 @@ pub fn traced_polls(obs: &Observation, device: &str) -> Option<TracedPolls> {
             .filter(|s| s.name == "NET_RX")
             .map(|s| s.total_ns)
             .sum::<u64>();
-        for row in t.napi.iter().filter(|r| r.device == device) {
+        for row in t.napi.iter().filter(|r| join.polls(r)) {
             let c = counts.entry(row.context).or_default();
             c.0 += row.polls;
             c.1 += row.packets;

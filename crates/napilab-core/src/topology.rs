@@ -9,6 +9,13 @@ pub struct TopologyMap {
     /// Every numbered IRQ of /proc/interrupts that was matched to a network device, and
     /// how it was matched.
     pub irqs: Vec<IrqInfo>,
+    /// Inode of the network namespace these devices are in (the mapping thread's
+    /// /proc/thread-self/ns/net). The trace tier sees every namespace and records each
+    /// NAPI instance's; this is what its rows are joined on (crate::device_join). None
+    /// for recorded fixtures, the twin, maps recorded before napilab kept it, or when
+    /// /proc did not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<u32>,
 }
 
 impl TopologyMap {

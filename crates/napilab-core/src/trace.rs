@@ -232,9 +232,14 @@ impl TraceInterval {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NapiPollTrace {
     pub napi_id: u32,
-    /// Device name and ifindex as the kernel had them (ifindex is per network namespace).
+    /// Device name and ifindex as the kernel had them (both are per network namespace).
     pub device: String,
     pub ifindex: u32,
+    /// Inode of the device's network namespace: the tracepoints see every namespace,
+    /// and (netns, ifindex) names one device (crate::device_join). 0: unknown
+    /// (recorded before napilab kept it) or no device (the backlog).
+    #[serde(default)]
+    pub netns: u32,
     pub cpu: u32,
     pub context: ExecContext,
     /// For busy polling: the command name of the last application that polled.

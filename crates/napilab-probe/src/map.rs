@@ -352,7 +352,11 @@ pub fn build_map(
             }
         })
         .collect();
-    TopologyMap { devices, irqs }
+    TopologyMap {
+        devices,
+        irqs,
+        netns: None,
+    }
 }
 
 /// NAPI instances of a threaded device that netdev netlink does not list, found from

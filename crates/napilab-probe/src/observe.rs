@@ -57,7 +57,16 @@ pub fn describe_host(root: &Path, use_netlink: bool) -> RecordingHeader {
         .unwrap_or_else(|_| online_cpus.clone());
     let mut netlink = use_netlink.then(Netlink::new);
     let inputs = map::gather(root, netlink.as_mut(), &mut notices);
-    let topology = map::build_map(root, &inputs, netlink.as_mut());
+    let mut topology = map::build_map(root, &inputs, netlink.as_mut());
+    if root == Path::new("/") {
+        topology.netns = crate::netns::own_inode();
+        if topology.netns.is_none() {
+            notices.add(
+                "network namespace of this map",
+                "/proc/thread-self/ns/net and /proc/self/ns/net cannot be stat'ed: the trace tier's NAPI rows are joined to this map's devices by name, so polls of a device of the same name in another network namespace (a container's eth0) are counted as this one's; mount /proc to tell them apart",
+            );
+        }
+    }
     if !crate::kernel::is_root() {
         notices.add(
             "root privileges",

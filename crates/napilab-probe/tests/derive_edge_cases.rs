@@ -128,6 +128,7 @@ fn net_topology() -> TopologyMap {
             effective_affinity: vec![1],
             matched_by: IrqMatch::Name,
         }],
+        netns: None,
     }
 }
 

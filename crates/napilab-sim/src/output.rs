@@ -579,6 +579,8 @@ fn topology(sim: &Sim) -> TopologyMap {
     TopologyMap {
         devices: vec![ingress, egress],
         irqs,
+        // The twin has no namespaces: its trace rows are its own devices'.
+        netns: None,
     }
 }
 
@@ -870,6 +872,7 @@ fn trace_interval(mi: &ModelInterval, tunnel_device: Option<&str>) -> TraceInter
                 napi_id: 0,
                 device: device.to_string(),
                 ifindex: 0,
+                netns: 0,
                 cpu: r.cpu,
                 context: p.context,
                 application: None,

@@ -21,7 +21,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use napilab_core::observation::ThreadRole;
+use napilab_core::device_join::DeviceJoin;
 use napilab_core::{Observation, Poller};
 use napilab_tune::model::{Kind, Value};
 use napilab_tune::profile::{parse_setting, value_for, Params, Profile as TuneProfile};
@@ -287,10 +287,11 @@ pub fn predict(
             reason: format!("the shipped veth-lab profile does not load: {e}"),
         })?
         .profile;
+    let device = DeviceJoin::new(&obs.topology, &dev);
     let wake_up = wake_up_delay(
         &traced,
         &obs.host.wake_up,
-        &dev,
+        &device,
         &kthread_cpus(&current, &target),
         params.has("cpus"),
         base.latency_ns.irq_delivery,
@@ -303,7 +304,7 @@ pub fn predict(
     let mut current_out = outcome(&twin, &current, &fitted, &seeds)?;
     let headroom_seeds: Vec<u64> = (1..=HEADROOM_SEEDS).collect();
     current_out.headroom_pps = Some(headroom(&twin, &current, &fitted, &headroom_seeds)?);
-    let sender = sender_rate::observe(&traced, &dev, &measured);
+    let sender = sender_rate::observe(&traced, &device, &measured);
     let (predicted, sender) = predicted_outcome(
         &twin,
         &target,
@@ -391,6 +392,8 @@ fn assumptions(a: &Assumed<'_>) -> Vec<String> {
 /// (and over all CPUs) the softirq and NAPI kthread shares, polls/s and packets per
 /// poll. The prediction's fit input, and what `tune verify` compares a prediction to.
 pub fn measure(obs: &Observation, dev: &str) -> Result<Measured, Refusal> {
+    // The polls of this namespace's `dev` only: the trace tier sees every namespace.
+    let device = DeviceJoin::new(&obs.topology, dev);
     let traced: Vec<&napilab_core::Interval> =
         obs.intervals.iter().filter(|i| i.trace.is_some()).collect();
     if traced.is_empty() {
@@ -416,7 +419,7 @@ pub fn measure(obs: &Observation, dev: &str) -> Result<Measured, Refusal> {
     let (polls, packets) = traced
         .iter()
         .flat_map(|i| i.trace.iter().flat_map(|t| &t.napi))
-        .filter(|n| n.device == dev)
+        .filter(|n| device.polls(n))
         .fold((0u64, 0u64), |(polls, packets), n| {
             (polls + n.polls, packets + n.packets)
         });
@@ -424,7 +427,7 @@ pub fn measure(obs: &Observation, dev: &str) -> Result<Measured, Refusal> {
         .host
         .cpus
         .iter()
-        .map(|&cpu| measured_cpu(&traced, seconds, dev, cpu))
+        .map(|&cpu| measured_cpu(&traced, seconds, &device, cpu))
         .collect();
     let total = MeasuredCpu {
         cpu: u32::MAX,
@@ -638,7 +641,7 @@ fn queue_selected(queues: Option<&toml::Value>, params: &Params, q: u32) -> Resu
 fn measured_cpu(
     traced: &[&napilab_core::Interval],
     seconds: f64,
-    dev: &str,
+    device: &DeviceJoin,
     cpu: u32,
 ) -> MeasuredCpu {
     let mut softirq = 0.0;
@@ -650,13 +653,11 @@ fn measured_cpu(
             softirq += c.net_softirq.value * i.duration_s;
         }
         for th in &i.threads {
-            let mine =
-                matches!(&th.role, ThreadRole::NapiThread { device: Some(d), .. } if d == dev);
-            if mine && th.last_cpu == Some(cpu) {
+            if device.runs_kthread(&th.role) && th.last_cpu == Some(cpu) {
                 kthread += th.cpu.as_ref().map_or(0.0, |m| m.value) * i.duration_s;
             }
         }
-        for n in t.napi.iter().filter(|n| n.device == dev && n.cpu == cpu) {
+        for n in t.napi.iter().filter(|n| device.polls(n) && n.cpu == cpu) {
             polls += n.polls;
             packets += n.packets;
         }
@@ -1223,6 +1224,7 @@ pub(crate) fn predicted_outcome(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use napilab_core::observation::ThreadRole;
     use napilab_core::{Interval, ThreadInterval};
 
     fn softirq_vb() -> Vec<NapiSettings> {
@@ -1285,7 +1287,8 @@ mod tests {
 
     /// The wake-up delay of vb's kthread, with the lab profile's 268,554 ns as the fallback.
     fn vb_wake_up(traced: &[&Interval], cpus: &[u32], pinned: bool) -> Option<WakeUp> {
-        wake_up_delay(traced, &[], "vb", cpus, pinned, 268_554)
+        let vb = DeviceJoin::new(&napilab_core::TopologyMap::default(), "vb");
+        wake_up_delay(traced, &[], &vb, cpus, pinned, 268_554)
     }
 
     fn ksoftirqd(cpu: u32) -> ThreadRole {
@@ -1346,6 +1349,7 @@ mod tests {
     #[test]
     fn the_wake_up_probe_comes_before_ksoftirqd_and_after_the_own_kthread() {
         let current = softirq_vb();
+        let vb = DeviceJoin::new(&napilab_core::TopologyMap::default(), "vb");
         let threaded = after("threaded", None).expect("threaded");
         let probe = |cpu: u32, us: f64| napilab_core::WakeUpLatency {
             cpu,
@@ -1362,7 +1366,7 @@ mod tests {
         let w = wake_up_delay(
             &[&ks],
             &probed,
-            "vb",
+            &vb,
             &kthread_cpus(&current, &threaded),
             false,
             268_554,
@@ -1380,7 +1384,7 @@ mod tests {
         let w = wake_up_delay(
             &[&ks],
             &probed,
-            "vb",
+            &vb,
             &kthread_cpus(&current, &pinned),
             true,
             268_554,
@@ -1395,7 +1399,7 @@ mod tests {
         let w = wake_up_delay(
             &[&ks],
             &few,
-            "vb",
+            &vb,
             &kthread_cpus(&current, &threaded),
             false,
             268_554,
@@ -1411,7 +1415,7 @@ mod tests {
         let w = wake_up_delay(
             &[&c],
             &probed,
-            "vb",
+            &vb,
             &kthread_cpus(&threaded, &threaded),
             false,
             268_554,

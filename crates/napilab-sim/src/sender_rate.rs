@@ -11,6 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use napilab_core::device_join::DeviceJoin;
 use napilab_core::trace::ExecContext;
 use napilab_core::Interval;
 
@@ -58,15 +59,16 @@ pub enum Observed {
     Unknown(String),
 }
 
-/// The sender's CPU from the observation of device `dev` (`traced`: the intervals with
-/// the trace tier; `measured`: what predict measured of the device on them).
-pub fn observe(traced: &[&Interval], dev: &str, measured: &Measured) -> Observed {
+/// The sender's CPU from the observation of device `device` (`traced`: the intervals
+/// with the trace tier; `measured`: what predict measured of the device on them).
+pub fn observe(traced: &[&Interval], device: &DeviceJoin, measured: &Measured) -> Observed {
+    let dev = device.name();
     let mut softirq_polls: std::collections::BTreeMap<u32, (u64, u64)> = Default::default();
     let mut other_polls = 0u64;
     for n in traced
         .iter()
         .flat_map(|i| i.trace.iter().flat_map(|t| &t.napi))
-        .filter(|n| n.device == dev)
+        .filter(|n| device.polls(n))
     {
         match n.context {
             ExecContext::Hardirq | ExecContext::BhEnable | ExecContext::Ksoftirqd => {
@@ -318,6 +320,11 @@ mod tests {
     use napilab_core::trace::{NapiPollTrace, TraceInterval};
     use napilab_core::units::Unit;
 
+    /// vb of a map without a namespace: rows join by name.
+    fn vb_by_name() -> DeviceJoin {
+        DeviceJoin::new(&napilab_core::TopologyMap::default(), "vb")
+    }
+
     /// vb's polls in one second: (CPU, context, polls).
     fn poll(cpu: u32, context: ExecContext, polls: u64) -> NapiPollTrace {
         let m = |v: f64| Metric::new(v, Unit::PerSecond, Source::Trace);
@@ -325,6 +332,7 @@ mod tests {
             napi_id: 8193,
             device: "vb".into(),
             ifindex: 2,
+            netns: 0,
             cpu,
             context,
             application: None,
@@ -408,7 +416,7 @@ mod tests {
             )
         };
         let (a, b) = (s(9_000, 1_000), s(9_000, 1_000));
-        let cost = limited(observe(&[&a, &b], "vb", &measured()));
+        let cost = limited(observe(&[&a, &b], &vb_by_name(), &measured()));
         assert_eq!(cost.cpu, 1);
         assert!((cost.busy - 0.99).abs() < 1e-9, "{cost:?}");
         assert!((cost.bh_enable_polls - 0.9).abs() < 1e-9, "{cost:?}");
@@ -479,7 +487,7 @@ mod tests {
             vec![poll(1, ExecContext::BhEnable, 10_000)],
             &[(1, 0.40, 0.40)],
         );
-        let o = observe(&[&a], "vb", &measured());
+        let o = observe(&[&a], &vb_by_name(), &measured());
         let Observed::NotLimited(why) = &o else {
             panic!("{o:?}")
         };
@@ -495,7 +503,7 @@ mod tests {
             &[(0, 1.0, 0.0), (1, 1.0, 0.0)],
         );
         assert!(
-            matches!(observe(&[&k], "vb", &measured()), Observed::NotLimited(w) if w.contains("NAPI kthread"))
+            matches!(observe(&[&k], &vb_by_name(), &measured()), Observed::NotLimited(w) if w.contains("NAPI kthread"))
         );
     }
 
@@ -509,7 +517,7 @@ mod tests {
             ],
             &[(0, 0.6, 0.4), (1, 0.6, 0.4)],
         );
-        let o = observe(&[&a], "vb", &measured());
+        let o = observe(&[&a], &vb_by_name(), &measured());
         let Observed::Unknown(why) = &o else {
             panic!("{o:?}")
         };
@@ -532,7 +540,7 @@ mod tests {
         );
         b.cpus[0].time = None;
         assert!(
-            matches!(observe(&[&b], "vb", &measured()), Observed::Unknown(w) if w.contains("/proc/stat time of CPU 1"))
+            matches!(observe(&[&b], &vb_by_name(), &measured()), Observed::Unknown(w) if w.contains("/proc/stat time of CPU 1"))
         );
         // Saturated, but the packet path took it all: no sender cost is left.
         let mut all_path = measured();
@@ -542,7 +550,7 @@ mod tests {
             &[(1, 0.0, 1.0)],
         );
         assert!(
-            matches!(observe(&[&c], "vb", &all_path), Observed::Unknown(w) if w.contains("nothing is left for the sender"))
+            matches!(observe(&[&c], &vb_by_name(), &all_path), Observed::Unknown(w) if w.contains("nothing is left for the sender"))
         );
     }
 

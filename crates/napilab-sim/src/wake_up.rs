@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use napilab_core::device_join::DeviceJoin;
 use napilab_core::observation::ThreadRole;
 use napilab_core::{Interval, ThreadInterval, WakeUpLatency};
 
@@ -129,7 +130,7 @@ fn probed_delay(probed: &[WakeUpLatency], cpus: &[u32], pinned: bool) -> Option<
 pub fn wake_up_delay(
     traced: &[&Interval],
     probed: &[WakeUpLatency],
-    dev: &str,
+    device: &DeviceJoin,
     cpus: &[u32],
     pinned: bool,
     lab_ns: u64,
@@ -151,10 +152,7 @@ pub fn wake_up_delay(
             ),
         })
     };
-    let own = run_delay(
-        traced,
-        |t| matches!(&t.role, ThreadRole::NapiThread { device: Some(d), .. } if d == dev),
-    );
+    let own = run_delay(traced, |t| device.runs_kthread(&t.role));
     if let Some(w) = measured(&own, String::new()) {
         return Some(w);
     }

@@ -346,8 +346,8 @@ impl AlwaysOn {
                 maps.napi_stats.value_size(),
                 (4 + WORK_SLOTS) * 8 + 16,
             ),
-            ("napi_slots", maps.napi_slots.key_size(), 16),
-            ("napi_slots", maps.napi_slots.value_size(), 24),
+            ("napi_slots", maps.napi_slots.key_size(), 20),
+            ("napi_slots", maps.napi_slots.value_size(), 28),
             (
                 "softirq_stats",
                 maps.softirq_stats.value_size(),
@@ -480,15 +480,15 @@ impl AlwaysOn {
         // the napi_stats slot holding its counters on that CPU.
         let mut slot_values: HashMap<u32, Vec<Vec<u8>>> = HashMap::new();
         for key in maps.napi_slots.keys() {
-            let Some(k) = words32(&key, 4) else { continue };
+            let Some(k) = words32(&key, 5) else { continue };
             let Some(context) = context(k[1]) else {
                 continue;
             };
             let Ok(Some(slot)) = maps.napi_slots.lookup(&key, MapFlags::ANY) else {
                 continue;
             };
-            let Some(s) = words32(&slot, 2) else { continue };
-            let (cpu, slot_index, ifindex) = (k[3], s[0], s[1]);
+            let Some(s) = words32(&slot, 3) else { continue };
+            let (cpu, slot_index, ifindex, netns) = (k[3], s[0], s[1], s[2]);
             if let std::collections::hash_map::Entry::Vacant(e) = slot_values.entry(slot_index) {
                 let Ok(Some(values)) = maps
                     .napi_stats
@@ -514,6 +514,7 @@ impl AlwaysOn {
                 NapiKey {
                     napi_id: k[0],
                     unnamed_ifindex: k[2],
+                    unnamed_netns: k[4],
                     cpu,
                     context,
                 },
@@ -522,9 +523,10 @@ impl AlwaysOn {
                     packets: w[1],
                     full_budget: w[2],
                     ifindex,
+                    netns,
                     work_hist: w[4..4 + WORK_SLOTS].to_vec(),
                     comm: c_string(bytes.get((4 + WORK_SLOTS) * 8..).unwrap_or_default()),
-                    device: c_string(slot.get(8..24).unwrap_or_default()),
+                    device: c_string(slot.get(12..28).unwrap_or_default()),
                 },
             );
         }

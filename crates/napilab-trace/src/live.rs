@@ -6,7 +6,7 @@
 //!
 //! What it reads follows the calling thread's view: netlink sockets opened on that
 //! thread, /proc/net and /sys as its mount namespace shows them, and its own network
-//! namespace from /proc/thread-self (packets::own_netns). The whole loop runs on the
+//! namespace from /proc/thread-self (napilab_probe::netns::own_inode). The whole loop runs on the
 //! calling thread, so a lab thread that was given a namespace's view
 //! (napilab_lab::netns::enter_view) observes that namespace.
 
@@ -438,7 +438,7 @@ impl Tracer {
                 seconds,
                 &packets.reasons,
                 // Rows of this network namespace, like the per-device tables.
-                crate::packets::own_netns(),
+                napilab_probe::netns::own_inode(),
             );
             *packets_before = packets_now;
         }

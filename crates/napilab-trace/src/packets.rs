@@ -731,17 +731,6 @@ fn stage_name(stage: u32) -> String {
         .map_or_else(|| format!("stage {stage}"), |s| (*s).to_string())
 }
 
-/// The inode of the calling thread's network namespace (what the BPF side records as
-/// `netns`), from /proc/thread-self/ns/net: a thread that entered a lab namespace
-/// (setns) is in another namespace than the process's main thread.
-pub fn own_netns() -> Option<u32> {
-    use std::os::unix::fs::MetadataExt as _;
-    let meta = std::fs::metadata("/proc/thread-self/ns/net")
-        .or_else(|_| std::fs::metadata("/proc/self/ns/net"))
-        .ok()?;
-    u32::try_from(meta.ino()).ok()
-}
-
 /// Stage latencies and drops between two snapshots taken `seconds` apart. With
 /// `netns`, only stage pairs with one end in that network namespace and drops there
 /// (the programs see every namespace; device names and ifindexes are per namespace).

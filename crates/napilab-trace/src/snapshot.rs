@@ -22,9 +22,11 @@ pub const IRQ_ARRAY: usize = 1024;
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct NapiKey {
     pub napi_id: u32,
-    /// Tells apart instances without a NAPI id (0): the backlog (0) and id-less
-    /// driver instances (their device's ifindex).
+    /// Tell apart instances without a NAPI id (0): the backlog (0, 0) and id-less
+    /// driver instances (their device's ifindex and network namespace inode; ifindexes
+    /// are per namespace). Both 0 for instances with an id (ids are global).
     pub unnamed_ifindex: u32,
+    pub unnamed_netns: u32,
     pub cpu: u32,
     pub context: ExecContext,
 }
@@ -35,6 +37,8 @@ pub struct NapiCounts {
     pub packets: u64,
     pub full_budget: u64,
     pub ifindex: u32,
+    /// Inode of the device's network namespace (0: no device).
+    pub netns: u32,
     pub work_hist: Vec<u64>,
     pub device: String,
     pub comm: String,
@@ -125,6 +129,7 @@ pub fn trace_interval(prev: &Snapshot, cur: &Snapshot, seconds: f64) -> TraceInt
             napi_id: key.napi_id,
             device: c.device.clone(),
             ifindex: c.ifindex,
+            netns: c.netns,
             cpu: key.cpu,
             context: key.context,
             application: (key.context == ExecContext::BusyPoll && !c.comm.is_empty())
@@ -254,6 +259,7 @@ mod tests {
             packets,
             full_budget: 0,
             ifindex: 3,
+            netns: 4026532000,
             work_hist,
             device: "vb".into(),
             comm: String::new(),
@@ -265,6 +271,7 @@ mod tests {
         let key = NapiKey {
             napi_id: 7,
             unnamed_ifindex: 0,
+            unnamed_netns: 0,
             cpu: 1,
             context: ExecContext::NapiThread,
         };
@@ -298,6 +305,10 @@ mod tests {
         );
         assert_eq!(t.napi.len(), 1);
         assert_eq!(t.napi[0].polls, 20);
+        assert_eq!(
+            t.napi[0].netns, 4026532000,
+            "the device's namespace is carried"
+        );
         assert_eq!(t.napi[0].packets, 30);
         assert_eq!(t.napi[0].work_histogram[1], 20);
         assert!((t.napi[0].packets_per_s.value - 60.0).abs() < 1e-9);

@@ -237,6 +237,95 @@ fn napi_poll_packets_equal_packets_received() {
     assert_unloaded(trace);
 }
 
+/// Runs `f` on a thread that entered network namespace `ns`, as napilab does when it
+/// runs inside a container or a lab namespace.
+fn in_namespace<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let ns = ns.to_string();
+    std::thread::spawn(move || {
+        napilab_probe::netns::enter(&ns).expect("enter the namespace");
+        f()
+    })
+    .join()
+    .expect("thread in the namespace")
+}
+
+/// The map of namespace `ns` as a per-device view joins it: its `vb` (ifindex from its
+/// sysfs) and the namespace inode napilab reads there.
+fn map_of_vb(ns: &str) -> napilab_core::TopologyMap {
+    let ifindex = std::process::Command::new("ip")
+        .args(["netns", "exec", ns, "cat", "/sys/class/net/vb/ifindex"])
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .expect("vb's ifindex");
+    napilab_core::TopologyMap {
+        devices: vec![napilab_core::Device {
+            name: "vb".into(),
+            ifindex,
+            ..napilab_core::Device::default()
+        }],
+        irqs: Vec::new(),
+        netns: Some(in_namespace(ns, napilab_probe::netns::own_inode).expect("netns inode")),
+    }
+}
+
+/// Two pairs whose receiving ends are both `vb` (each in a namespace of its own, and
+/// with the same ifindex there), traffic on one only: the tier records each poll with
+/// its device's namespace, so the traffic is the busy namespace's vb, and the idle
+/// namespace's vb, joined by (netns, ifindex) as per-device views do, sees none.
+#[test]
+fn polls_of_same_named_devices_are_told_apart_by_namespace() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let name = "polls_of_same_named_devices_are_told_apart_by_namespace";
+    let idle = match VethPair::create("napilab-trace", "nsidle", false) {
+        Ok(p) => p,
+        Err(e) => {
+            println!("SKIPPED {name}: {e}");
+            return;
+        }
+    };
+    let Some((busy, trace)) = setup(name, "nsbusy", false) else {
+        return;
+    };
+    let (busy_map, idle_map) = (map_of_vb(&busy.b), map_of_vb(&idle.b));
+    let busy_ns = busy_map.netns.expect("busy netns");
+    assert_ne!(Some(busy_ns), idle_map.netns, "two namespaces");
+    const N: usize = 3_000;
+    let (t, received, napi_id) = measured_flood(&trace, &busy, N, false, 50, 200);
+    assert!(received >= N * 9 / 10, "only {received} of {N} arrived");
+    // The tier: every packet polled on the busy pair's vb, recorded in its namespace.
+    let rows: Vec<_> = t.napi.iter().filter(|n| n.napi_id == napi_id).collect();
+    assert!(!rows.is_empty(), "no row of vb's instance {napi_id}");
+    for row in &rows {
+        assert_eq!(
+            (row.device.as_str(), row.netns),
+            ("vb", busy_ns),
+            "{row:#?}"
+        );
+        assert_eq!(row.ifindex, busy_map.devices[0].ifindex, "{row:#?}");
+    }
+    assert_eq!(napi_packets(&t, napi_id), received as u64, "{:#?}", t.napi);
+    // The join of per-device views: all of it is the busy namespace's vb, none the idle
+    // one's, although both are named vb.
+    let packets_of = |map: &napilab_core::TopologyMap| -> u64 {
+        let vb = napilab_core::device_join::DeviceJoin::new(map, "vb");
+        t.napi
+            .iter()
+            .filter(|n| vb.polls(n))
+            .map(|n| n.packets)
+            .sum()
+    };
+    assert_eq!(packets_of(&busy_map), received as u64, "{:#?}", t.napi);
+    assert_eq!(packets_of(&idle_map), 0, "{:#?}", t.napi);
+    // By name alone, as before the namespace was recorded, both would count it.
+    let by_name = napilab_core::TopologyMap {
+        netns: None,
+        ..idle_map.clone()
+    };
+    assert_eq!(packets_of(&by_name), received as u64);
+    assert_unloaded(trace);
+}
+
 #[test]
 fn softirq_runs_and_raise_latency_are_counted_without_losses() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -606,10 +695,13 @@ fn raw_tracepoint_fallback_counts_the_same_packets() {
         "only {received} of {N} datagrams arrived"
     );
     assert_eq!(napi_packets(&t, napi_id), received as u64, "{:#?}", t.napi);
+    // The namespace is read through bpf_probe_read_kernel here, as the tp_btf path
+    // loads it directly.
+    let vb_netns = in_namespace(&pair.b, napilab_probe::netns::own_inode).expect("netns");
     assert!(
         t.napi
             .iter()
-            .any(|n| n.napi_id == napi_id && n.device == "vb"),
+            .any(|n| n.napi_id == napi_id && n.device == "vb" && n.netns == vb_netns),
         "{:#?}",
         t.napi
     );

@@ -741,6 +741,7 @@ mod tests {
         let key = |napi_id| NapiKey {
             napi_id,
             unnamed_ifindex: 0,
+            unnamed_netns: 0,
             cpu: 0,
             context: ExecContext::Hardirq,
         };

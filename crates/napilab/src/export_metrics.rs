@@ -413,12 +413,13 @@ fn napi_families(input: &PacketPath<'_>, limits: Limits, out: &mut Vec<Family>) 
         Kind::Histogram(PACKETS_PER_POLL_BOUNDS.to_vec()),
     );
     if let Some(snap) = input.trace {
-        // (napi_id, unnamed_ifindex) -> context -> totals over CPUs.
-        let mut instances: BTreeMap<(u32, u32), BTreeMap<ExecContext, NapiTotals>> =
+        // (napi_id, unnamed_ifindex, whose namespace) -> context -> totals over CPUs.
+        let mut instances: BTreeMap<(u32, u32, &str), BTreeMap<ExecContext, NapiTotals>> =
             BTreeMap::new();
         for (key, c) in &snap.napi {
+            let whose = id_less_namespace(key, input.header.topology.netns);
             let t = instances
-                .entry((key.napi_id, key.unnamed_ifindex))
+                .entry((key.napi_id, key.unnamed_ifindex, whose))
                 .or_default()
                 .entry(key.context)
                 .or_default();
@@ -445,7 +446,7 @@ fn napi_families(input: &PacketPath<'_>, limits: Limits, out: &mut Vec<Family>) 
         let over = ranked.len().saturating_sub(limits.max_napi_instances);
         dropped = dropped.max(over);
         ranked.truncate(limits.max_napi_instances);
-        for ((napi_id, _), contexts) in ranked {
+        for ((napi_id, _, id_less_netns), contexts) in ranked {
             let name = names.get(&napi_id);
             let traced_device = contexts
                 .values()
@@ -464,7 +465,7 @@ fn napi_families(input: &PacketPath<'_>, limits: Limits, out: &mut Vec<Family>) 
             // NAPI ids are global, the map only holds this namespace's instances: say
             // which series belong to devices of other namespaces (containers, labs).
             let netns = match (napi_id, name) {
-                (0, _) => "any",
+                (0, _) => id_less_netns,
                 (_, Some(_)) => "own",
                 (_, None) => "other",
             };
@@ -500,6 +501,18 @@ fn napi_families(input: &PacketPath<'_>, limits: Limits, out: &mut Vec<Family>) 
     }
     out.extend([info, polls, packets, full, per_poll]);
     dropped
+}
+
+/// The `netns` label of an instance without a NAPI id: `any` for the per-CPU backlog
+/// (no device) or when a namespace is unknown, else whether the device the tier
+/// recorded is in this namespace (`own`) or another (`other`).
+fn id_less_namespace(key: &napilab_trace::snapshot::NapiKey, own: Option<u32>) -> &'static str {
+    match own {
+        _ if key.napi_id != 0 || key.unnamed_ifindex == 0 || key.unnamed_netns == 0 => "any",
+        Some(own) if own == key.unnamed_netns => "own",
+        Some(_) => "other",
+        None => "any",
+    }
 }
 
 fn thread_families(sample: &Sample, user_hz: f64, out: &mut Vec<Family>) {
@@ -755,6 +768,27 @@ mod tests {
     use std::collections::BTreeSet;
     use std::path::Path;
 
+    #[test]
+    fn id_less_instances_are_labelled_by_the_namespace_the_tier_recorded() {
+        let key = |napi_id, unnamed_ifindex, unnamed_netns| NapiKey {
+            napi_id,
+            unnamed_ifindex,
+            unnamed_netns,
+            cpu: 0,
+            context: ExecContext::Hardirq,
+        };
+        let own = Some(4026531840);
+        assert_eq!(id_less_namespace(&key(0, 5, 4026531840), own), "own");
+        assert_eq!(id_less_namespace(&key(0, 5, 4026532500), own), "other");
+        assert_eq!(id_less_namespace(&key(0, 0, 0), own), "any", "the backlog");
+        assert_eq!(id_less_namespace(&key(0, 5, 4026532500), None), "any");
+        assert_eq!(
+            id_less_namespace(&key(0, 5, 0), own),
+            "any",
+            "no namespace recorded"
+        );
+    }
+
     /// The families of `sample` without the trace tier, no findings, default limits.
     fn untraced_families(header: &RecordingHeader, sample: &Sample) -> (Vec<Family>, Dropped) {
         packet_path_families(
@@ -786,6 +820,7 @@ mod tests {
             NapiKey {
                 napi_id,
                 unnamed_ifindex: 0,
+                unnamed_netns: 0,
                 cpu,
                 context,
             },
@@ -794,6 +829,7 @@ mod tests {
                 packets: polls - 1 + 64,
                 full_budget: 1,
                 ifindex: 9,
+                netns: 0,
                 work_hist,
                 device: format!("dev{napi_id}"),
                 comm: String::new(),

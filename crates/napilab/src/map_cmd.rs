@@ -68,11 +68,14 @@ fn watch_polls(cpus: &[u32], window: Duration) -> Result<TraceInterval, String> 
 /// TX-only NAPIs): the trace tier tells them apart only by device, so they are shown
 /// together, in one entry (id 0, polled by NET_RX softirq) added to the device, beside
 /// any id-less instances the map found from their kthreads. None when the device (name
-/// and ifindex) is not in this namespace's map.
+/// and ifindex, in this namespace) is not in this namespace's map.
 fn id_less_instances<'a>(
     topology: &'a mut TopologyMap,
     row: &NapiPollTrace,
 ) -> Option<&'a mut Napi> {
+    if napilab_core::device_join::is_elsewhere(topology.netns, row.netns) {
+        return None;
+    }
     let device = topology
         .devices
         .iter_mut()
@@ -113,7 +116,7 @@ fn attach_polling(topology: &mut TopologyMap, trace: &TraceInterval, notices: &m
                 .find(|n| n.id == row.napi_id)
         };
         let Some(napi) = napi else {
-            elsewhere.insert((row.device.clone(), row.napi_id));
+            elsewhere.insert((row.device.clone(), row.napi_id, row.netns));
             continue;
         };
         napi.observed_polling.push(ObservedPolling {
@@ -135,7 +138,10 @@ fn attach_polling(topology: &mut TopologyMap, trace: &TraceInterval, notices: &m
     if !elsewhere.is_empty() {
         let names: Vec<String> = elsewhere
             .iter()
-            .map(|(dev, id)| format!("{dev}/{id}"))
+            .map(|(dev, id, netns)| match netns {
+                0 => format!("{dev}/{id}"),
+                netns => format!("{dev}/{id} (netns {netns})"),
+            })
             .collect();
         notices.push(Notice {
             what: "NAPI instances of other network namespaces".into(),

@@ -543,8 +543,10 @@ fn trace_tables(obs: &Observation) -> String {
     for i in &traced {
         let Some(t) = &i.trace else { continue };
         for n in &t.napi {
+            // Host-wide: other namespaces' instances stay, labelled with theirs.
+            let device = napilab_core::device_join::label(obs.topology.netns, &n.device, n.netns);
             let e = napi
-                .entry((n.napi_id, n.device.clone(), n.cpu, n.context))
+                .entry((n.napi_id, device, n.cpu, n.context))
                 .or_default();
             e.0 += n.polls;
             e.1 += n.packets;

@@ -90,6 +90,10 @@ const ONE_TESTBED_OR_OPTIONAL: &[(&str, &str)] = &[
     ),
     (".role.napi_id", "likewise: only NAPI kthreads have a NAPI id"),
     (
+        ".topology.netns",
+        "the network namespace the lab's map describes (the DUT's): the twin has no namespaces",
+    ),
+    (
         ".threads[].sched",
         "a thread's scheduler statistics: the lab reads them from /proc/<pid>/schedstat where the kernel keeps them; the twin models no per-thread run delay",
     ),

@@ -59,17 +59,6 @@ fn predict_threaded_under_flood(pair: &VethPair, name: &str, cpu: Option<u32>) -
     Some(out)
 }
 
-/// The tests of this file run one at a time: each pair's receiving device is `vb` in a
-/// namespace of its own, and the trace tier tells devices apart by name, so a second
-/// flood at once would add its polls to this test's `vb` (on its own CPU).
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 fn pair_or_skip(name: &str, tag: &str) -> Option<VethPair> {
     if !root_or_skip(name, "needs root for namespaces and the trace tier") {
         return None;
@@ -86,7 +75,6 @@ fn pair_or_skip(name: &str, tag: &str) -> Option<VethPair> {
 #[test]
 fn threaded_prediction_moves_the_poll_into_a_kthread() {
     let name = "threaded_prediction_moves_the_poll_into_a_kthread";
-    let _serial = one_at_a_time();
     let Some(pair) = pair_or_skip(name, "pred") else {
         return;
     };
@@ -222,7 +210,6 @@ fn a_saturated_veth_sender_is_predicted_to_send_faster_threaded() {
         println!("SKIPPED {name}: needs a second CPU for the kthread to move to");
         return;
     }
-    let _serial = one_at_a_time();
     let Some(pair) = pair_or_skip(name, "sender") else {
         return;
     };
@@ -277,7 +264,6 @@ fn a_saturated_veth_sender_is_predicted_to_send_faster_threaded() {
 #[test]
 fn prediction_refuses_without_load_and_without_the_kernel() {
     let name = "prediction_refuses_without_load_and_without_the_kernel";
-    let _serial = one_at_a_time();
     let Some(pair) = pair_or_skip(name, "idle") else {
         return;
     };
@@ -321,7 +307,6 @@ fn prediction_refuses_without_load_and_without_the_kernel() {
 #[test]
 fn apply_keeps_the_prediction_and_verify_measures_it() {
     let name = "apply_keeps_the_prediction_and_verify_measures_it";
-    let _serial = one_at_a_time();
     let Some(pair) = pair_or_skip(name, "verify") else {
         return;
     };

@@ -42,6 +42,9 @@ pub fn check(observation: &Observation) -> Vec<Finding> {
             if row.device.is_empty() {
                 continue; // the RPS/backlog instance has no device
             }
+            if crate::device_join::is_elsewhere(observation.topology.netns, row.netns) {
+                continue; // a device of another namespace, which may share the name
+            }
             let e = seen.entry((row.device.clone(), row.napi_id)).or_default();
             e.0 += row.full_budget_polls;
             e.1 += row.polls;
@@ -129,6 +132,7 @@ mod tests {
                     napi_id: 9,
                     device: "eth0".into(),
                     ifindex: 2,
+                    netns: 0,
                     cpu: 0,
                     context: ExecContext::Hardirq,
                     application: None,
@@ -158,6 +162,22 @@ mod tests {
     fn silent_when_rx_explains_the_full_polls() {
         // 1 Mpps: 15,600 full polls/s are justified.
         assert!(check(&with_polls(1_000_000.0, 15_000, 16_000, 1_000_000)).is_empty());
+    }
+
+    #[test]
+    fn another_namespaces_device_of_the_same_name_is_not_judged_by_this_ones_rx() {
+        // Full polls of a container's eth0, against this namespace's idle eth0.
+        let mut obs = with_polls(8_300.0, 2_000, 6_000, 2_000 * 64 + 4_000);
+        obs.topology.netns = Some(4026531840);
+        for t in obs.intervals.iter_mut().filter_map(|i| i.trace.as_mut()) {
+            t.napi[0].netns = 4026532500;
+        }
+        assert!(check(&obs).is_empty());
+        // The same rows recorded in this namespace are judged.
+        for t in obs.intervals.iter_mut().filter_map(|i| i.trace.as_mut()) {
+            t.napi[0].netns = 4026531840;
+        }
+        assert_eq!(check(&obs).len(), 1);
     }
 
     #[test]

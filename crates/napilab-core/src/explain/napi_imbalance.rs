@@ -305,6 +305,7 @@ mod tests {
                     napi_id: 0,
                     device: "tun0".into(),
                     ifindex: 5,
+                    netns: 0,
                     cpu: l.cpu,
                     context: l.context,
                     application: None,

@@ -227,6 +227,7 @@ mod tests {
                     napi_id: 8193,
                     device: "veth0".into(),
                     ifindex: 2,
+                    netns: 0,
                     cpu: 0,
                     context: ExecContext::NapiThread,
                     application: None,

@@ -159,6 +159,7 @@ pub fn observation_of_devices(devices: Vec<DeviceFixture>) -> Observation {
     let topology = TopologyMap {
         devices: devices.iter().map(|d| d.device.clone()).collect(),
         irqs: Vec::new(),
+        netns: None,
     };
     let intervals = (0..2)
         .map(|index| Interval {

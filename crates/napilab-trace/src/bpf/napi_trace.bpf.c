@@ -33,6 +33,7 @@
 #include <bpf/bpf_core_read.h>
 #include "napi_trace.h"
 #include "log2.h"
+#include "dev_netns.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -312,8 +313,11 @@ static __always_inline __u32 napi_slot(struct cpu_state *s, struct napi_struct *
 	__u32 ifindex = 0;
 	if (dev)
 		ifindex = btf ? dev->ifindex : BPF_CORE_READ(dev, ifindex);
-	if (!napi_id)
+	__u32 netns = dev_netns(dev, btf);
+	if (!napi_id) {
 		key.ifindex = ifindex;
+		key.netns = netns;
+	}
 	struct nt_napi_slot *e = bpf_map_lookup_elem(&napi_slots, &key);
 	if (e)
 		return e->slot;
@@ -322,6 +326,7 @@ static __always_inline __u32 napi_slot(struct cpu_state *s, struct napi_struct *
 	struct nt_napi_slot n = {};
 	n.slot = s->napi_slots_used;
 	n.ifindex = ifindex;
+	n.netns = netns;
 	if (dev)
 		BPF_CORE_READ_STR_INTO(&n.dev, napi, dev, name);
 	if (bpf_map_update_elem(&napi_slots, &key, &n, BPF_NOEXIST))

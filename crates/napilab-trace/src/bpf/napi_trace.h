@@ -31,17 +31,20 @@
 /* Key of napi_slots (global hash): one (NAPI instance, context) pair on one CPU. */
 struct nt_napi_key {
 	/* 0 for instances without an id: the per-CPU backlog (RPS, netif_rx) and some
-	 * drivers' TX-only NAPIs; those are told apart by ifindex (0 for the backlog). */
+	 * drivers' TX-only NAPIs; those are told apart by device, (netns, ifindex), which
+	 * is (0, 0) for the backlog. NAPI ids are global, ifindexes per namespace. */
 	__u32 napi_id;
 	__u32 ctx;
 	__u32 ifindex; /* only when napi_id is 0 */
 	__u32 cpu;
+	__u32 netns; /* only when napi_id is 0 */
 };
 
 /* Value of napi_slots: where the pair's counters are, and what it is. Written once. */
 struct nt_napi_slot {
 	__u32 slot; /* index into napi_stats, valid on key.cpu only */
 	__u32 ifindex;
+	__u32 netns; /* inode of the device's network namespace; 0 without a device */
 	char dev[16];
 };
 

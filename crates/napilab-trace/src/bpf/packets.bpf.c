@@ -23,6 +23,7 @@
 #include <bpf/bpf_core_read.h>
 #include "packets.h"
 #include "log2.h"
+#include "dev_netns.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -86,16 +87,8 @@ static __always_inline void dev_of(struct net_device *dev, bool btf, struct pk_d
 	out->ifindex = 0;
 	if (!dev)
 		return;
-	struct net_device___pk *d = (void *)dev;
-	if (btf) {
-		out->ifindex = dev->ifindex;
-		struct net *net = d->nd_net.net;
-		if (net)
-			out->netns = net->ns.inum;
-	} else {
-		out->ifindex = BPF_CORE_READ(dev, ifindex);
-		out->netns = BPF_CORE_READ(d, nd_net.net, ns.inum);
-	}
+	out->ifindex = btf ? dev->ifindex : BPF_CORE_READ(dev, ifindex);
+	out->netns = dev_netns(dev, btf);
 }
 
 static __always_inline struct net_device *skb_dev(struct sk_buff *skb, bool btf)

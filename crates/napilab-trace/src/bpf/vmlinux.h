@@ -3,7 +3,7 @@
  * A minimal, hand-written kernel type header for napilab's BPF programs.
  *
  * Why not the full `bpftool btf dump ... format c` output: it is several megabytes per
- * architecture, changes with every kernel, and these programs read six fields. Every
+ * architecture, changes with every kernel, and these programs read a few fields. Every
  * struct here is marked `preserve_access_index`, so clang emits CO-RE relocations and
  * libbpf resolves the real offsets against the running kernel's BTF at load time; the
  * layouts below only need the right field names and types, not the right offsets.
@@ -40,9 +40,24 @@ enum {
 	BPF_EXIST = 2,
 };
 
+/* A device's network namespace: both tiers record its inode beside the ifindex, since
+ * names and ifindexes are per namespace. */
+struct ns_common {
+	unsigned int inum;
+} __attribute__((preserve_access_index));
+
+struct net {
+	struct ns_common ns;
+} __attribute__((preserve_access_index));
+
+typedef struct {
+	struct net *net;
+} possible_net_t;
+
 struct net_device {
 	char name[16];
 	int ifindex;
+	possible_net_t nd_net;
 } __attribute__((preserve_access_index));
 
 struct task_struct {

@@ -162,6 +162,8 @@ pub fn rows(observation: &Observation, fired_s: &BTreeMap<(String, String), f64>
 #[derive(Default)]
 struct Traced {
     device: String,
+    /// The device's network namespace inode (0: unknown or no device).
+    netns: u32,
     cpus: Vec<u32>,
     /// context -> (polls, packets) per second
     contexts: BTreeMap<ExecContext, (f64, f64)>,
@@ -173,6 +175,7 @@ fn napi_rows(observation: &Observation, last: &napilab_core::Interval) -> Vec<Na
         let t = traced.entry(p.napi_id).or_default();
         if t.device.is_empty() {
             t.device = p.device.clone();
+            t.netns = p.netns;
         }
         t.cpus.push(p.cpu);
         let c = t.contexts.entry(p.context).or_default();
@@ -232,7 +235,7 @@ fn napi_rows(observation: &Observation, last: &napilab_core::Interval) -> Vec<Na
         let device = if napi_id == 0 {
             "backlog".to_string()
         } else {
-            t.device.clone()
+            napilab_core::device_join::label(topology.netns, &t.device, t.netns)
         };
         rows.push(row(
             napi_id,
@@ -527,6 +530,7 @@ mod tests {
             napi_id,
             device: device.into(),
             ifindex: 0,
+            netns: 0,
             cpu,
             context,
             application: None,
