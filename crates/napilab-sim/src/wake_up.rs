@@ -228,3 +228,73 @@ pub fn wake_up_delay(
         source: format!("the veth-lab profile's delay, fitted on the lab machine's maximum throughput and not this host's: {why}"),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One second in which thread `name` (`role`) ran `runs` times, waiting `wait_ns` in all.
+    fn second(name: &str, role: ThreadRole, wait_ns: u64, runs: u64) -> Interval {
+        Interval {
+            duration_s: 1.0,
+            threads: vec![ThreadInterval {
+                pid: 10,
+                name: name.into(),
+                role,
+                last_cpu: None,
+                cpu: None,
+                sched: Some(napilab_core::SchedDelta {
+                    on_cpu_ns: runs * 2_000,
+                    run_delay_ns: wait_ns,
+                    runs,
+                }),
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn probe(cpu: u32, median_us: f64, wake_ups: usize) -> WakeUpLatency {
+        WakeUpLatency {
+            cpu,
+            waker_cpu: 1 - cpu,
+            idle_us: 100.0,
+            delays_ns: vec![median_us * 1e3; wake_ups],
+        }
+    }
+
+    #[test]
+    fn the_wake_up_probe_comes_before_ksoftirqd_and_after_the_own_kthread() {
+        let vb = DeviceJoin::new(&napilab_core::TopologyMap::default(), "vb");
+        let probed = [probe(0, 45.0, 40), probe(1, 900.0, 40)];
+        let ks = second(
+            "ksoftirqd/1",
+            ThreadRole::Ksoftirqd { cpu: 1 },
+            1_000_000,
+            100,
+        );
+        // Unpinned: the least probed CPU, not ksoftirqd's 10 us.
+        let w = wake_up_delay(&[&ks], &probed, &vb, &[1], false, 268_554).expect("threaded");
+        assert!(w.measured && (w.delay_ns - 45_000.0).abs() < 1e-6, "{w:?}");
+        assert!(
+            w.source
+                .contains("CPU 0 woken from CPU 1: median 45.0 us of 40"),
+            "{}",
+            w.source
+        );
+        // Pinned to CPU 1: CPU 1's, however slow.
+        let w = wake_up_delay(&[&ks], &probed, &vb, &[1], true, 268_554).expect("threaded");
+        assert!((w.delay_ns - 900_000.0).abs() < 1e-6, "{w:?}");
+        // Too few wake-ups on every CPU: ksoftirqd's estimate, as without the probe.
+        let few = [probe(0, 45.0, MIN_PROBED_WAKE_UPS - 1)];
+        let w = wake_up_delay(&[&ks], &few, &vb, &[1], false, 268_554).expect("threaded");
+        assert!(w.source.contains("ksoftirqd/1"), "{}", w.source);
+        // The device's own kthread, when it already polls, comes first.
+        let own = ThreadRole::NapiThread {
+            device: Some("vb".into()),
+            napi_id: Some(8193),
+        };
+        let c = second("napi/vb-8193", own, 500_000, 100);
+        let w = wake_up_delay(&[&c], &probed, &vb, &[0], false, 268_554).expect("threaded");
+        assert!(w.source.contains("napi/vb-8193"), "{}", w.source);
+    }
+}
