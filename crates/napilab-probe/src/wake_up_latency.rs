@@ -67,6 +67,23 @@ pub fn measure(
         .unwrap_or_else(|_| Err(WakeUpError::Spawn(std::io::Error::other("panicked"))))
 }
 
+/// [`measure`] on each CPU of `cpus` in turn, woken from the next CPU of the list (the
+/// first for the last): one result per CPU, in the order of `cpus`; none for a list of
+/// fewer than two CPUs, where there is nothing to wake from.
+pub fn measure_each(
+    cpus: &[u32],
+    samples: usize,
+    idle: Duration,
+) -> Vec<Result<WakeUpLatency, WakeUpError>> {
+    if cpus.len() < 2 {
+        return Vec::new();
+    }
+    cpus.iter()
+        .enumerate()
+        .map(|(k, &cpu)| measure(cpu, cpus[(k + 1) % cpus.len()], samples, idle))
+        .collect()
+}
+
 fn wake_repeatedly(
     cpu: u32,
     waker_cpu: u32,
@@ -223,6 +240,21 @@ mod tests {
         for d in &w.delays_ns {
             assert!(*d > 0.0 && *d < 1e9, "{d} ns");
         }
+    }
+
+    #[test]
+    fn each_cpu_is_woken_from_the_next() {
+        assert!(measure_each(&[0], 5, Duration::from_millis(1)).is_empty());
+        if two_cpus().is_none() {
+            eprintln!("skipped: the wake-up probe needs two CPUs and this host has one");
+            return;
+        }
+        let each = measure_each(&[0, 1], 5, Duration::from_micros(100));
+        let pairs: Vec<(u32, u32)> = each
+            .iter()
+            .map(|r| r.as_ref().map(|w| (w.cpu, w.waker_cpu)).expect("probe"))
+            .collect();
+        assert_eq!(pairs, [(0, 1), (1, 0)]);
     }
 
     #[test]

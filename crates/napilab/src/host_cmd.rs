@@ -2,13 +2,15 @@
 //! mitigations, kernel, virtualization; docs/observation.md, "Host identity"). Only
 //! reads, so it runs without root. `--speed SECONDS` also times a fixed piece of work
 //! on each CPU for that long (docs/lab.md, "Host speed"): how steady the CPUs are that
-//! a measurement would run on.
+//! a measurement would run on. `--wake-up` times how long a thread woken onto each CPU
+//! waits to run (docs/observation.md, "Wake-up latency"): what a NAPI kthread or a
+//! busy-polling application pays for every batch it sleeps before.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use napilab_core::{HostIdentity, HostSpeed};
+use napilab_core::{HostIdentity, HostSpeed, WakeUpLatency};
 use napilab_probe::host_identity::read_host_identity;
 use napilab_probe::procfs::parse_cpu_list;
 
@@ -17,6 +19,10 @@ use napilab_probe::procfs::parse_cpu_list;
 const SPEED_SAMPLE: Duration = Duration::from_millis(200);
 /// The longest --speed: a bound on the loop, not a recommendation (60 s is plenty).
 const MOST_SPEED_SECONDS: f64 = 3600.0;
+/// --wake-up: wake-ups per CPU and gap, after a short sleep (a loaded NAPI kthread's
+/// between batches) and after a long one (a CPU that went deep idle); about 0.6 s per CPU.
+const WAKE_UPS: usize = 200;
+const WAKE_UP_GAPS: [Duration; 2] = [Duration::from_micros(100), Duration::from_millis(2)];
 
 #[derive(clap::Args)]
 pub struct HostArgs {
@@ -32,14 +38,23 @@ pub struct HostArgs {
     /// measurement here can be. Keeps every CPU busy meanwhile.
     #[arg(long, value_name = "SECONDS")]
     speed: Option<f64>,
-    /// With --speed: only these CPUs (a list such as 0,2-3).
-    #[arg(long, value_name = "LIST", requires = "speed")]
+    /// Also time how long a thread woken onto each online CPU waits before it runs
+    /// (woken from the next CPU, 200 times after 100 us idle and 200 times after 2 ms):
+    /// the wait a NAPI kthread or a sleeping application pays per batch. On a VM whose
+    /// idle vCPUs halt at once it is tens of microseconds. Needs two CPUs or more.
+    #[arg(long)]
+    wake_up: bool,
+    /// With --speed or --wake-up: only these CPUs (a list such as 0,2-3).
+    #[arg(long, value_name = "LIST")]
     cpus: Option<String>,
 }
 
 pub fn run(args: HostArgs) -> Result<()> {
     let root = args.root.unwrap_or_else(|| PathBuf::from("/"));
     let identity = read_host_identity(&root);
+    if args.cpus.is_some() && args.speed.is_none() && !args.wake_up {
+        bail!("--cpus chooses the CPUs of --speed or --wake-up: give one of them too");
+    }
     let speed = match args.speed {
         None => None,
         Some(seconds) => {
@@ -47,15 +62,36 @@ pub fn run(args: HostArgs) -> Result<()> {
             Some(measure_speed(seconds, &cpus)?)
         }
     };
+    let wake_up = if args.wake_up {
+        let cpus = speed_cpus(args.cpus.as_deref())?;
+        Some(measure_wake_ups(&cpus)?)
+    } else {
+        None
+    };
     if args.json {
-        let value = match &speed {
-            None => serde_json::to_value(&identity)?,
-            Some(speed) => serde_json::json!({
-                "identity": identity,
-                "speed": speed.iter().map(|s| serde_json::json!({
-                    "samples": s, "spread": s.spread()
-                })).collect::<Vec<_>>(),
-            }),
+        let value = if speed.is_none() && wake_up.is_none() {
+            serde_json::to_value(&identity)?
+        } else {
+            let mut value = serde_json::json!({ "identity": identity });
+            if let Some(speed) = &speed {
+                value["speed"] = speed
+                    .iter()
+                    .map(|s| serde_json::json!({ "samples": s, "spread": s.spread() }))
+                    .collect();
+            }
+            if let Some(wake_up) = &wake_up {
+                value["wake_up"] = wake_up
+                    .iter()
+                    .map(|w| {
+                        serde_json::json!({
+                            "samples": w,
+                            "median_ns": w.median_ns(),
+                            "p90_ns": w.quantile_ns(0.9),
+                        })
+                    })
+                    .collect();
+            }
+            value
         };
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
@@ -63,8 +99,42 @@ pub fn run(args: HostArgs) -> Result<()> {
         for s in speed.iter().flatten() {
             println!("speed: {}", s.summary());
         }
+        for w in wake_up.iter().flatten() {
+            println!("wake-up: {}", wake_up_summary(w));
+        }
     }
     Ok(())
+}
+
+/// Each CPU woken from the next, after each gap of [`WAKE_UP_GAPS`].
+fn measure_wake_ups(cpus: &[u32]) -> Result<Vec<WakeUpLatency>> {
+    if cpus.len() < 2 {
+        bail!("--wake-up needs two CPUs or more (one to wake the other), got {cpus:?}");
+    }
+    eprintln!(
+        "napilab host: waking a thread on each of CPUs {cpus:?} {WAKE_UPS} times after each of {WAKE_UP_GAPS:?} idle"
+    );
+    let mut out = Vec::new();
+    for gap in WAKE_UP_GAPS {
+        for r in napilab_probe::wake_up_latency::measure_each(cpus, WAKE_UPS, gap) {
+            out.push(r?);
+        }
+    }
+    Ok(out)
+}
+
+fn wake_up_summary(w: &WakeUpLatency) -> String {
+    let us = |q: f64| w.quantile_ns(q).map_or(f64::NAN, |ns| ns / 1e3);
+    format!(
+        "CPU {} woken from CPU {} after {:.0} us idle: median {:.1} us, p90 {:.1} us, slowest {:.1} us ({} wake-ups)",
+        w.cpu,
+        w.waker_cpu,
+        w.idle_us,
+        us(0.5),
+        us(0.9),
+        us(1.0),
+        w.delays_ns.len()
+    )
 }
 
 fn speed_cpus(asked: Option<&str>) -> Result<Vec<u32>> {

@@ -81,20 +81,12 @@ const IDLE_BEFORE_WAKE_UP: Duration = Duration::from_micros(100);
 fn probe_wake_ups(cpus: &[u32]) -> Vec<napilab_core::WakeUpLatency> {
     if cpus.len() < 2 {
         eprintln!("napilab: wake-up probe skipped: this host has one CPU, nothing to wake it from");
-        return Vec::new();
     }
-    cpus.iter()
-        .enumerate()
-        .filter_map(|(k, &cpu)| {
-            let waker = cpus[(k + 1) % cpus.len()];
-            napilab_probe::wake_up_latency::measure(
-                cpu,
-                waker,
-                WAKE_UPS_PER_CPU,
-                IDLE_BEFORE_WAKE_UP,
-            )
-            .map_err(|e| eprintln!("napilab: wake-up probe on CPU {cpu}: {e}; left out"))
-            .ok()
+    napilab_probe::wake_up_latency::measure_each(cpus, WAKE_UPS_PER_CPU, IDLE_BEFORE_WAKE_UP)
+        .into_iter()
+        .filter_map(|r| {
+            r.map_err(|e| eprintln!("napilab: wake-up probe: {e}; that CPU is left out"))
+                .ok()
         })
         .collect()
 }

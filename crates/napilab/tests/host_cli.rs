@@ -130,3 +130,59 @@ fn speed_refuses_a_bad_duration_or_cpu_list_and_says_what_to_give() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--cpus: \"x\" is not a CPU list"), "{err}");
 }
+
+/// `--wake-up` wakes a thread on each CPU asked for from the next, after a short and a
+/// long idle gap, and gives every delay with its median; one CPU or `--cpus` alone is
+/// refused with what to give.
+#[test]
+fn wake_up_times_each_cpu_woken_from_the_next() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 {
+        println!(
+            "SKIPPED wake_up_times_each_cpu_woken_from_the_next: needs two CPUs, this host has one"
+        );
+        return;
+    }
+    let out = napilab(&["host", "--json", "--wake-up", "--cpus", "0,1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let woken: Vec<(u64, u64, f64, usize)> = v["wake_up"]
+        .as_array()
+        .expect("wake_up")
+        .iter()
+        .map(|w| {
+            let s = &w["samples"];
+            (
+                s["cpu"].as_u64().expect("cpu"),
+                s["waker_cpu"].as_u64().expect("waker"),
+                s["idle_us"].as_f64().expect("idle"),
+                s["delays_ns"].as_array().map_or(0, Vec::len),
+            )
+        })
+        .collect();
+    assert_eq!(
+        woken,
+        [
+            (0, 1, 100.0, 200),
+            (1, 0, 100.0, 200),
+            (0, 1, 2000.0, 200),
+            (1, 0, 2000.0, 200)
+        ],
+        "{v}"
+    );
+    for w in v["wake_up"].as_array().expect("wake_up") {
+        assert!(w["median_ns"].as_f64().expect("median") > 0.0, "{w}");
+    }
+    let one = napilab(&["host", "--wake-up", "--cpus", "1"]);
+    assert!(!one.status.success());
+    let err = String::from_utf8_lossy(&one.stderr);
+    assert!(err.contains("--wake-up needs two CPUs or more"), "{err}");
+    let alone = napilab(&["host", "--cpus", "0"]);
+    assert!(!alone.status.success());
+    let err = String::from_utf8_lossy(&alone.stderr);
+    assert!(err.contains("give one of them too"), "{err}");
+}
