@@ -37,13 +37,21 @@ const WAKE_UP_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// State shared by the waking and the woken thread.
 struct Shared {
-    /// CLOCK_MONOTONIC ns just before the latest wake-up; its sequence number.
+    /// Both threads' clock: `Instant` is CLOCK_MONOTONIC, one clock for every CPU.
+    base: Instant,
+    /// ns since `base` just before the latest wake-up; its sequence number.
     sent_ns: AtomicU64,
     sent_seq: AtomicU64,
     /// The woken thread's delay for sequence number `done_seq`.
     delay_ns: AtomicU64,
     done_seq: AtomicU64,
     stop: AtomicBool,
+}
+
+impl Shared {
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
 }
 
 /// `samples` wake-ups of a thread pinned to `cpu` from the calling side pinned to
@@ -96,6 +104,7 @@ fn wake_repeatedly(
         source,
     })?;
     let shared = Arc::new(Shared {
+        base: Instant::now(),
         sent_ns: AtomicU64::new(0),
         sent_seq: AtomicU64::new(0),
         delay_ns: AtomicU64::new(0),
@@ -146,7 +155,7 @@ fn drive(
     let mut delays_ns = Vec::with_capacity(samples);
     for seq in 1..=samples as u64 {
         leave_idle(idle);
-        shared.sent_ns.store(monotonic_ns(), Ordering::SeqCst);
+        shared.sent_ns.store(shared.now_ns(), Ordering::SeqCst);
         shared.sent_seq.store(seq, Ordering::SeqCst);
         woken.unpark();
         let asked = Instant::now();
@@ -175,7 +184,7 @@ fn be_woken(cpu: u32, shared: &Shared, pinned: &std::sync::mpsc::Sender<std::io:
     while !shared.stop.load(Ordering::SeqCst) {
         // park() may return spuriously: only a new sequence number is a wake-up.
         std::thread::park();
-        let now = monotonic_ns();
+        let now = shared.now_ns();
         let seq = shared.sent_seq.load(Ordering::SeqCst);
         if seq == seen {
             continue;
@@ -204,16 +213,6 @@ fn leave_idle(idle: Duration) {
 
 /// Gaps from this long on are slept, shorter ones spun.
 const SLEEP_ABOVE: Duration = Duration::from_micros(500);
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid timespec for the call to fill; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
 
 #[cfg(test)]
 mod tests {
