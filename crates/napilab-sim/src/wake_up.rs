@@ -1,8 +1,8 @@
-//! How long a woken NAPI kthread waits for its CPU on a live host: the run delay per run
-//! of its kernel threads (`/proc/<pid>/schedstat` deltas in the Observation), which the
-//! twin of `napilab tune plan --predict` uses as the kthread's wake-up delay
-//! (docs/tune.md, "Predict before you tune").
-
+//! How long a woken NAPI kthread waits for its CPU on a live host: the wake-up probe's
+//! delays (`host.wake_up`, a thread woken onto each CPU) or the run delay per run of its
+//! kernel threads (`/proc/<pid>/schedstat` deltas in the Observation), which the twin of
+//! `napilab tune plan --predict` uses as the kthread's wake-up delay (docs/tune.md,
+//! "Predict before you tune").
 use serde::{Deserialize, Serialize};
 
 use napilab_core::device_join::DeviceJoin;
