@@ -3,6 +3,7 @@
 //! kernel threads (`/proc/<pid>/schedstat` deltas in the Observation), which the twin of
 //! `napilab tune plan --predict` uses as the kthread's wake-up delay (docs/tune.md,
 //! "Predict before you tune").
+
 use serde::{Deserialize, Serialize};
 
 use napilab_core::device_join::DeviceJoin;
