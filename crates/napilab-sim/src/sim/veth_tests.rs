@@ -60,10 +60,16 @@ fn a_softirq_veth_keeps_its_batches_small_despite_a_slow_interrupt() {
     let (nic_ppp, nic_polls) = batches(false, "softirq", RATE_PPS, SLOW_IRQ_NS);
     assert!(veth_ppp < 3.0, "veth: {veth_ppp} packets per poll");
     assert!(nic_ppp > 20.0, "NIC line: {nic_ppp} packets per poll");
-    assert!(veth_polls > 10.0 * nic_polls, "{veth_polls} vs {nic_polls} polls/s");
+    assert!(
+        veth_polls > 10.0 * nic_polls,
+        "{veth_polls} vs {nic_polls} polls/s"
+    );
     // With a fast interrupt the two hardly differ: the delay is what veth lacks.
     let (fast_ppp, _) = batches(true, "softirq", RATE_PPS, 1_000);
-    assert!((veth_ppp - fast_ppp).abs() < 1.0, "{veth_ppp} vs {fast_ppp}");
+    assert!(
+        (veth_ppp - fast_ppp).abs() < 1.0,
+        "{veth_ppp} vs {fast_ppp}"
+    );
 }
 
 #[test]
@@ -73,8 +79,14 @@ fn a_threaded_veth_pays_the_delay_only_as_its_kthread_wake_up() {
     // while packets came during its poll.
     let (veth_ppp, veth_polls) = batches(true, "threaded", RATE_PPS, SLOW_IRQ_NS);
     let (nic_ppp, nic_polls) = batches(false, "threaded", RATE_PPS, SLOW_IRQ_NS);
-    assert!(veth_ppp < 0.85 * nic_ppp, "{veth_ppp} vs {nic_ppp} packets per poll");
-    assert!(veth_polls > 1.2 * nic_polls, "{veth_polls} vs {nic_polls} polls/s");
+    assert!(
+        veth_ppp < 0.85 * nic_ppp,
+        "{veth_ppp} vs {nic_ppp} packets per poll"
+    );
+    assert!(
+        veth_polls > 1.2 * nic_polls,
+        "{veth_polls} vs {nic_polls} polls/s"
+    );
 }
 
 /// Packets every 5 us.
