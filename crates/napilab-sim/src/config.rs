@@ -298,7 +298,19 @@ pub struct IngressConfig {
     /// the default) or in a per-vector IRQ thread (`threaded`).
     #[serde(default, skip_serializing_if = "IrqMode::is_hardirq")]
     pub irq_mode: IrqMode,
+    /// The device is a veth: it has no interrupt line (docs/sim.md, "veth ingress").
+    /// When a poll completes, an instance whose ring already holds an arrived packet
+    /// is scheduled again at once (`veth_poll` re-checks its `ptr_ring` after
+    /// `napi_complete_done`); a packet arriving after the instance went idle notifies
+    /// it without the line's delivery latency (`veth_xmit` calls `napi_schedule` from
+    /// the sender). Off for a NIC.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub veth: bool,
     pub queues: Vec<RxQueueConfig>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// How a device's driver handles its interrupts (docs/sim.md, "Threaded IRQ handlers").

@@ -173,6 +173,7 @@ fn map_configuration(
             moderation: nic.ingress.moderation,
             adaptive_rx: nic.ingress.adaptive_rx,
             irq_mode: nic.ingress.irq_mode,
+            veth: false,
             queues,
         },
         egress: egress(s, c, nic, &at)?,

@@ -76,6 +76,7 @@ pub fn config(delivery: Delivery, rate_pps: f64, duration_ms: f64) -> SimConfig 
             moderation: Default::default(),
             adaptive_rx: false,
             irq_mode: Default::default(),
+            veth: false,
             queues: vec![RxQueueConfig {
                 cpu: 0,
                 napi,

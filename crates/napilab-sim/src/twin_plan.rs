@@ -118,8 +118,9 @@ pub(crate) fn lab_net_settings(
     }
 }
 
-/// A veth device's receive side as the twin runs it: `ring` entries per queue and no
-/// interrupt moderation (veth has no interrupt at all).
+/// A veth device's receive side as the twin runs it: `ring` entries per queue, no
+/// interrupt moderation, and veth's re-check at completion and interrupt-free
+/// notification (`IngressConfig::veth`: veth has no interrupt at all).
 pub(crate) fn veth_ingress(
     name: &str,
     ring: u32,
@@ -133,6 +134,7 @@ pub(crate) fn veth_ingress(
         moderation: crate::config::Moderation::Timer,
         adaptive_rx: false,
         irq_mode: Default::default(),
+        veth: true,
         queues,
     }
 }

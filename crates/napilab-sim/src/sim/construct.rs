@@ -673,6 +673,7 @@ impl<'a> Sim<'a> {
                 .unwrap_or(2_000_000 / hz as u64),
             costs: Costs::of(profile),
             lat_irq: profile.latency_ns.irq_delivery,
+            veth_rx: cfg.ingress.veth,
             lat_wake: profile.latency_ns.idle_wakeup,
             lat_irq_thread: profile.irq_thread.as_ref().map_or(0, |t| t.wakeup_ns),
             need_resched: vec![false; ncpu],

@@ -129,7 +129,10 @@ impl Sim<'_> {
             }
         };
         let Some(first) = first else { return };
-        let fire = self.lines[l].fire_time(now, first, nth) + self.lat_irq;
+        // A veth has no interrupt to deliver: `veth_xmit` schedules NAPI from the
+        // sender as the packet is queued.
+        let delivery = if self.is_veth_rx(l) { 0 } else { self.lat_irq };
+        let fire = self.lines[l].fire_time(now, first, nth) + delivery;
         if fire <= self.stop {
             let line = &mut self.lines[l];
             line.armed = true;
@@ -174,6 +177,10 @@ impl Sim<'_> {
         // The handler masks the vector (docs/kernel.md#packet-path, step 2); the NIC
         // does not raise it again until the driver unmasks it.
         line.enabled = false;
+        if self.is_veth_rx(l) && self.veth_notify(l) {
+            return;
+        }
+        let line = &mut self.lines[l];
         // The NIC asserted it `lat_irq` ago; a throttled vector's interval runs from
         // there.
         line.last_assert = Some(self.q.now().saturating_sub(self.lat_irq));
@@ -182,6 +189,29 @@ impl Sim<'_> {
         if !self.cpus[c].busy {
             self.dispatch(c);
         }
+    }
+
+    /// Line `l` stands for a veth's receive notification, not an interrupt.
+    pub(super) fn is_veth_rx(&self, l: usize) -> bool {
+        self.veth_rx && matches!(self.lines[l].kind, LineKind::Rx { .. })
+    }
+
+    /// `veth_xmit` found the instance of line `l` idle and calls `napi_schedule` on
+    /// the sender's CPU (drivers/net/veth.c, `__veth_xdp_flush`). A threaded instance's
+    /// kthread is woken from there: a remote wake-up, which costs `lat_irq` when its
+    /// CPU is idle; true when handled so. Otherwise (false) the instance is polled in
+    /// the softirq the sender raises, which the twin runs on the instance's CPU through
+    /// the line's handler, delivered at once (its cost stands for the sender's
+    /// `napi_schedule`).
+    fn veth_notify(&mut self, l: usize) -> bool {
+        let n = self.lines[l].napi;
+        let Some(t) = self.napis[n].thread else {
+            return false;
+        };
+        if self.napis[n].schedule() {
+            self.wake_thread_remotely(t);
+        }
+        true
     }
 
     pub(super) fn napi_timer(&mut self, n: usize, gen: u64) {

@@ -32,6 +32,8 @@ mod workqueue;
 mod irq_thread_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod veth_tests;
 
 use std::collections::VecDeque;
 
@@ -338,6 +340,9 @@ pub(crate) struct Sim<'a> {
     budget_usecs: u64,
     costs: Costs,
     lat_irq: Nanos,
+    /// The ingress is a veth (`IngressConfig::veth`): its RX lines stand for
+    /// `veth_xmit`'s notification, not an interrupt.
+    veth_rx: bool,
     lat_wake: Nanos,
     lat_irq_thread: Nanos,
     /// TIF_NEED_RESCHED of each CPU's current task, as far as the twin models it: set

@@ -52,6 +52,14 @@ impl Sim<'_> {
                 self.q.schedule(now + timeout, Ev::NapiTimer(n, gen));
             }
             Completion::Unmask => match (self.napis[n].line, self.napis[n].backlog) {
+                (Some(l), _) if self.is_veth_rx(l) && self.arrived_on_rings(n, now) => {
+                    // veth_poll re-checks its ptr_ring after napi_complete_done and
+                    // schedules the instance again at once, on this CPU: the same
+                    // softirq, or the running kthread polls again without sleeping.
+                    self.napis[n].scheduled = true;
+                    let c = self.napis[n].cpu;
+                    self.queue_napi(n, c);
+                }
                 (Some(l), _) => self.unmask_line(l, now),
                 (None, Some(b)) => {
                     // Packets queued "later" by another CPU's batch computed ahead of
@@ -65,6 +73,14 @@ impl Sim<'_> {
                 (None, None) => {}
             },
         }
+    }
+
+    /// Some ring of instance `n` holds a packet that has arrived by `now`.
+    fn arrived_on_rings(&mut self, n: usize, now: Nanos) -> bool {
+        (0..self.napis[n].rings.len()).any(|i| {
+            let r = self.napis[n].rings[i];
+            self.rings[r].nth_pending(1).is_some_and(|a| a <= now)
+        })
     }
 
     /// Run the driver poll of instance `n` from `t`; returns (end time, RX packets,

@@ -37,7 +37,25 @@ impl Sim<'_> {
         }
         self.wake_thread(t);
         let c = self.threads[t].cpu;
-        if c != from && !self.cpus[c].busy && !self.dispatch_pending[c] {
+        if c != from {
+            self.kick_idle_cpu(c);
+        }
+    }
+
+    /// Wake thread `t` from outside the twin's CPUs (a veth sender): its CPU, if not
+    /// running a batch, gets the wake-up IPI.
+    pub(super) fn wake_thread_remotely(&mut self, t: usize) {
+        if self.threads[t].runnable {
+            return;
+        }
+        self.wake_thread(t);
+        self.kick_idle_cpu(self.threads[t].cpu);
+    }
+
+    /// A remote wake-up's IPI: CPU `c`, unless running a batch (whose dispatch
+    /// follows) or already due to look, looks at its run queue `lat_irq` later.
+    fn kick_idle_cpu(&mut self, c: usize) {
+        if !self.cpus[c].busy && !self.dispatch_pending[c] {
             self.dispatch_pending[c] = true;
             let at = self.q.now() + self.lat_irq;
             self.q.schedule(at, Ev::Dispatch(c));

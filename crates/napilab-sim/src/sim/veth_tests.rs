@@ -1,0 +1,95 @@
+//! Unit tests of the veth ingress (`IngressConfig::veth`, docs/sim.md "veth
+//! ingress"): under steady load a softirq instance is rescheduled at completion while
+//! packets keep arriving, and notified at once when one finds it idle, so its batches
+//! stay small however long an interrupt takes to be delivered; the same device run as
+//! a NIC ring with an interrupt line waits `irq_delivery` every cycle and batches what
+//! came meanwhile. A threaded instance still pays `irq_delivery` as the wake-up IPI
+//! whenever its ring ran dry and its CPU went idle, so it gains less.
+
+use super::*;
+
+/// One veth-like queue on CPU 0 in `napi` context, fed evenly at `rate_pps`.
+fn ingress_config(veth: bool, napi: &str, rate_pps: f64) -> SimConfig {
+    let text = format!(
+        r#"
+        [host]
+        cpus = 2
+        kernel = "6.1"
+        [ingress]
+        veth = {veth}
+        queues = [{{ cpu = 0, napi = "{napi}" }}]
+        [traffic]
+        rate_pps = {rate_pps}
+        pattern = "constant"
+        classes = [{{ name = "t", share = 1.0, size_bytes = 64 }}]
+        [measurement]
+        duration_ms = 50
+        "#
+    );
+    match SimConfig::from_toml_str(&text, "veth test") {
+        Ok(c) => c,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// A profile whose interrupts take `irq_delivery_ns` to arrive.
+fn profile(irq_delivery_ns: Nanos) -> Profile {
+    match Profile::builtin("wg-xeon-gold-5220") {
+        Ok(mut p) => {
+            p.latency_ns.irq_delivery = irq_delivery_ns;
+            p
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// (packets per poll, polls per second) of CPU 0 over the run.
+fn batches(veth: bool, napi: &str, rate_pps: f64, irq_delivery_ns: Nanos) -> (f64, f64) {
+    let r = crate::run(
+        &ingress_config(veth, napi, rate_pps),
+        &profile(irq_delivery_ns),
+        1,
+    );
+    let cpu = &r.model.totals.cpus[0];
+    (cpu.packets_per_poll, cpu.polls_per_s)
+}
+
+#[test]
+fn a_softirq_veth_keeps_its_batches_small_despite_a_slow_interrupt() {
+    let (veth_ppp, veth_polls) = batches(true, "softirq", RATE_PPS, SLOW_IRQ_NS);
+    let (nic_ppp, nic_polls) = batches(false, "softirq", RATE_PPS, SLOW_IRQ_NS);
+    assert!(veth_ppp < 3.0, "veth: {veth_ppp} packets per poll");
+    assert!(nic_ppp > 20.0, "NIC line: {nic_ppp} packets per poll");
+    assert!(
+        veth_polls > 10.0 * nic_polls,
+        "{veth_polls} vs {nic_polls} polls/s"
+    );
+    // With a fast interrupt the two hardly differ: the delay is what veth lacks.
+    let (fast_ppp, _) = batches(true, "softirq", RATE_PPS, 1_000);
+    assert!(
+        (veth_ppp - fast_ppp).abs() < 1.0,
+        "{veth_ppp} vs {fast_ppp}"
+    );
+}
+
+#[test]
+fn a_threaded_veth_pays_the_delay_only_as_its_kthread_wake_up() {
+    // The NIC line waits irq_delivery for the interrupt and the kthread's CPU; the
+    // veth kthread only for its CPU's wake-up IPI once its ring ran dry, and loops
+    // while packets came during its poll.
+    let (veth_ppp, veth_polls) = batches(true, "threaded", RATE_PPS, SLOW_IRQ_NS);
+    let (nic_ppp, nic_polls) = batches(false, "threaded", RATE_PPS, SLOW_IRQ_NS);
+    assert!(
+        veth_ppp < 0.85 * nic_ppp,
+        "{veth_ppp} vs {nic_ppp} packets per poll"
+    );
+    assert!(
+        veth_polls > 1.2 * nic_polls,
+        "{veth_polls} vs {nic_polls} polls/s"
+    );
+}
+
+/// Packets every 5 us.
+const RATE_PPS: f64 = 200_000.0;
+/// An interrupt delivery far longer than the gap between packets.
+const SLOW_IRQ_NS: Nanos = 200_000;
