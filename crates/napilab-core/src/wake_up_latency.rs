@@ -53,10 +53,12 @@ mod tests {
     #[test]
     fn quantiles_are_samples_and_none_without_any() {
         let w = WakeUpLatency {
-            delays_ns: vec![9_000.0, 1_000.0, 5_000.0, f64::NAN, 3_000.0],
+            delays_ns: vec![9_000.0, 1_000.0, 5_000.0, f64::NAN, 3_000.0, 7_000.0],
             ..WakeUpLatency::default()
         };
-        assert_eq!(w.median_ns(), Some(3_000.0));
+        // Five finite delays: the median is the third, NaN left out.
+        assert_eq!(w.median_ns(), Some(5_000.0));
+        assert_eq!(w.quantile_ns(0.0), Some(1_000.0));
         assert_eq!(w.quantile_ns(1.0), Some(9_000.0));
         assert_eq!(WakeUpLatency::default().median_ns(), None);
     }
