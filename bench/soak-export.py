@@ -24,14 +24,17 @@ exporter, its RSS, its CPU seconds per second, scrapes that succeeded and failed
 second, series in the latest answer, devices alive, and its live heap (its own
 napilab_exporter_heap_allocated_bytes from the latest text answer). At the end (or on Ctrl-C) it plots
 RSS and CPU over time (DIR/rss.svg, DIR/cpu.svg, by the soak_plot example, plotters) and
-prints a verdict per exporter over the second half of the run: "RSS flat after warm-up"
-when its growth, extrapolated to 24 hours, is under 5% of that half's mean RSS, and the
-scrape errors, which must be zero. The growth is the Theil-Sen slope (the median of the
-slopes between every two of the half's per-minute median RSS values), not a least-squares
-line: RSS moves in allocator steps, and one step late in a 2-hour run decided the
-least-squares verdict of the 2026-11-27 soak; a steady leak moves every pair and the
-median with it. Only growth counts: RSS given back is not a leak. The least-squares line
-is printed beside it. (Criterion fixed on 2026-11-27 before the next soak was run.)
+prints a verdict per exporter from the end of the warm-up (the first 10% of the run) to
+the end: "flat after warm-up" when the growth of its RSS and of its live heap, each
+extrapolated to 24 hours, is under 5% of that stretch's mean, and the scrape errors,
+which must be zero. The growth is the Theil-Sen slope (the median of the slopes between
+every two of the stretch's per-minute medians), not a least-squares line: RSS moves in
+allocator steps and breathes in a band, and neither a late step nor half a band may
+decide; a steady leak moves every pair and the median with it. Only growth counts: memory
+given back is not a leak. The live heap (jemalloc's allocated bytes) is what a leak grows
+whatever the allocator keeps. The least-squares line is printed beside it. (Criterion
+fixed on 2026-11-27, after soak run 6 and before run 7; runs 4-6 were judged over the
+second half only.)
 
 --report CSV re-plots and re-judges an existing (possibly still growing) CSV.
 """
@@ -53,6 +56,7 @@ ACCEPT_TEXT = "text/plain;version=0.0.4"
 FIELDS = ["t_s", "exporter", "rss_bytes", "rss_anon_bytes", "rss_file_bytes", "cpu_s_per_s",
           "scrapes_ok", "scrape_errors", "series", "devices", "heap_allocated_bytes"]
 FLAT_FRACTION_PER_DAY = 0.05
+WARM_UP_FRACTION = 0.10
 HEAP_LINE = re.compile(rb"^napilab_exporter_heap_allocated_bytes ([0-9.e+]+)$", re.M)
 
 
@@ -392,6 +396,29 @@ def theil_sen_slope(points):
     return slopes[mid] if len(slopes) % 2 else (slopes[mid - 1] + slopes[mid]) / 2
 
 
+class Growth:
+    """The Theil-Sen growth of a series over a stretch, and whether it is flat: growth
+    extrapolated to a day under FLAT_FRACTION_PER_DAY of the stretch's mean."""
+
+    def __init__(self, slope_per_s, mean):
+        self.slope_per_s = slope_per_s
+        self.mean = mean
+        self.flat = slope_per_s * 86400 < FLAT_FRACTION_PER_DAY * mean
+
+    def describe(self):
+        per_day = self.slope_per_s * 86400 / self.mean if self.mean else 0.0
+        return (f"{self.slope_per_s * 3600 / 1024:+.1f} KB/h ({per_day:+.2%} of {self.mean / 2**20:.2f} MB "
+                f"per day, limit {FLAT_FRACTION_PER_DAY:.0%})")
+
+
+def growth_after_warm_up(xs, ys, warm_up_end):
+    stretch = [(x, y) for x, y in zip(xs, ys) if x >= warm_up_end]
+    if len(stretch) < 2:
+        return Growth(0.0, 0.0)
+    mean = sum(y for _, y in stretch) / len(stretch)
+    return Growth(theil_sen_slope(per_minute_medians(*zip(*stretch))), mean)
+
+
 def report(csv_path, out, plot_bin):
     rows = {}
     with open(csv_path) as f:
@@ -407,38 +434,33 @@ def report(csv_path, out, plot_bin):
         t = [float(r["t_s"]) for r in rs]
         rss = [int(r["rss_bytes"]) for r in rs]
         anon = [int(r.get("rss_anon_bytes") or 0) for r in rs]
-
-        def second_half(ys):
-            half = [(x, y) for x, y in zip(t, ys) if x >= t[-1] / 2]
-            return fit_slope([x for x, _ in half], [y for _, y in half])
-
-        slope, mean = second_half(rss)
-        robust = theil_sen_slope(per_minute_medians(*zip(*[(x, y) for x, y in zip(t, rss) if x >= t[-1] / 2])))
-        per_day = robust * 86400
-        anon_slope, anon_mean = second_half(anon)
-        heap = [(x, float(r["heap_allocated_bytes"])) for x, r in zip(t, rs)
-                if r.get("heap_allocated_bytes")]
+        warm_up_end = t[-1] * WARM_UP_FRACTION
+        rss_growth = growth_after_warm_up(t, rss, warm_up_end)
+        verdicts = [rss_growth.flat]
+        heap_pairs = [(x, float(r["heap_allocated_bytes"])) for x, r in zip(t, rs)
+                      if r.get("heap_allocated_bytes")]
         heap_text = ""
-        if heap:
-            heap_half = [(x, y) for x, y in heap if x >= t[-1] / 2]
-            heap_slope = theil_sen_slope(per_minute_medians(*zip(*heap_half))) if heap_half else 0.0
-            heap_text = (f"; live heap {heap[0][1] / 2**20:.2f} -> {heap[-1][1] / 2**20:.2f} MB, "
-                         f"second-half growth {heap_slope * 3600 / 1024:+.1f} KB/h")
-        flat = per_day < FLAT_FRACTION_PER_DAY * mean
+        if heap_pairs:
+            heap_growth = growth_after_warm_up(*zip(*heap_pairs), warm_up_end)
+            verdicts.append(heap_growth.flat)
+            heap_text = (f"; live heap {heap_pairs[0][1] / 2**20:.2f} -> {heap_pairs[-1][1] / 2**20:.2f} MB, "
+                         f"growth {heap_growth.describe()}")
+        flat = all(verdicts)
+        least_squares, _ = fit_slope(*zip(*[(x, y) for x, y in zip(t, rss) if x >= warm_up_end]))
+        anon_slope, _ = fit_slope(*zip(*[(x, y) for x, y in zip(t, anon) if x >= warm_up_end]))
         errors = sum(int(r["scrape_errors"]) for r in rs)
         scrapes = sum(int(r["scrapes_ok"]) for r in rs)
         cpu = [float(r["cpu_s_per_s"]) for r in rs[1:]]
         series = [int(r["series"]) for r in rs if int(r["series"]) > 0]
-        warm = rss[min(len(rss) - 1, int(len(rss) * 0.1))]
+        warm = rss[min(len(rss) - 1, int(len(rss) * WARM_UP_FRACTION))]
         lines.append(
             f"{name}: {t[-1] / 3600:.2f} h; RSS {rss[0] / 2**20:.2f} MB at start, "
-            f"{warm / 2**20:.2f} MB after warm-up (10% of the run), {rss[-1] / 2**20:.2f} MB last, "
-            f"max {max(rss) / 2**20:.2f} MB; second-half growth (Theil-Sen over per-minute medians) "
-            f"{robust * 3600 / 1024:+.1f} KB/h ({per_day / mean:+.2%} of {mean / 2**20:.2f} MB per day; "
-            f"least-squares {slope * 3600 / 1024:+.1f} KB/h; anonymous part "
-            f"{anon[min(len(anon) - 1, int(len(anon) * 0.1))] / 2**20:.2f} -> {anon[-1] / 2**20:.2f} MB, "
-            f"fit {anon_slope * 3600 / 1024:+.1f} KB/h{heap_text}): "
-            + ("RSS flat after warm-up" if flat else "RSS NOT flat after warm-up")
+            f"{warm / 2**20:.2f} MB after warm-up ({WARM_UP_FRACTION:.0%} of the run), {rss[-1] / 2**20:.2f} MB last, "
+            f"max {max(rss) / 2**20:.2f} MB; growth after warm-up (Theil-Sen over per-minute medians): "
+            f"RSS {rss_growth.describe()} (least-squares {least_squares * 3600 / 1024:+.1f} KB/h; anonymous part "
+            f"{anon[min(len(anon) - 1, int(len(anon) * WARM_UP_FRACTION))] / 2**20:.2f} -> {anon[-1] / 2**20:.2f} MB, "
+            f"fit {anon_slope * 3600 / 1024:+.1f} KB/h){heap_text}: "
+            + ("flat after warm-up" if flat else "NOT flat after warm-up")
             + f"; CPU {sum(cpu) / max(1, len(cpu)) * 1000:.1f} ms/s mean; "
             f"scrapes {scrapes} ok, {errors} failed; series per answer "
             f"{min(series) if series else 0}-{max(series) if series else 0}")
