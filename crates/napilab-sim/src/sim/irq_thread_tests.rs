@@ -2,21 +2,16 @@
 //! an inline softirq restart loop and hands the rest to ksoftirqd, as
 //! `handle_softirqs` does (kernel/softirq.c), and the IRQ thread then takes the CPU.
 
+use super::test_support::{builtin_profile, config_from};
 use super::*;
 
 fn ap_single_core() -> SimConfig {
     let text = include_str!("../../tests/fixtures/legacy/ap-e2w-single-core.toml");
-    match SimConfig::from_toml_str(text, "ap-e2w-single-core.toml") {
-        Ok(c) => c,
-        Err(e) => panic!("{e}"),
-    }
+    config_from(text, "ap-e2w-single-core.toml")
 }
 
 fn ap_profile() -> Profile {
-    match Profile::builtin("ap-cortex-a72-bcmgenet") {
-        Ok(p) => p,
-        Err(e) => panic!("{e}"),
-    }
+    builtin_profile("ap-cortex-a72-bcmgenet")
 }
 
 /// CPU 0 at the end of an inline `__do_softirq` pass (nothing left in this pass) with

@@ -31,6 +31,8 @@ mod workqueue;
 #[cfg(test)]
 mod irq_thread_tests;
 #[cfg(test)]
+mod test_support;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod veth_tests;

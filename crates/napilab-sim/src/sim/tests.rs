@@ -3,6 +3,7 @@
 //! and the placement of unpinned NAPI kthreads. Each builds a small tunnel
 //! configuration, queues work by hand and steps the event loop.
 
+use super::test_support::{builtin_profile, config_from};
 use super::workqueue::WorkItem;
 use super::*;
 
@@ -29,17 +30,11 @@ fn tunnel_config(cpus: u32, peers: u32, napi: &str, pinned: bool) -> SimConfig {
         duration_ms = 10
         "#
     );
-    match SimConfig::from_toml_str(&text, "test") {
-        Ok(c) => c,
-        Err(e) => panic!("{e}"),
-    }
+    config_from(&text, "test")
 }
 
 fn profile() -> Profile {
-    match Profile::builtin("wg-xeon-gold-5220") {
-        Ok(p) => p,
-        Err(e) => panic!("{e}"),
-    }
+    builtin_profile("wg-xeon-gold-5220")
 }
 
 fn packet() -> Packet {

@@ -108,6 +108,7 @@ impl Sim<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::{builtin_profile, config_from};
     use super::*;
 
     /// Coalescing empty passes is exact: the same run simulated one pass per batch
@@ -116,17 +117,11 @@ mod tests {
     /// ingress-QoS router (TX completions, their IRQs and softirq on the kthread's CPU).
     #[test]
     fn coalesced_passes_change_nothing_but_the_event_count() {
-        let p = match Profile::builtin("router-e3-1230-ixgbe") {
-            Ok(p) => p,
-            Err(e) => panic!("{e}"),
-        };
-        let mut router = match SimConfig::from_toml_str(
+        let p = builtin_profile("router-e3-1230-ixgbe");
+        let mut router = config_from(
             include_str!("../../tests/fixtures/legacy/router-sq.toml"),
             "router-sq.toml",
-        ) {
-            Ok(c) => c,
-            Err(e) => panic!("{e}"),
-        };
+        );
         router.host.kernel = "6.19".into();
         router.ingress.queues[0].napi = crate::config::NapiContext::ThreadedBusyPoll;
         router.traffic.rate_pps = 200_000.0;

@@ -6,6 +6,7 @@
 //! came meanwhile. A threaded instance still pays `irq_delivery` as the wake-up IPI
 //! whenever its ring ran dry and its CPU went idle, so it gains less.
 
+use super::test_support::{builtin_profile, config_from};
 use super::*;
 
 /// One veth-like queue on CPU 0 in `napi` context, fed evenly at `rate_pps`.
@@ -26,21 +27,14 @@ fn ingress_config(veth: bool, napi: &str, rate_pps: f64) -> SimConfig {
         duration_ms = 50
         "#
     );
-    match SimConfig::from_toml_str(&text, "veth test") {
-        Ok(c) => c,
-        Err(e) => panic!("{e}"),
-    }
+    config_from(&text, "veth test")
 }
 
 /// A profile whose interrupts take `irq_delivery_ns` to arrive.
 fn profile(irq_delivery_ns: Nanos) -> Profile {
-    match Profile::builtin("wg-xeon-gold-5220") {
-        Ok(mut p) => {
-            p.latency_ns.irq_delivery = irq_delivery_ns;
-            p
-        }
-        Err(e) => panic!("{e}"),
-    }
+    let mut p = builtin_profile("wg-xeon-gold-5220");
+    p.latency_ns.irq_delivery = irq_delivery_ns;
+    p
 }
 
 /// (packets per poll, polls per second) of CPU 0 over the run.
