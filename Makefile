@@ -25,6 +25,9 @@ APT_PACKAGES += bpftrace
 # tmux: `napilab top`'s tests drive the view in a detached tmux session (send-keys,
 # capture-pane; crates/napilab/tests/top_tmux.rs).
 APT_PACKAGES += tmux
+# python3: the bench scripts (bench/soak-export.py, its verdict's test soak_verdict.rs)
+# and the server-calibration test's fixture trimmer; present on most images, not all.
+APT_PACKAGES += python3
 # Best effort: `perf kwork` is the independent check of measured softirq time in the
 # trace tests (skipped with a printed reason without it); Ubuntu names it differently.
 APT_OPTIONAL := linux-perf
