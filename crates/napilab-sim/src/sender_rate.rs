@@ -220,6 +220,14 @@ pub struct SenderRate {
     /// profile's headroom); absent: the observed load.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_pps: Option<f64>,
+    /// An unpinned kthread goes where the scheduler wakes it: on another CPU the sender
+    /// reaches `rate_pps`, but beside the sender on its CPU the two share it, and the
+    /// sender reaches 1 / (its cost + the profile's packet path per packet). Which one
+    /// happens depends on what else runs (wake-affine placement, idle CPUs), so the
+    /// prediction carries both and `tune verify` judges the one the host chose. Absent
+    /// when the kthreads were given their CPUs or the rate is not the sender's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beside_sender_pps: Option<f64>,
     /// The outcome in words.
     pub says: String,
 }
@@ -256,6 +264,7 @@ pub fn assess(
         notification_ns_per_packet: None,
         sender_pps: None,
         rate_pps: None,
+        beside_sender_pps: None,
         says: String::new(),
     };
     let cost = match observed {
@@ -308,6 +317,26 @@ pub fn assess(
         cost.cpu, cost.packets_per_s, cost.ns_per_packet
     );
     out
+}
+
+/// Adds to `rate` (a sender-limited effect whose kthread the scheduler places) the rate
+/// the sender reaches if the scheduler runs the kthread beside it on its CPU, where each
+/// packet costs the sender's work plus the profile's packet path
+/// (`path_ns_per_packet`, the twin's CPU per packet for the profile).
+pub fn with_kthread_beside_sender(mut rate: SenderRate, path_ns_per_packet: f64) -> SenderRate {
+    let Some(cost) = &rate.cost else {
+        return rate;
+    };
+    if rate.verdict != Verdict::SenderLimited || path_ns_per_packet <= 0.0 {
+        return rate;
+    }
+    let beside = 1e9 / (cost.ns_per_packet + path_ns_per_packet);
+    rate.says.push_str(&format!(
+        "; if the scheduler runs the unpinned kthread beside the sender on CPU {} instead, both share it and the sender reaches {beside:.0} packets/s (its {:.0} ns plus {path_ns_per_packet:.0} ns of packet path a packet): tune verify judges the placement the host chose, and --cpus pins it",
+        cost.cpu, cost.ns_per_packet
+    ));
+    rate.beside_sender_pps = Some(beside);
+    rate
 }
 
 #[cfg(test)]
@@ -580,17 +609,7 @@ mod tests {
             .profile;
         lab.latency_ns.irq_delivery = 10_000;
         let threaded = vec![vb(NapiContext::Threaded, 1)];
-        // A sender at 8,000 ns per packet: it reaches about 1e9 / 8,000 = 125,000
-        // packets/s once the kthread polls for it.
-        let cost = SenderCost {
-            cpu: 1,
-            busy: 0.99,
-            steal: 0.0,
-            packet_share: 0.35,
-            bh_enable_polls: 1.0,
-            packets_per_s: 80_000.0,
-            ns_per_packet: 8_000.0,
-        };
+        let cost = cost_of_sender();
         let (out, s) = predicted_outcome(
             &twin,
             &threaded,
@@ -610,6 +629,27 @@ mod tests {
             "the twin carries the sender's rate {rate:.0}: {:?}",
             out.packets_per_s
         );
+        // Unpinned: beside the sender the two share CPU 1, each packet costing the
+        // sender's 8,000 ns plus the twin's packet path.
+        let beside = s
+            .beside_sender_pps
+            .expect("the scheduler may place it beside");
+        let expect = 1e9 / (8_000.0 + out.cpu_ns_per_packet.mean);
+        assert!((beside - expect).abs() < 1e-6, "{beside} vs {expect}");
+        assert!(beside < rate, "{}", s.says);
+        assert!(s.says.contains("beside the sender on CPU 1"), "{}", s.says);
+        // Pinned elsewhere, the placement is known: no second rate.
+        let (_, pinned) = predicted_outcome(
+            &twin,
+            &[vb(NapiContext::Threaded, 0)],
+            &lab,
+            &[1],
+            Observed::Limited(cost_of_sender()),
+            (true, 2),
+        )
+        .expect("predicted");
+        assert_eq!(pinned.verdict, Verdict::SenderLimited, "{}", pinned.says);
+        assert_eq!(pinned.beside_sender_pps, None);
         // Not sender-limited: the twin keeps the observed load.
         let (kept, s) = predicted_outcome(
             &twin,
@@ -625,5 +665,19 @@ mod tests {
             (kept.packets_per_s.mean / 80_000.0 - 1.0).abs() < 0.02,
             "{kept:?}"
         );
+    }
+
+    /// A sender on CPU 1 at 8,000 ns per packet: it reaches about 1e9 / 8,000 = 125,000
+    /// packets/s once the kthread polls for it.
+    fn cost_of_sender() -> SenderCost {
+        SenderCost {
+            cpu: 1,
+            busy: 0.99,
+            steal: 0.0,
+            packet_share: 0.35,
+            bh_enable_polls: 1.0,
+            packets_per_s: 80_000.0,
+            ns_per_packet: 8_000.0,
+        }
     }
 }

@@ -355,6 +355,9 @@ pub fn verify(journal: &std::path::Path, duration: Duration, json: bool) -> Resu
     if let Some(e) = v.max_abs_error {
         out.push_str(&format!("max |error| {:.0}%\n", e * 100.0));
     }
+    if let Some(p) = &v.placement {
+        out.push_str(&format!("placement: {p}\n"));
+    }
     for u in &v.unverified {
         out.push_str(&format!(
             "  {:<32} {:>30} {:>12} {:>8}  {}\n",

@@ -371,6 +371,15 @@ fn apply_keeps_the_prediction_and_verify_measures_it() {
     for c in checks {
         assert!(c["error"].is_number() || c["measured"] == 0.0, "{c}");
     }
+    // An unpinned kthread of a sender-limited host goes where the scheduler wakes it:
+    // the prediction carries both placements and verify names the one it judged.
+    if applied["prediction"]["sender_rate"]["beside_sender_pps"].is_number() {
+        let placement = v["placement"].as_str().unwrap_or_else(|| panic!("{v:#}"));
+        assert!(
+            placement.contains("the scheduler ran the NAPI kthread"),
+            "{placement}"
+        );
+    }
     // Headroom is predicted, and said not to be measured by verify.
     let unverified = v["unverified"].as_array().expect("unverified");
     assert!(
@@ -383,7 +392,8 @@ fn apply_keeps_the_prediction_and_verify_measures_it() {
         "{v:#}"
     );
     println!(
-        "{name}: {}",
+        "{name}: placement {}; {}",
+        v["placement"].as_str().unwrap_or("not judged"),
         checks
             .iter()
             .map(|c| format!(
