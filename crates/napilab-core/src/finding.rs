@@ -30,6 +30,9 @@ pub enum RuleId {
     /// 6: NAPI work piled onto one CPU by the threads that schedule it (execution-order
     /// inversion), while device IRQs are spread.
     NapiLoadImbalance,
+    /// Idle vCPUs of a VM halt at once (haltpoll, guest_halt_poll_ns 0) while NAPI
+    /// kthreads are woken onto them.
+    IdleVcpuWakeUp,
 }
 
 impl RuleId {
@@ -45,6 +48,7 @@ impl RuleId {
             RuleId::AccountingTruth => "accounting_truth",
             RuleId::DriverContract => "driver_contract",
             RuleId::NapiLoadImbalance => "napi_load_imbalance",
+            RuleId::IdleVcpuWakeUp => "idle_vcpu_wake_up",
         }
     }
 }

@@ -88,6 +88,11 @@ pub struct CpuIdle {
     pub driver: Option<String>,
     /// current_governor, or current_governor_ro on kernels without the writable file.
     pub governor: Option<String>,
+    /// /sys/module/haltpoll/parameters/guest_halt_poll_ns: how long an idle vCPU of a
+    /// KVM guest polls before it halts (0: it halts at once, so every wake-up of an idle
+    /// vCPU is a VM exit); absent without the haltpoll driver.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub guest_halt_poll_ns: Option<u64>,
 }
 
 /// One field that differs between two identities.
@@ -231,6 +236,12 @@ impl HostIdentity {
                 or_unknown(self.cpuidle.governor.as_ref()),
             ),
             (
+                "guest halt poll".into(),
+                self.cpuidle
+                    .guest_halt_poll_ns
+                    .map_or("none (no haltpoll driver)".into(), |ns| format!("{ns} ns")),
+            ),
+            (
                 "cpufreq driver".into(),
                 or_unknown(self.cpufreq_driver.as_ref()),
             ),
@@ -315,6 +326,11 @@ impl HostIdentity {
             s(&a.cpuidle.governor),
             s(&b.cpuidle.governor),
         );
+        field(
+            "cpuidle.guest_halt_poll_ns",
+            a.cpuidle.guest_halt_poll_ns.map(|v| v.to_string()),
+            b.cpuidle.guest_halt_poll_ns.map(|v| v.to_string()),
+        );
         field("cpufreq_driver", s(&a.cpufreq_driver), s(&b.cpufreq_driver));
         field("hz", n(a.hz), n(b.hz));
         field(
@@ -392,6 +408,7 @@ mod tests {
             cpuidle: CpuIdle {
                 driver: Some("none".into()),
                 governor: Some("menu".into()),
+                guest_halt_poll_ns: None,
             },
             cpufreq_driver: Some("none".into()),
             hz: Some(250),

@@ -19,6 +19,8 @@ pub enum Unit {
     CpuPerMbps,
     /// A plain count within one interval.
     Count,
+    /// A duration or delay, ns (a wake-up's wait, a kernel parameter in ns).
+    Nanoseconds,
 }
 
 impl Unit {
@@ -32,6 +34,7 @@ impl Unit {
             Unit::PacketsPerEvent => "pkt/ev",
             Unit::CpuPerMbps => "cpu/Mbit/s",
             Unit::Count => "",
+            Unit::Nanoseconds => "ns",
         }
     }
 }

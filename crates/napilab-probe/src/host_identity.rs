@@ -224,6 +224,8 @@ pub fn read_identity(
             driver: text(root, &format!("{cpu_dir}/cpuidle/current_driver")),
             governor: text(root, &format!("{cpu_dir}/cpuidle/current_governor"))
                 .or_else(|| text(root, &format!("{cpu_dir}/cpuidle/current_governor_ro"))),
+            guest_halt_poll_ns: text(root, "sys/module/haltpoll/parameters/guest_halt_poll_ns")
+                .and_then(|v| v.parse().ok()),
         },
         cpufreq_driver,
         hz,

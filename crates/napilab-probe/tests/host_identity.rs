@@ -101,6 +101,7 @@ fn intel_compute_engine_guest() {
     assert_eq!((v.steal_seen, v.steal_ticks), (Some(true), Some(1203)));
     // Only current_governor_ro exists.
     assert_eq!(id.cpuidle.governor.as_deref(), Some("haltpoll"));
+    assert_eq!(id.cpuidle.guest_halt_poll_ns, Some(200_000));
     assert_eq!(id.cpufreq_driver.as_deref(), Some("none"));
     assert_eq!(
         id.summary(),

@@ -35,6 +35,7 @@ pub fn unit_name(unit: Unit) -> &'static str {
         Unit::PacketsPerEvent => "packets_per_event",
         Unit::CpuPerMbps => "cpu_per_mbps",
         Unit::Count => "count",
+        Unit::Nanoseconds => "nanoseconds",
     }
 }
 

@@ -8,6 +8,7 @@ mod accounting_truth;
 mod driver_contract;
 mod egress_qdisc;
 mod hot_cpu;
+mod idle_wake_up;
 mod ksoftirqd;
 mod napi_imbalance;
 mod polling_mode;
@@ -31,6 +32,7 @@ pub fn explain(observation: &Observation) -> Vec<Finding> {
     findings.extend(accounting_truth::check(observation));
     findings.extend(driver_contract::check(observation));
     findings.extend(napi_imbalance::check(observation));
+    findings.extend(idle_wake_up::check(observation));
     sort(&mut findings);
     findings
 }
