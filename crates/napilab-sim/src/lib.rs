@@ -23,6 +23,7 @@ pub mod point;
 pub mod poll_loop;
 pub mod predict;
 pub mod predict_inputs;
+pub mod predict_verify;
 pub mod profile;
 pub mod rng;
 pub mod sender_rate;

@@ -288,7 +288,10 @@ pub fn render(p: &Prediction) -> String {
         ));
     }
     if p.predicted.headroom_pps.is_some() {
-        out.push_str(&format!("headroom: {}\n", predict::HEADROOM_NOT_VERIFIED));
+        out.push_str(&format!(
+            "headroom: {}\n",
+            napilab_sim::predict_verify::HEADROOM_NOT_VERIFIED
+        ));
     }
     out.push_str("assumed:\n");
     for a in &p.assumed {
@@ -324,7 +327,7 @@ pub fn verify(journal: &std::path::Path, duration: Duration, json: bool) -> Resu
     let dev = prediction.devices.first().cloned().unwrap_or_default();
     let obs = observe_traced(duration)?;
     let measured = predict::measure(&obs, &dev).map_err(|r| anyhow::anyhow!(r.reason))?;
-    let v = predict::verify(&prediction, measured);
+    let v = napilab_sim::predict_verify::verify(&prediction, measured);
     if json {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
