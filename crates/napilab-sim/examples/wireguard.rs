@@ -6,9 +6,10 @@
 //! e.g. `-- 100,500,1000 softirq,threaded,threaded-pinned,workqueue 200`; the fourth
 //! argument picks the decryption ring (`tunnel.decrypt_ring`, default the scenario's).
 //! Options: `sched=none|log` (the host's scheduler scaling), `seed=N`, `warmup=MS`,
-//! `PARAM=xF` (multiply a profile parameter by F, e.g. `fixed_cycles.context_switch=x1.25`).
+//! `worklist=pool|split` (`tunnel.worklist`, where the decryption item waits beside
+//! the workqueue context's NAPI items), `PARAM=xF` (multiply a profile parameter by F, e.g. `fixed_cycles.context_switch=x1.25`).
 
-use napilab_sim::config::{DecryptRing, SchedScaling};
+use napilab_sim::config::{DecryptRing, SchedScaling, Worklist};
 use napilab_sim::wireguard::{config, figures, Context};
 use napilab_sim::Profile;
 
@@ -92,6 +93,7 @@ fn main() {
         }
     };
     let mut sched = None;
+    let mut worklist = None;
     let mut seed = 1;
     let mut warmup = 50.0;
     for opt in args.iter().skip(4) {
@@ -109,6 +111,13 @@ fn main() {
                     "none" => SchedScaling::None,
                     "log" => SchedScaling::Log,
                     _ => bad("use sched=none or sched=log"),
+                })
+            }
+            "worklist" => {
+                worklist = Some(match v {
+                    "pool" => Worklist::Pool,
+                    "split" => Worklist::Split,
+                    _ => bad("use worklist=pool or worklist=split"),
                 })
             }
             "seed" => seed = v.parse().unwrap_or_else(|_| bad("seed is a number")),
@@ -132,6 +141,9 @@ fn main() {
             let mut cfg = config(n, ctx, duration, warmup);
             if let (Some(t), Some(ring)) = (cfg.tunnel.as_mut(), ring) {
                 t.decrypt_ring = ring;
+            }
+            if let (Some(t), Some(w)) = (cfg.tunnel.as_mut(), worklist) {
+                t.worklist = w;
             }
             if let Some(s) = sched {
                 cfg.host.sched_scaling = s;
@@ -176,6 +188,17 @@ fn main() {
                     .map(|c| c.softirq_bh_enable)
                     .collect();
                 println!("    ksoftirqd % per cpu: {}", pct(&ks));
+                let share = |f: fn(&napilab_sim::output::CpuReport) -> f64| -> Vec<f64> {
+                    r.model.totals.cpus.iter().map(f).collect()
+                };
+                println!(
+                    "    kworker/kthread % per cpu (decryption, NAPI polls, switches): {}",
+                    pct(&share(|c| c.kthread))
+                );
+                println!(
+                    "    NAPI polls in threads % per cpu: {}",
+                    pct(&share(|c| c.napi_thread))
+                );
                 println!("    softirq at bh-enable % per cpu: {}", pct(&bh));
                 let ppp: Vec<String> = r
                     .model

@@ -82,6 +82,27 @@ pub struct TunnelConfig {
     /// docs/sim.md "The WireGuard receive pipeline" says what each reproduces.
     #[serde(default)]
     pub decrypt_ring: DecryptRing,
+    /// `workqueue` NAPI only: where the CPU's decryption item waits when NAPI work
+    /// items are queued on the same CPU. `pool` (the default, Linux 6.1): both are
+    /// normal-priority bound work items, so they share the CPU's one worker pool and
+    /// its one FIFO worklist; the decryption item waits behind the items queued before
+    /// it and gets a kworker of its own only when a worker takes it off the list.
+    /// `split`: it goes straight to a kworker of its own (the twin's model before
+    /// 2026-11-27). docs/sim.md "The WireGuard receive pipeline" gives the sources.
+    #[serde(default)]
+    pub worklist: Worklist,
+}
+
+/// Where a CPU's decryption item waits beside NAPI work items (`tunnel.worklist`).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Worklist {
+    /// The CPU pool's one worklist, in order (kernel/workqueue.c: `insert_work`,
+    /// `worker_thread`, `process_one_work`).
+    #[default]
+    Pool,
+    /// A kworker of its own at once (the earlier approximation).
+    Split,
 }
 
 /// How the tunnel's decryption work reaches the per-CPU workers.

@@ -320,6 +320,7 @@ fn tunnel_config(
         peer_queue: 1024,
         decrypt_queue: 1024,
         decrypt_ring: Default::default(),
+        worklist: Default::default(),
     })
 }
 

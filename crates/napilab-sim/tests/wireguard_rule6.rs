@@ -1,9 +1,9 @@
 //! Rule 6 (`napi_load_imbalance`, docs/studies.md M6, WG-2, WG-3) on the twin's
 //! Observation of the WireGuard study's server: it must fire on the baseline (softirq
 //! pollers scheduled from the decryption workers) at 1,000 clients and stay silent with
-//! threaded NAPI and below the knee. The twin's workqueue remedy gathers the instances
-//! on a few CPUs too (a prediction against the study's text, docs/sim.md), so it is not
-//! in the silent list.
+//! threaded NAPI and below the knee. The twin's workqueue remedy spreads the CPU load
+//! but its polls still gather on a few CPUs with big batches (a prediction, docs/sim.md),
+//! so it is not in the silent list.
 
 use napilab_core::finding::RuleId;
 use napilab_sim::wireguard::{config, Context};
@@ -43,8 +43,8 @@ fn rule_6_is_silent_below_the_knee_and_with_the_remedies() {
 }
 
 /// docs/studies.md#wg-4: threaded NAPI removes the inversion and balances the load
-/// (the workqueue remedy, as the twin models it, does not balance: see docs/sim.md and
-/// tests/wireguard_5_4.rs).
+/// (the workqueue remedy, as the twin models it, spreads the CPU load but gathers the
+/// polls: see docs/sim.md and tests/wireguard_5_4.rs).
 #[test]
 fn threaded_napi_balances_the_load() {
     let profile = Profile::builtin("wg-xeon-gold-5220").expect("shipped profile parses");

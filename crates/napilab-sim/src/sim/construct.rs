@@ -484,6 +484,7 @@ impl Parts {
                     cpu: c,
                     thread: self.threads.len() - 1,
                     items: VecDeque::new(),
+                    started: false,
                 });
             }
         }

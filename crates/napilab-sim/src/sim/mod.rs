@@ -389,7 +389,8 @@ pub(crate) struct Sim<'a> {
     closed: Vec<Option<(crate::config::ClosedLoop, Rng)>>,
     /// Workqueue workers (empty when nothing uses workers): worker `c` is CPU `c`'s
     /// pool worker; `crypt_worker[c]` runs CPU `c`'s decryption item (`c` itself, or
-    /// a second worker of that CPU when NAPI polls are work items too).
+    /// a second worker of that CPU when NAPI polls are work items too; with the pool's
+    /// worklist the two exchange threads when the pool worker reaches that item).
     workers: Vec<workqueue::Worker>,
     crypt_worker: Vec<usize>,
     /// A Dispatch event is on its way to this CPU (a remote wake-up).

@@ -6,6 +6,7 @@
 use super::test_support::{builtin_profile, config_from};
 use super::workqueue::WorkItem;
 use super::*;
+use crate::config::Worklist;
 
 fn tunnel_config(cpus: u32, peers: u32, napi: &str, pinned: bool) -> SimConfig {
     let queues = (0..cpus)
@@ -227,5 +228,48 @@ fn an_unpinned_napi_kthread_wakes_on_an_idle_cpu_and_a_pinned_one_stays() {
         assert!(sim.cpus[expect].threads.contains(&t));
         let other = if pinned { 2 } else { 0 };
         assert!(!sim.cpus[other].threads.contains(&t));
+    }
+}
+
+#[test]
+fn the_decryption_item_waits_behind_napi_items_in_the_pools_worklist() {
+    for worklist in [Worklist::Pool, Worklist::Split] {
+        let mut cfg = tunnel_config(1, 2, "workqueue", false);
+        if let Some(t) = cfg.tunnel.as_mut() {
+            t.worklist = worklist;
+        }
+        let p = profile();
+        let mut sim = Sim::new(&cfg, &p, 1);
+        let peer =
+            |sim: &Sim, i: usize| sim.tunnel.as_ref().map_or(usize::MAX, |t| t.peers[i].napi);
+        let (a, b) = (peer(&sim, 0), peer(&sim, 1));
+        // Both peers' instances are queued on CPU 0's pool, then a packet arrives and
+        // its kick queues the decryption item while the pool's worker is runnable.
+        sim.napi_schedule_on(a, 0);
+        sim.napi_schedule_on(b, 0);
+        sim.tunnel_receive(packet(), 0);
+        let crypt = sim.crypt_worker[0];
+        let first = next_work(&mut sim, 0);
+        assert!(matches!(first, Finish::WorkPoll { napi, .. } if napi == a));
+        let poller = sim.cpus[0].current;
+        if worklist == Worklist::Split {
+            // Straight to a kworker of its own (the earlier model).
+            assert_eq!(sim.workers[crypt].items, [WorkItem::Decrypt]);
+            assert_eq!(sim.workers[0].items, [WorkItem::NapiPoll(b)]);
+            continue;
+        }
+        // insert_work appended it to the one worklist, behind the NAPI items.
+        assert!(sim.workers[crypt].items.is_empty());
+        assert_eq!(
+            sim.workers[0].items,
+            [WorkItem::NapiPoll(b), WorkItem::Decrypt]
+        );
+        end_batch(&mut sim, 0);
+        assert!(matches!(next_work(&mut sim, 0), Finish::WorkPoll { napi, .. } if napi == b));
+        end_batch(&mut sim, 0);
+        // The worker that reaches the item runs it (out of concurrency management).
+        assert!(matches!(next_work(&mut sim, 0), Finish::Decrypted { .. }));
+        assert_eq!(sim.cpus[0].current, poller);
+        assert_eq!(poller, Some(sim.workers[crypt].thread));
     }
 }

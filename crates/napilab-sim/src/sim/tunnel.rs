@@ -23,7 +23,19 @@
 use std::collections::VecDeque;
 
 use super::*;
-use crate::config::{DecryptRing, TunnelConfig};
+use crate::config::{DecryptRing, TunnelConfig, Worklist};
+
+/// What one step of a decryption item did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DecryptStep {
+    /// A packet is being decrypted (the batch is committed).
+    Decrypted,
+    /// Nothing to decrypt: the item ends.
+    Empty,
+    /// The head packet is queued at this later time (a poll computed as one batch
+    /// ahead of the event clock): the item ends, and is queued again then.
+    QueuedAt(Nanos),
+}
 
 /// One packet in a peer's receive queue.
 struct Slot {
@@ -54,6 +66,9 @@ pub(crate) struct Tunnel {
     /// The CPU's decryption item is queued or about to be (`queue_work` is a no-op
     /// while the item is pending).
     decrypt_pending: Vec<bool>,
+    /// `tunnel.worklist = "pool"`: beside NAPI work items, the decryption item waits in
+    /// the CPU pool's one worklist (`sim::workqueue`).
+    pub pool_worklist: bool,
     next_cpu: usize,
     rng: Rng,
     peer_limit: usize,
@@ -80,6 +95,7 @@ impl Tunnel {
             shared_ring,
             decrypt_queued: 0,
             decrypt_pending: vec![false; ncpu],
+            pool_worklist: cfg.worklist == Worklist::Pool,
             next_cpu: 0,
             rng: Rng::new(seed, 3_000_000),
             peer_limit: cfg.peer_queue as usize,
@@ -167,23 +183,22 @@ impl Sim<'_> {
         }
     }
 
-    /// One decryption by CPU `c`'s worker from its queue (or the shared ring); false if
-    /// nothing is queued by now (the item ends; a packet queued later by a poll computed ahead of
-    /// the clock queues it again then).
-    pub(super) fn decrypt_step(&mut self, c: usize) -> bool {
+    /// One decryption by CPU `c`'s worker from its queue (or the shared ring), or why
+    /// none: nothing is queued, or the head packet is queued only later by a poll
+    /// computed ahead of the clock. The caller ends the item and handles its PENDING
+    /// bit (`sim::workqueue`).
+    pub(super) fn decrypt_step(&mut self, c: usize) -> DecryptStep {
         let now = self.q.now();
         let Some(tun) = self.tunnel.as_mut() else {
-            return false;
+            return DecryptStep::Empty;
         };
         let ring = tun.ring_of(c);
         let head = tun.decrypt[ring].front().copied();
         let Some((at, pe, seq)) = head else {
-            tun.decrypt_pending[c] = false;
-            return false;
+            return DecryptStep::Empty;
         };
         if at > now {
-            self.q.schedule(at, Ev::QueueDecrypt(c));
-            return false;
+            return DecryptStep::QueuedAt(at);
         }
         tun.decrypt[ring].pop_front();
         tun.decrypt_queued -= 1;
@@ -197,7 +212,41 @@ impl Sim<'_> {
             Ctx::KThread,
             Finish::Decrypted { peer: pe, seq },
         );
-        true
+        DecryptStep::Decrypted
+    }
+
+    /// CPU `c`'s decryption item starts. With the pool's worklist (`pool`) its PENDING
+    /// bit is cleared now, as `process_one_work` does before it calls the function
+    /// (`set_work_pool_and_clear_pending`), so a kick while it runs queues it again.
+    pub(super) fn decrypt_item_started(&mut self, c: usize, pool: bool) {
+        if let Some(tun) = self.tunnel.as_mut().filter(|_| pool) {
+            tun.decrypt_pending[c] = false;
+        }
+    }
+
+    /// CPU `c`'s decryption item ended (`why`: `Empty` or `QueuedAt`). Without the
+    /// pool's worklist the item stays pending until it finds nothing queued (the
+    /// earlier model, kept for `split` and for the baseline, where no other item
+    /// shares the pool).
+    pub(super) fn decrypt_item_ended(&mut self, c: usize, why: DecryptStep, pool: bool) {
+        let Some(tun) = self.tunnel.as_mut() else {
+            return;
+        };
+        match why {
+            DecryptStep::Decrypted => {}
+            DecryptStep::Empty => {
+                if !pool {
+                    tun.decrypt_pending[c] = false;
+                }
+            }
+            DecryptStep::QueuedAt(at) => {
+                // The enqueuer's kick, at the time it queued the packet: a no-op
+                // while the item is pending.
+                if !pool || !std::mem::replace(&mut tun.decrypt_pending[c], true) {
+                    self.q.schedule(at, Ev::QueueDecrypt(c));
+                }
+            }
+        }
     }
 
     /// A decryption ended on CPU `c`: the packet is ready; `napi_schedule` the peer's
