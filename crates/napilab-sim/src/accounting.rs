@@ -4,8 +4,8 @@
 //! jiffy to the context it finds (kernel/sched/cputime.c, `account_process_tick`): a
 //! softirq (ksoftirqd included) counts as softirq, a task as system or user, the idle task
 //! as idle. A tick cannot land inside a hard IRQ handler (handlers run with interrupts
-//! masked), so it is taken as the handler ends and charged to what the handler
-//! interrupted. Under NOHZ idle the tick is a per-CPU timer that the idle loop stops and
+//! masked), so it is taken as the handler ends: in the softirq the IRQ exit runs, or
+//! else in what the handler interrupted. Under NOHZ idle the tick is a per-CPU timer that the idle loop stops and
 //! the next task restarts (kernel/time/tick-sched.c), so work that an IRQ brings to an
 //! idle CPU is seen only when a tick happens to fire during it; idle is the measured idle
 //! sleep time.
@@ -73,6 +73,16 @@ struct TickSched {
     next_fire: Nanos,
     /// The next timer-wheel event this CPU had when it last entered the idle loop.
     idle_timer: Option<Nanos>,
+    /// A tick that fired during a hard IRQ handler and waits for it to end.
+    deferred: Option<DeferredTick>,
+}
+
+/// A tick held back by a hard IRQ handler: taken when the handler ends at `at`.
+#[derive(Clone, Copy, Debug)]
+struct DeferredTick {
+    at: Nanos,
+    /// The handler interrupted the idle task.
+    in_idle_loop: bool,
 }
 
 pub struct Accounting {
@@ -87,23 +97,25 @@ pub struct Accounting {
     pub cpus: Vec<Vec<CpuTime>>,
 }
 
-/// The column a tick charges when it finds the CPU in `ctx` (`in_idle_loop`: the work
-/// interrupted the idle task), per `account_process_tick` and `account_system_time`
-/// without IRQ time accounting; None: the idle task, which `account_idle_time` charges
-/// (under NOHZ /proc/stat shows the measured idle sleep instead).
-fn tick_column(ctx: Ctx, in_idle_loop: bool) -> Option<Column> {
+/// The column a tick charges when it finds the CPU running `ctx` outside a hard IRQ
+/// handler, per `account_process_tick` and `account_system_time` without IRQ time
+/// accounting: in_serving_softirq() (inline or ksoftirqd) is softirq, a task system or
+/// user. Hard IRQs: `DeferredTick`.
+fn tick_column(ctx: Ctx) -> Column {
     match ctx {
-        // in_serving_softirq(), whoever runs it.
-        Ctx::Softirq | Ctx::SoftirqBh | Ctx::Ksoftirqd => Some(Column::Softirq),
-        // The timer interrupt waits for the handler (interrupts masked) and, on the
-        // access point's GIC-400, is taken in the same gic_handle_irq loop, within the
-        // same irq_enter: hardirq_count() is one HARDIRQ_OFFSET, so not CPUTIME_IRQ but
-        // the interrupted context: the idle task (idle) or a task (system).
-        Ctx::HardIrq | Ctx::OtherIrq if in_idle_loop => None,
-        Ctx::HardIrq | Ctx::OtherIrq => Some(Column::System),
-        Ctx::KThread | Ctx::NapiThread | Ctx::BusyPoll | Ctx::AppKernel => Some(Column::System),
-        Ctx::User => Some(Column::User),
+        Ctx::Softirq | Ctx::SoftirqBh | Ctx::Ksoftirqd => Column::Softirq,
+        Ctx::HardIrq
+        | Ctx::OtherIrq
+        | Ctx::KThread
+        | Ctx::NapiThread
+        | Ctx::BusyPoll
+        | Ctx::AppKernel => Column::System,
+        Ctx::User => Column::User,
     }
+}
+
+fn is_hard_irq(ctx: Ctx) -> bool {
+    matches!(ctx, Ctx::HardIrq | Ctx::OtherIrq)
 }
 
 impl Accounting {
@@ -122,6 +134,7 @@ impl Accounting {
             stopped: nohz,
             next_fire: if nohz { NEVER } else { tick_ns },
             idle_timer: None,
+            deferred: None,
         };
         Accounting {
             tick_ns,
@@ -146,6 +159,44 @@ impl Accounting {
         if let Some(i) = self.interval_of(t) {
             self.cpus[cpu][i].ticks[col as usize] += 1;
         }
+    }
+
+    /// A tick that finds the idle task: `account_idle_time`, which /proc/stat shows only
+    /// with a periodic tick (under NOHZ it shows the measured idle sleep instead).
+    fn charge_idle(&mut self, cpu: usize, t: Nanos) {
+        if !self.nohz {
+            self.charge(cpu, t, Column::Idle);
+        }
+    }
+
+    /// Take a tick held back by a hard IRQ handler, unless the segment about to start at
+    /// `s` (`next`: its context) is another hard IRQ right after it. The timer interrupt
+    /// is taken at the first point interrupts are on again: in the softirq that the IRQ
+    /// exit runs (`irq_exit_rcu` → `invoke_softirq`; `handle_softirqs` enables
+    /// interrupts), charged softirq; otherwise in what the handler interrupted (the idle
+    /// task or a task). Returns whether a tick is still held back.
+    fn take_deferred(&mut self, cpu: usize, s: Nanos, next: Option<Ctx>) -> bool {
+        let Some(d) = self.ticks[cpu].deferred else {
+            return false;
+        };
+        if s == d.at {
+            match next {
+                Some(ctx) if is_hard_irq(ctx) => return true,
+                Some(ctx) if tick_column(ctx) == Column::Softirq => {
+                    self.ticks[cpu].deferred = None;
+                    self.charge(cpu, d.at, Column::Softirq);
+                    return false;
+                }
+                _ => {}
+            }
+        }
+        self.ticks[cpu].deferred = None;
+        if d.in_idle_loop {
+            self.charge_idle(cpu, d.at);
+        } else {
+            self.charge(cpu, d.at, Column::System);
+        }
+        false
     }
 
     /// The first jiffy boundary strictly after `t`: `tick_nohz_restart` forwards the
@@ -191,11 +242,12 @@ impl Accounting {
     /// idle. Under NOHZ each such tick is an interrupt of the idle loop, which then
     /// decides again whether to stop the tick.
     fn idle_until(&mut self, cpu: usize, t: Nanos) {
+        if self.ticks[cpu].deferred.is_some_and(|d| d.at < t) {
+            self.take_deferred(cpu, t, None);
+        }
         while self.ticks[cpu].next_fire < t {
             let k = self.ticks[cpu].next_fire;
-            if !self.nohz {
-                self.charge(cpu, k, Column::Idle);
-            }
+            self.charge_idle(cpu, k);
             self.fired(cpu, k);
             if self.nohz {
                 self.stop_or_keep(cpu, k);
@@ -233,19 +285,29 @@ impl Accounting {
     /// the CPU has left the idle loop by `s`. Segments of one CPU must come in time
     /// order.
     pub fn record(&mut self, cpu: usize, s: Nanos, e: Nanos, ctx: Ctx, in_idle_loop: bool) {
+        let held = self.take_deferred(cpu, s, Some(ctx));
         if in_idle_loop {
             self.idle_until(cpu, s);
         } else {
             self.exit_idle_loop(cpu, s);
         }
+        let mut due = false;
         while self.ticks[cpu].next_fire < e {
             let k = self.ticks[cpu].next_fire;
-            match tick_column(ctx, in_idle_loop) {
-                Some(col) => self.charge(cpu, k, col),
-                None if !self.nohz => self.charge(cpu, k, Column::Idle),
-                None => {}
+            if is_hard_irq(ctx) {
+                due = true;
+            } else {
+                self.charge(cpu, k, tick_column(ctx));
             }
             self.fired(cpu, k);
+        }
+        // One pending timer interrupt, however many periods the handlers spanned.
+        if due || held {
+            let in_idle_loop = match self.ticks[cpu].deferred {
+                Some(d) => d.in_idle_loop,
+                None => in_idle_loop,
+            };
+            self.ticks[cpu].deferred = Some(DeferredTick { at: e, in_idle_loop });
         }
         // True time, split over intervals and clipped to the measured window.
         let (mut s, e) = (s.max(self.start), e.min(self.end));
@@ -397,17 +459,25 @@ mod tests {
         assert!(a.tick_stopped(0));
     }
 
-    /// A tick due while a hard IRQ handler runs is taken as the handler ends and
-    /// charged to what it interrupted: never to the irq column.
+    /// A tick due while a hard IRQ handler runs is taken as the handler ends: in the
+    /// softirq the IRQ exit runs, or else in what the handler interrupted; never in irq.
     #[test]
-    fn a_tick_in_a_hard_irq_is_charged_to_the_interrupted_context() {
+    fn a_tick_in_a_hard_irq_is_taken_when_the_handler_ends() {
         let mut a = Accounting::new(1, MS, false, 0, 10 * MS, 1, 10 * MS);
-        a.record(0, MS / 2, MS + MS / 2, Ctx::HardIrq, false); // a task was running
-        a.record(0, 2 * MS - MS / 2, 2 * MS + MS / 2, Ctx::HardIrq, true); // idle task
+        // A task was running, no softirq follows: system.
+        a.record(0, MS / 2, MS + MS / 2, Ctx::HardIrq, false);
+        // From idle, two IRQs back to back, then their softirq: softirq.
+        a.record(0, 2 * MS - 300_000, 2 * MS + MS / 2, Ctx::HardIrq, true);
+        a.record(0, 2 * MS + MS / 2, 2 * MS + 600_000, Ctx::HardIrq, true);
+        a.record(0, 2 * MS + 600_000, 2 * MS + 700_000, Ctx::Softirq, true);
+        // From idle with nothing after it: the idle task.
+        a.record(0, 4 * MS - MS / 2, 4 * MS + MS / 2, Ctx::HardIrq, true);
         a.finish();
         let c = &a.cpus[0][0];
         assert_eq!(c.ticks[Column::Irq as usize], 0);
         assert_eq!(c.ticks[Column::System as usize], 1);
-        assert_eq!(c.ticks[Column::Idle as usize], 8);
+        assert_eq!(c.ticks[Column::Softirq as usize], 1);
+        // 3 ms, 4 ms (held back, then the idle task), 5 to 9 ms.
+        assert_eq!(c.ticks[Column::Idle as usize], 7);
     }
 }
