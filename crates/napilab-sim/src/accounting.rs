@@ -307,7 +307,10 @@ impl Accounting {
                 Some(d) => d.in_idle_loop,
                 None => in_idle_loop,
             };
-            self.ticks[cpu].deferred = Some(DeferredTick { at: e, in_idle_loop });
+            self.ticks[cpu].deferred = Some(DeferredTick {
+                at: e,
+                in_idle_loop,
+            });
         }
         // True time, split over intervals and clipped to the measured window.
         let (mut s, e) = (s.max(self.start), e.min(self.end));

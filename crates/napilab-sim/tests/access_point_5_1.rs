@@ -367,9 +367,14 @@ fn e2w_tick_view_against_mpstat() {
         );
         near("dual-core core 0, 500 Mbit/s", tick(w), 0.0826);
         // The Ethernet core: busy, but its tick stopped by the idle loop for good.
-        assert!(e.busy > 0.5, "restart {restart}: Ethernet core busy {:.3}", e.busy);
+        assert!(
+            e.busy > 0.5,
+            "restart {restart}: Ethernet core busy {:.3}",
+            e.busy
+        );
         assert_eq!(
-            e.ticks_sampled, 0,
+            e.ticks_sampled,
+            0,
             "restart {restart}: Ethernet core tick view {:.4}",
             tick(e)
         );
