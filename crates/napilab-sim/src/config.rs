@@ -230,10 +230,12 @@ fn default_kernel() -> String {
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum TickMode {
-    /// CONFIG_NO_HZ_IDLE (distribution default): the tick stops while the CPU sits in
-    /// the idle loop, and an IRQ that wakes the CPU does not restart it, so an IRQ plus
-    /// inline softirq served from idle is never sampled; /proc/stat idle is the measured
-    /// idle sleep time.
+    /// CONFIG_NO_HZ_IDLE (distribution default): the idle loop stops the tick unless a
+    /// timer-wheel event is due within a jiffy, a task leaving the idle loop restarts it
+    /// on the jiffy grid, and an IRQ that interrupts the idle loop does not, so an IRQ
+    /// plus inline softirq served from idle is sampled only by a tick that fires during
+    /// it; /proc/stat idle is the measured idle sleep time (docs/sim.md, "The tick and
+    /// /proc/stat").
     #[default]
     NohzIdle,
     /// A periodic tick every 1/HZ whatever the CPU does; idle is counted in ticks too.

@@ -409,6 +409,11 @@ impl Sim<'_> {
                     if self.cpus[c].idle_since.is_none() {
                         self.cpus[c].idle_since = Some(now);
                     }
+                    // Back in the idle loop (after a task, or after an IRQ that
+                    // interrupted it): NOHZ may stop the tick. The twin's kernel timers
+                    // are all hrtimers (the NAPI watchdog), which do not hold the tick,
+                    // so there is no timer-wheel event to keep it running.
+                    self.acct.enter_idle_loop(c, now, None);
                     return;
                 }
             }
