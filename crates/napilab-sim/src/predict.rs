@@ -1133,12 +1133,13 @@ pub(crate) fn predicted_outcome(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use napilab_core::observation::ThreadRole;
     use napilab_core::{Interval, ThreadInterval};
 
-    fn softirq_vb() -> Vec<NapiSettings> {
+    /// vb's one queue polled in softirq on CPU 0 (NAPI id 8193).
+    pub(crate) fn softirq_vb() -> Vec<NapiSettings> {
         vec![NapiSettings {
             device: "vb".into(),
             queue: 0,

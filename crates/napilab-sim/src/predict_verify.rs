@@ -187,22 +187,10 @@ fn sum(a: Figure, b: Figure) -> Figure {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::NapiContext;
+    use crate::predict::tests::softirq_vb;
     use crate::predict::{CpuFigures, Outcome, LEVEL, PREDICTION_SCHEMA};
-    use crate::predict_inputs::{MeasuredCpu, NapiSettings};
+    use crate::predict_inputs::MeasuredCpu;
     use crate::sender_rate;
-
-    fn softirq_vb() -> Vec<NapiSettings> {
-        vec![NapiSettings {
-            device: "vb".into(),
-            queue: 0,
-            napi_id: Some(8193),
-            context: NapiContext::Softirq,
-            cpu: 0,
-            defer_hard_irqs: 0,
-            gro_flush_timeout_ns: 0,
-        }]
-    }
 
     /// A threaded prediction for a sender-limited vb on CPU 0: 100,000 packets/s with
     /// the kthread on a CPU of its own, 64,000 beside the sender; the kthread takes 30%
