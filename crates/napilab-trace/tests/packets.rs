@@ -489,6 +489,111 @@ fn a_tiny_token_bucket_drops_and_dequeues() {
     assert_unloaded(trace);
 }
 
+/// A token bucket that holds a queue and is then opened releases it in bulk: on a
+/// multiqueue device (veth has one TX queue per CPU) `dequeue_skb` chains up to 8
+/// packets per call (net/sched/sch_generic.c, `try_bulk_dequeue_skb_slow`) and fires
+/// `qdisc_dequeue` once, with the first. Every queued packet still counts one
+/// net_dev_queue -> qdisc_dequeue and one qdisc_dequeue -> net_dev_start_xmit.
+#[test]
+fn a_bulk_dequeue_counts_every_packet() {
+    let name = "a_bulk_dequeue_counts_every_packet";
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let router = match Router::create("bulk") {
+        Ok(r) => r,
+        Err(e) => {
+            println!("SKIPPED {name}: {e}");
+            return;
+        }
+    };
+    let ns = router.ns("r");
+    let txqueues = sh(&format!("ip -n {ns} -d link show dev r1"))
+        .ok()
+        .and_then(|t| {
+            let words: Vec<&str> = t.split_whitespace().collect();
+            let i = words.iter().position(|w| *w == "numtxqueues")?;
+            words.get(i + 1)?.parse::<u32>().ok()
+        })
+        .unwrap_or(1);
+    if txqueues < 2 {
+        println!("SKIPPED {name}: r1 has {txqueues} TX queue: its qdisc bulk-dequeues by BQL bytes, which veth does not count");
+        return;
+    }
+    // 8 kbit/s with a 1600-byte bucket and a 10 kB queue: of 40 datagrams (106-byte
+    // frames) about 15 pass at once, the rest wait, none is dropped.
+    let tbf = |verb: &str, rate: &str| {
+        sh(&format!(
+            "ip netns exec {ns} tc qdisc {verb} dev r1 root tbf rate {rate} burst 1600 limit 10000"
+        ))
+    };
+    if let Err(e) = tbf("replace", "8kbit") {
+        println!("SKIPPED {name}: this kernel has no tbf qdisc ({e})");
+        return;
+    }
+    let Some(trace) = start(name, &PacketOptions::default()) else {
+        return;
+    };
+    const N: u32 = 40;
+    const PORT: u16 = 7003;
+    let sink = in_ns(&router.ns("b"), || {
+        let s = UdpSocket::bind(("10.83.2.2", PORT)).map_err(|e| format!("bind in b: {e}"))?;
+        s.set_read_timeout(Some(Duration::from_millis(100)))
+            .map_err(|e| e.to_string())?;
+        Ok(s)
+    })
+    .expect("sink socket");
+    let before = trace.snapshot();
+    let t0 = Instant::now();
+    send(&router, N, PORT).expect("send");
+    let backlog = sh(&format!("ip netns exec {ns} tc -s qdisc show dev r1")).unwrap_or_default();
+    // Open the bucket: with the same limit tbf_change keeps its queue; the pending
+    // watchdog then dequeues the whole backlog at once.
+    tbf("change", "1gbit").expect("tc qdisc change");
+    let mut received = 0u32;
+    let mut buf = [0u8; 128];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline && received < N {
+        if sink.recv(&mut buf).is_ok() {
+            received += 1;
+        }
+    }
+    let (stages, drops) = packet_interval(
+        &before,
+        &trace.snapshot(),
+        t0.elapsed().as_secs_f64(),
+        &trace.reasons,
+        Some(router.inode("r").expect("namespace inode")),
+    );
+    assert_eq!(
+        received, N,
+        "{received} of {N} datagrams arrived; qdisc before opening: {backlog}; drops {drops:?}"
+    );
+    assert!(
+        backlog.contains("backlog") && !backlog.contains("backlog 0b"),
+        "no backlog before the bucket was opened: {backlog}"
+    );
+    let rows: Vec<&StageLatency> = stages.iter().collect();
+    for (from, to) in [
+        ("net_dev_queue", "qdisc_dequeue"),
+        ("qdisc_dequeue", "net_dev_start_xmit"),
+    ] {
+        let n = pair_count(&rows, "r1", from, "r1", to);
+        assert_eq!(
+            n,
+            u64::from(N),
+            "r1 {from} -> r1 {to}: {n}, expected all {N} datagrams"
+        );
+    }
+    println!(
+        "{name}: {received}/{N} passed, backlog before opening: {}",
+        backlog
+            .lines()
+            .find(|l| l.contains("backlog"))
+            .unwrap_or("?")
+            .trim()
+    );
+    assert_unloaded(trace);
+}
+
 /// Time-sliced tracing (`PacketOptions::windows`): stage rates seen in the windows and
 /// scaled by their measured open time converge to the exact count of paced traffic
 /// within the error the tier reports, and drops stay exact between windows.

@@ -339,14 +339,22 @@ int BPF_PROG(raw_net_dev_xmit, struct sk_buff *skb, int rc, struct net_device *d
 	return 0;
 }
 
-/* Only the first skb of a bulk dequeue is passed; the others go from net_dev_queue
- * straight to net_dev_start_xmit. */
+/* dequeue_skb (net/sched/sch_generic.c) fires the tracepoint once per call, with the
+ * first skb of what it dequeued: on a device with several TX queues it chains up to 8
+ * more through skb->next (try_bulk_dequeue_skb_slow), and by BQL's byte limit on a
+ * device with one; `packets` is the chain's length. Every skb of the chain is a
+ * dequeue of its own. The walk is bounded for the verifier; a longer chain (a BQL
+ * limit of many small packets) leaves its tail at net_dev_queue -> start_xmit. */
+#define PK_DEQUEUE_CHAIN_MAX 64
+
 SEC("tp_btf/qdisc_dequeue")
 int BPF_PROG(btf_qdisc_dequeue, struct Qdisc *q, struct netdev_queue *txq, int packets,
 	     struct sk_buff *skb)
 {
-	if (skb)
+	for (int i = 0; i < PK_DEQUEUE_CHAIN_MAX && i < packets && skb; i++) {
 		on_stage(skb, PK_DEQUEUE, skb->dev, true, false);
+		skb = skb->next;
+	}
 	return 0;
 }
 
@@ -354,8 +362,10 @@ SEC("raw_tp/qdisc_dequeue")
 int BPF_PROG(raw_qdisc_dequeue, struct Qdisc *q, struct netdev_queue *txq, int packets,
 	     struct sk_buff *skb)
 {
-	if (skb)
+	for (int i = 0; i < PK_DEQUEUE_CHAIN_MAX && i < packets && skb; i++) {
 		on_stage(skb, PK_DEQUEUE, skb_dev(skb, false), false, false);
+		skb = BPF_CORE_READ(skb, next);
+	}
 	return 0;
 }
 

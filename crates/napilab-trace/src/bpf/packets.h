@@ -14,7 +14,7 @@
 #define PK_NETIF_RX 2      /* net:netif_rx (backlog enqueue: veth without NAPI, loopback) */
 #define PK_RECEIVE 3       /* net:netif_receive_skb (__netif_receive_skb_core) */
 #define PK_QUEUE 4         /* net:net_dev_queue (__dev_queue_xmit) */
-#define PK_DEQUEUE 5       /* qdisc:qdisc_dequeue (first skb of a dequeued batch) */
+#define PK_DEQUEUE 5       /* qdisc:qdisc_dequeue (every skb of a dequeued chain) */
 #define PK_START_XMIT 6    /* net:net_dev_start_xmit (before ndo_start_xmit) */
 #define PK_XMIT 7          /* net:net_dev_xmit (after ndo_start_xmit) */
 #define PK_NR_STAGES 8

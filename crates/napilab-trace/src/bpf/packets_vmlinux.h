@@ -14,6 +14,8 @@
 struct sock;
 
 struct sk_buff {
+	/* In an anonymous union in the kernel: CO-RE finds it by name. */
+	struct sk_buff *next;
 	struct net_device *dev;
 	struct sock *sk;
 	__be16 protocol;
