@@ -27,8 +27,11 @@
 //! sampling alone; W an empty program on a tracepoint that does not fire (`mark_victim`,
 //! an OOM kill) attached and detached in the tier's raise windows: what the windows cost
 //! by attaching and detaching alone (each one patches the kernel's text, which on a VM
-//! means IPIs and exits on every CPU). A round counts only if the DUT was at least 95% busy in every window
-//! (at its maximum). Each window reports the DUT's CPU per forwarded packet; a is compared
+//! means IPIs and exits on every CPU). A round counts only if the DUT's ring refused at
+//! least 2% of the offered frames in every window: the DUT, not the generator, set the
+//! rate (at its maximum). Its busy share is printed but not judged: schedstat's run
+//! time leaves out steal, which on a VM moves the busy share of a saturated DUT by
+//! several points (2026-11-28: 90-94% busy, saturated, with nothing else running). Each window reports the DUT's CPU per forwarded packet; a is compared
 //! with A, every other arm with the round's two untraced windows merged (median and mean
 //! of the pair ratios, pooled ns per packet). B's windows start with the raise window
 //! open (the thread opens one at once), so B sees the hook for about a fifth of its
@@ -49,6 +52,8 @@
 //!     cargo run --release -p napilab-trace --example overhead -- [ROUNDS=48] [SECONDS=0.25] [SENDERS=1] [NICE=0]
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use napilab_trace::always_on::{enable_run_time_stats, possible_cpus};
@@ -80,6 +85,15 @@ struct Window {
 }
 
 impl Window {
+    /// The share of the offered frames the DUT's ring refused (offered = the
+    /// generator veth's TX packets and TX drops, forwarded = the sink's RX packets).
+    fn refused_share(&self) -> f64 {
+        if self.offered <= 0.0 {
+            return 0.0;
+        }
+        (1.0 - self.forwarded / self.offered).max(0.0)
+    }
+
     /// Two windows as one (their packets, CPU and time added).
     fn merged(&self, other: &Window) -> Window {
         let packets = self.packets + other.packets;
@@ -249,8 +263,9 @@ const SILENT_TRACEPOINT: &str = "mark_victim";
 /// within which a 1% cost can be told apart; rounds are added until it is reached.
 const CONTROL_HALF_WIDTH_POINTS: f64 = 0.3;
 
-/// A round counts only when the DUT was at least this busy in all its windows.
-const MIN_DUT_BUSY: f64 = 0.95;
+/// A round counts only when the DUT's ring refused at least this share of the offered
+/// frames in all its windows (the generator offered more than the DUT forwarded).
+const MIN_REFUSED_SHARE: f64 = 0.02;
 
 impl Arm {
     const ALL: [Arm; ARMS] = [
@@ -454,6 +469,13 @@ fn control_half_width(kept: &[[Window; ARMS]]) -> f64 {
 }
 
 fn run(rounds: usize, seconds: f64, senders: usize, nice: i32) -> Result<(), String> {
+    // Ctrl-C or SIGTERM ends the bench at the next round, through the same drops as
+    // its end, so nothing it created stays behind.
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, interrupted.clone())
+            .map_err(|e| format!("cannot catch signal {sig}: {e}"))?;
+    }
     if possible_cpus() < 2 {
         return Err("needs two CPUs: the generator on CPU 0, the DUT on CPU 1".into());
     }
@@ -489,6 +511,12 @@ fn run(rounds: usize, seconds: f64, senders: usize, nice: i32) -> Result<(), Str
     let mut left_out = 0;
     let mut i = 0;
     loop {
+        if interrupted.load(Ordering::Relaxed) {
+            // Returning drops the flood, the programs and the router's namespaces.
+            return Err(format!(
+                "interrupted after {i} rounds: namespaces, links and programs removed"
+            ));
+        }
         if i >= rounds && i % (2 * ARMS) == 0 {
             let control = control_half_width(&kept);
             if control <= CONTROL_HALF_WIDTH_POINTS || i >= max_rounds {
@@ -507,6 +535,9 @@ fn run(rounds: usize, seconds: f64, senders: usize, nice: i32) -> Result<(), Str
         let order = williams_order(i - 1, Arm::ALL.len());
         let mut got: [Option<Window>; ARMS] = Default::default();
         for &k in &order {
+            if interrupted.load(Ordering::Relaxed) {
+                break;
+            }
             let arm = Arm::ALL[k];
             let sampler = switch_to(arm, &mut tracer, &mut floor, &hooks)?;
             std::thread::sleep(Duration::from_millis(20)); // let the switch settle
@@ -515,6 +546,9 @@ fn run(rounds: usize, seconds: f64, senders: usize, nice: i32) -> Result<(), Str
                 return Err(format!("arm W's window thread failed: {e}"));
             }
             drop(sampler);
+        }
+        if interrupted.load(Ordering::Relaxed) {
+            continue;
         }
         let letters: String = order.iter().map(|&k| Arm::ALL[k].letter()).collect();
         let measured: Option<Vec<Window>> = got.into_iter().collect();
@@ -528,12 +562,19 @@ fn run(rounds: usize, seconds: f64, senders: usize, nice: i32) -> Result<(), Str
             left_out += 1;
             continue;
         }
-        // The goal is a share of the DUT's maximum rate: a window whose DUT was not
-        // busy all the time (the generator on CPU 0 lost its CPU to other load) ran
-        // smaller batches, which cost more per packet whatever is attached.
-        if let Some(w) = windows.iter().find(|w| w.busy < MIN_DUT_BUSY) {
+        // The goal is a share of the DUT's maximum rate: a window in which the
+        // generator offered no more than the DUT forwarded (it lost its CPU to other
+        // load, or the DUT ran faster than one sender) ran smaller batches, which cost
+        // more per packet whatever is attached.
+        if let Some(w) = windows
+            .iter()
+            .find(|w| w.refused_share() < MIN_REFUSED_SHARE)
+        {
             println!(
-                "{i:>3} {letters}: left out, the DUT was {:.0}% busy in a window (not at its maximum: other load starved the generator)",
+                "{i:>3} {letters}: left out, the DUT's ring refused {:.1}% of the offered frames in a window (offered {:.0}, forwarded {:.0} pkt/s, DUT busy {:.0}%): the generator, not the DUT, set the rate",
+                100.0 * w.refused_share(),
+                w.offered,
+                w.forwarded,
                 100.0 * w.busy
             );
             left_out += 1;
@@ -558,9 +599,9 @@ fn run(rounds: usize, seconds: f64, senders: usize, nice: i32) -> Result<(), Str
     }
     drop(floor);
     println!(
-        "{} of {i} rounds kept ({left_out} left out: the DUT below {:.0}% busy or a window without traffic)",
+        "{} of {i} rounds kept ({left_out} left out: the DUT's ring refused under {:.0}% of the offered frames, or a window without traffic)",
         kept.len(),
-        100.0 * MIN_DUT_BUSY
+        100.0 * MIN_REFUSED_SHARE
     );
     let arm_windows = |k: usize| -> Vec<&Window> { kept.iter().map(|w| &w[k]).collect() };
     if !kept.is_empty() {
