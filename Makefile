@@ -35,7 +35,7 @@ APT_OPTIONAL := linux-perf
 RESULTS ?= results
 FUZZ_SECONDS ?= 10
 
-.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-export bench-sampling bench-ingress bench-sim bench-trace bench-trace-packets bench-lab bench-linerate bench-kv bench-server-modes bench-many-napi bench-predict soak-export flake-audit code-shape clean
+.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-export bench-sampling bench-ingress bench-sim bench-trace bench-trace-packets bench-lab bench-linerate bench-kv bench-server-modes bench-many-napi bench-predict bench-halt-poll soak-export flake-audit code-shape clean
 
 all: build
 
@@ -144,6 +144,12 @@ bench-predict: deps
 bench-trace: deps
 	@bash bench/host-line.sh
 	$(CARGO) run --release -p napilab-trace --example overhead -- 48 0.5
+
+# The router's two-CPU configurations with idle vCPUs halting at once and polling first
+# (tune profile vcpu-halt-poll, applied and reverted per run), alternately (root, KVM
+# guest with the haltpoll governor; docs/kernel.md "Idle vCPUs and wake-ups").
+bench-halt-poll: build
+	bash bench/halt-poll.sh $(or $(ROUNDS),2)
 
 # Cost of the per-packet tier (--trace-packets) on a saturated veth router, six modes in
 # rotating order, 6 rounds of 3 s: untraced / always-on / per-packet on every packet /

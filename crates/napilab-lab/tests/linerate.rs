@@ -304,7 +304,8 @@ fn rate_held_and_attachments_removed(gro: bool) -> Outcome {
     }
     // A second try only when the first one fell short by skipping departures it
     // counted (the generator's vCPU was held off for tens of ms: seen once in CI, 4,709
-    // of 50,000 frames skipped in one burst); any other failure fails at once.
+    // of 50,000 frames skipped in one burst) or its DUT's ring refused more than 1%
+    // (the DUT's vCPU held off); a frame lost uncounted fails at once.
     // Frames the DUT's 256-entry ring refused: veth counts them as the sender's
     // tx_dropped. Its poller is SCHED_FIFO 20 alone on CPU 1, but a hypervisor stall of
     // that vCPU longer than the ring lasts (5 ms at 50 kpps) still drops a few (seen in
@@ -358,25 +359,39 @@ fn rate_held_and_attachments_removed(gro: bool) -> Outcome {
             ));
         }
         // Every frame that left is counted: by the sink, or by the kernel as refused
-        // at the DUT's ring (the DUT's loss, not the back end's; at most 1%). The ring's
-        // counter also counts refused warm-up frames, which the sink does not count as
-        // the point's (seen in CI: 49,999 of 49,999 at the sink and 1 refused), so the
+        // at the DUT's ring (the DUT's loss, not the back end's). The ring's counter
+        // also counts refused warm-up frames, which the sink does not count as the
+        // point's (seen in CI: 49,999 of 49,999 at the sink and 1 refused), so the
         // refusals cover the point's missing frames rather than equal them.
         let missing = sent.saturating_sub(d.sink[0]);
-        if d.sink[0] > sent || missing > dropped || dropped as f64 > 0.01 * sent as f64 {
+        if d.sink[0] > sent || missing > dropped {
             return Err(format!(
-                "sink counted {} of {sent}, the DUT's ring dropped {dropped}",
+                "sink counted {} of {sent}, the DUT's ring dropped {dropped}: frames lost uncounted",
                 d.sink[0]
             ));
         }
-        if (offered / 50_000.0 - 1.0).abs() <= 0.03 {
+        // More than 1% refused: the DUT's vCPU was held off for longer than its ring
+        // lasts (seen in CI: 5,198 of 48,326 refused, about 100 ms, in a try whose
+        // generator also skipped 1,674 departures): the host stalled, which the second
+        // try gives a chance to pass; two stalled tries fail.
+        let dut_stalled = dropped as f64 > 0.01 * sent as f64;
+        let rate_held = (offered / 50_000.0 - 1.0).abs() <= 0.03;
+        if rate_held && !dut_stalled {
             break;
         }
-        if attempt == 2 || g.skipped == 0 {
-            return Err(format!("offered {offered:.0} pps for 50000 requested"));
+        let why = if dut_stalled {
+            format!(
+                "sink counted {} of {sent}, the DUT's ring dropped {dropped} (more than 1%)",
+                d.sink[0]
+            )
+        } else {
+            format!("offered {offered:.0} pps for 50000 requested")
+        };
+        if attempt == 2 || (!dut_stalled && g.skipped == 0) {
+            return Err(why);
         }
         println!(
-            "  the generator was held off its CPU ({} departures skipped): trying once more",
+            "  {why}: the host held a vCPU off (generator skipped {} departures); trying once more",
             g.skipped
         );
     }

@@ -40,9 +40,12 @@
 //! share of `softirq_raise`, each with a 95% interval over the rounds' pairs.
 //! ROUNDS is the least number of rounds: more are run, a full Williams square (twice
 //! the number of arms) at a time and up to four times ROUNDS, until the control's
-//! interval (a against A) is within +-0.3 points, so that a 1% cost can be told apart. Then one window with the kernel's BPF run-time statistics
-//! on (kept out of B because the statistics add two clock reads per program run): runs
-//! per forwarded packet and ns per run of each program.
+//! interval (a against A) is within +-0.3 points, so that a 1% cost can be told apart. Then four pairs of windows with the kernel's BPF
+//! run-time statistics on (kept out of B because the statistics add two clock reads per
+//! program run), the tier and the floor alternating: per hook the runs per forwarded
+//! packet, ns per run of the tier's program and of the empty one, and the difference,
+//! what the tier's code costs per packet above its floor. Unlike the A/B arms this
+//! needs no resolution across windows: both programs are timed in the same way.
 //! Needs root and two online CPUs.
 //!
 //! NICE (default 0: unchanged) sets the nice value of the generator threads and of the
@@ -154,73 +157,159 @@ fn mean_se(v: &[f64]) -> (f64, f64) {
     (mean, (var / n).sqrt())
 }
 
-/// The window with BPF run-time statistics: per program (runs, ns) and the DUT's
-/// packets per poll from the tier's own snapshot.
-fn stats_window(router: &Router, tracer: &mut AlwaysOn, seconds: f64) -> Result<(), String> {
-    tracer.reattach();
+/// Runs and run time per hook over one window with BPF run-time statistics on.
+#[derive(Default)]
+struct HookCosts {
+    /// hook (tracepoint name) -> (runs, ns)
+    by_hook: BTreeMap<String, (u64, u64)>,
+    packets: u64,
+    seconds: f64,
+    dut_cpu_ns: u64,
+}
+
+impl HookCosts {
+    fn add(&mut self, other: &HookCosts) {
+        for (hook, (c, t)) in &other.by_hook {
+            let e = self.by_hook.entry(hook.clone()).or_default();
+            e.0 += c;
+            e.1 += t;
+        }
+        self.packets += other.packets;
+        self.seconds += other.seconds;
+        self.dut_cpu_ns += other.dut_cpu_ns;
+    }
+
+    fn runs_per_packet(&self, hook: &str) -> f64 {
+        self.by_hook.get(hook).map_or(0.0, |(c, _)| *c as f64) / self.packets.max(1) as f64
+    }
+
+    fn ns_per_run(&self, hook: &str) -> Option<f64> {
+        let (c, t) = self.by_hook.get(hook)?;
+        (*c > 0).then(|| *t as f64 / *c as f64)
+    }
+
+    fn dut_ns_per_packet(&self) -> f64 {
+        self.dut_cpu_ns as f64 / self.packets.max(1) as f64
+    }
+}
+
+/// The tracepoint a program of the tier (`btf_X`, `raw_X`) or of the floor (`floor_X`,
+/// `floor_clock_X`) runs on.
+fn hook_of(program: &str) -> &str {
+    ["floor_clock_", "floor_", "btf_", "raw_"]
+        .iter()
+        .find_map(|p| program.strip_prefix(p))
+        .unwrap_or(program)
+}
+
+/// One window with the kernel's BPF run-time statistics on, counting the programs
+/// `costs` lists.
+fn costs_window(
+    router: &Router,
+    seconds: f64,
+    costs: &dyn Fn() -> Vec<(String, u64, u64)>,
+) -> Result<HookCosts, String> {
     let Some(stats) = enable_run_time_stats() else {
         return Err("the kernel refused BPF_ENABLE_STATS".into());
     };
-    let cpus: Vec<u32> = (0..possible_cpus() as u32).collect();
-    let before_costs = tracer.program_costs();
-    let before = tracer.snapshot(&cpus);
+    let before = costs();
     let w = window(router, seconds)?;
-    let after_costs = tracer.program_costs();
-    let after = tracer.snapshot(&cpus);
+    let after = costs();
     drop(stats);
-    let old: BTreeMap<String, (u64, u64)> = before_costs
-        .into_iter()
-        .map(|(n, c, t)| (n, (c, t)))
-        .collect();
-    // Program counters and packet counters bracket (almost) the same window.
-    let packets = w.packets.max(1) as f64;
+    let old: BTreeMap<String, (u64, u64)> =
+        before.into_iter().map(|(n, c, t)| (n, (c, t))).collect();
+    let mut out = HookCosts {
+        packets: w.packets,
+        seconds: w.seconds,
+        dut_cpu_ns: w.cpu_ns,
+        ..HookCosts::default()
+    };
+    for (name, c, t) in after {
+        let (c0, t0) = old.get(&name).copied().unwrap_or_default();
+        let e = out.by_hook.entry(hook_of(&name).to_string()).or_default();
+        e.0 += c.saturating_sub(c0);
+        e.1 += t.saturating_sub(t0);
+    }
+    Ok(out)
+}
+
+/// Windows with BPF run-time statistics, the tier and its floor (empty programs on the
+/// same hooks) alternating `pairs` times: per hook the runs per packet and ns per run
+/// of each, and the difference, the tier's bodies. The statistics time each run with
+/// two clock reads and leave out the dispatch around it, so the floor's ns per run is
+/// that timing's own cost (and nothing of the dispatch) and the difference is what the
+/// tier's code adds, independently of how fast the VM is in either window. Then the
+/// DUT's packets per poll from the tier's own snapshot.
+fn stats_windows(
+    router: &Router,
+    tracer: &mut AlwaysOn,
+    hooks: &[&str],
+    seconds: f64,
+    pairs: usize,
+) -> Result<(), String> {
+    let cpus: Vec<u32> = (0..possible_cpus() as u32).collect();
+    let (mut tier, mut floor) = (HookCosts::default(), HookCosts::default());
+    let mut snapshots = None;
+    for _ in 0..pairs {
+        tracer.reattach();
+        let before = tracer.snapshot(&cpus);
+        tier.add(&costs_window(router, seconds, &|| tracer.program_costs())?);
+        let after = tracer.snapshot(&cpus);
+        snapshots.get_or_insert((before, after));
+        tracer.detach();
+        let probe = FloorProbe::start_on(hooks, &[]).map_err(|e| e.to_string())?;
+        floor.add(&costs_window(router, seconds, &|| probe.program_costs())?);
+    }
     println!(
-        "stats window ({seconds} s, BPF run-time statistics on): forwarded {:.0} pkt/s, offered {:.0} pkt/s, DUT busy {:.0}%, {:.0} ns/pkt",
-        w.forwarded,
-        w.offered,
-        100.0 * w.busy,
-        w.cost
+        "stats windows ({pairs} pairs of {seconds} s, BPF run-time statistics on, tier and floor alternating): DUT {:.0} ns/pkt with the tier, {:.0} with the floor",
+        tier.dut_ns_per_packet(),
+        floor.dut_ns_per_packet()
     );
-    let (mut runs, mut ns) = (0u64, 0u64);
-    for (name, c, t) in &after_costs {
-        let (c0, t0) = old.get(name).copied().unwrap_or_default();
-        let (c, t) = (c.saturating_sub(c0), t.saturating_sub(t0));
-        runs += c;
-        ns += t;
-        if c > 0 {
+    println!(
+        "  {:<26} {:>9} {:>8} {:>9} {:>8} {:>9}",
+        "hook", "runs/pkt", "tier ns", "floor ns", "body ns", "body/pkt"
+    );
+    let (mut all_ns, mut body_ns, mut runs) = (0.0, 0.0, 0.0);
+    for &hook in hooks {
+        let rpp = tier.runs_per_packet(hook);
+        let Some(t) = tier.ns_per_run(hook) else {
+            continue;
+        };
+        let f = floor.ns_per_run(hook);
+        let body = f.map(|f| t - f);
+        runs += rpp;
+        all_ns += rpp * t;
+        body_ns += rpp * body.unwrap_or(t);
+        println!(
+            "  {hook:<26} {rpp:>9.3} {t:>8.0} {:>9} {:>8} {:>9}",
+            f.map_or("-".into(), |f| format!("{f:.0}")),
+            body.map_or("-".into(), |b| format!("{b:.0}")),
+            body.map_or("-".into(), |b| format!("{:.2}", rpp * b)),
+        );
+    }
+    let dut = tier.dut_ns_per_packet();
+    println!(
+        "  all hooks: {runs:.3} runs/pkt; {all_ns:.1} ns/pkt timed by the statistics ({:.2}% of the DUT's {dut:.0} ns/pkt); the bodies above the floor {body_ns:.1} ns/pkt ({:.2}%); the dispatch around each run is not in either (arm F's A/B figure)",
+        100.0 * all_ns / dut.max(1.0),
+        100.0 * body_ns / dut.max(1.0)
+    );
+    if let Some((before, after)) = snapshots {
+        let t = napilab_trace::trace_interval(&before, &after, seconds);
+        for n in t.napi.iter().filter(|n| n.packets > 0) {
             println!(
-                "  {name:<34} {:>9.0} runs/s  {:>6.3} runs/pkt  {:>5.0} ns/run",
-                c as f64 / w.seconds,
-                c as f64 / packets,
-                t as f64 / c as f64
+                "  napi {} ({}) cpu {} {:?}: {:.1} packets/poll, {:.0}% full-budget polls",
+                n.napi_id,
+                if n.device.is_empty() {
+                    "backlog"
+                } else {
+                    &n.device
+                },
+                n.cpu,
+                n.context,
+                n.packets as f64 / n.polls.max(1) as f64,
+                100.0 * n.full_budget_polls as f64 / n.polls.max(1) as f64
             );
         }
-    }
-    let bpf_ns = ns as f64 / packets;
-    println!(
-        "  all programs: {:.0} runs/s, {:.3} runs/pkt, {:.0} ns/run, {:.1} ns/pkt of BPF (run-time statistics) against {:.0} ns/pkt of forwarding on the DUT CPU ({:.2}%)",
-        runs as f64 / w.seconds,
-        runs as f64 / packets,
-        ns as f64 / runs.max(1) as f64,
-        bpf_ns,
-        w.cost,
-        100.0 * bpf_ns / w.cost
-    );
-    let t = napilab_trace::trace_interval(&before, &after, w.seconds);
-    for n in t.napi.iter().filter(|n| n.packets > 0) {
-        println!(
-            "  napi {} ({}) cpu {} {:?}: {:.1} packets/poll, {:.0}% full-budget polls",
-            n.napi_id,
-            if n.device.is_empty() {
-                "backlog"
-            } else {
-                &n.device
-            },
-            n.cpu,
-            n.context,
-            n.packets as f64 / n.polls.max(1) as f64,
-            100.0 * n.full_budget_polls as f64 / n.polls.max(1) as f64
-        );
     }
     Ok(())
 }
@@ -254,6 +343,9 @@ enum Arm {
 }
 
 const ARMS: usize = 9;
+
+/// Tier and floor windows with BPF run-time statistics, alternating, after the rounds.
+const STATS_PAIRS: usize = 4;
 
 /// The tracepoint of `Arm::WindowsAlone`: `oom:mark_victim` fires only when the OOM
 /// killer picks a victim.
@@ -651,7 +743,7 @@ fn run(rounds: usize, seconds: f64, senders: usize, nice: i32) -> Result<(), Str
             )
         );
     }
-    stats_window(&router, &mut tracer, seconds.max(2.0))?;
+    stats_windows(&router, &mut tracer, &hooks, seconds.max(1.0), STATS_PAIRS)?;
     drop(tracer);
     flood.stop()
 }

@@ -20,7 +20,7 @@ pub struct FloorProbe {
     // closes.
     windows: Option<WindowDriver>,
     links: Vec<Link>,
-    _skel: skel::FloorSkel<'static>,
+    skel: skel::FloorSkel<'static>,
 }
 
 const PREFIX: &str = "floor_";
@@ -55,7 +55,7 @@ impl FloorProbe {
         Ok(FloorProbe {
             windows: None,
             links,
-            _skel: skel,
+            skel,
         })
     }
 
@@ -83,13 +83,21 @@ impl FloorProbe {
         Ok(FloorProbe {
             windows: Some(WindowDriver::start(plan, programs, None, None)),
             links: Vec::new(),
-            _skel: skel,
+            skel,
         })
     }
 
     /// Windows opened so far and the first attach error, for a windowed probe.
     pub fn windows_opened(&self) -> Option<(u64, Option<String>)> {
         self.windows.as_ref().map(|w| (w.windows(), w.error()))
+    }
+
+    /// Per loaded program: (name, runs, total run time in ns), counted while the
+    /// kernel's BPF run-time statistics are on; see
+    /// [`loader::program_costs`](crate::loader::program_costs).
+    pub fn program_costs(&self) -> Vec<(String, u64, u64)> {
+        use libbpf_rs::skel::Skel as _;
+        crate::loader::program_costs(self.skel.object())
     }
 
     /// Number of attached empty programs.

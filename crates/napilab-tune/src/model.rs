@@ -15,6 +15,9 @@ use serde::{Deserialize, Serialize};
 pub enum Kind {
     /// `net.core.<attr>` sysctl (global: visible only in the initial network namespace).
     Sysctl,
+    /// A parameter of the `haltpoll` cpuidle governor of a KVM guest
+    /// (`/sys/module/haltpoll/parameters/<attr>`, attr `guest_halt_poll_ns`; global).
+    Cpuidle,
     /// `/sys/class/net/<dev>/<attr>`: `threaded`, `gro_flush_timeout`,
     /// `napi_defer_hard_irqs`.
     Device,
@@ -43,9 +46,15 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// One setting for the whole host, named by no device.
+    pub fn is_global(self) -> bool {
+        matches!(self, Kind::Sysctl | Kind::Cpuidle)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Sysctl => "sysctl",
+            Kind::Cpuidle => "cpuidle",
             Kind::Device => "device",
             Kind::RxQueue => "rx-queue",
             Kind::TxQueue => "tx-queue",
@@ -101,6 +110,7 @@ impl fmt::Display for Key {
         let q = self.queue.unwrap_or(0);
         match self.kind {
             Kind::Sysctl => write!(f, "sysctl net.core.{}", self.attr),
+            Kind::Cpuidle => write!(f, "cpuidle haltpoll {}", self.attr),
             Kind::Device => write!(f, "{dev} {}", self.attr),
             Kind::RxQueue => write!(f, "{dev} rx-{q} {}", self.attr),
             Kind::TxQueue => write!(f, "{dev} tx-{q} {}", self.attr),

@@ -355,7 +355,7 @@ fn targets(
     irqs: &mut Option<Vec<napilab_core::IrqInfo>>,
 ) -> Result<Vec<(Key, Option<u32>)>, TargetError> {
     let (kind, attr) = parse_setting(&item.setting).map_err(TargetError::Hard)?;
-    if kind == Kind::Sysctl {
+    if kind.is_global() {
         return Ok(vec![(Key::global(kind, &attr), None)]);
     }
     let devs: Vec<String> = match &item.dev {

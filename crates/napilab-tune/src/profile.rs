@@ -118,6 +118,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
         "ingress-priority",
         include_str!("../profiles/ingress-priority.toml"),
     ),
+    (
+        "vcpu-halt-poll",
+        include_str!("../profiles/vcpu-halt-poll.toml"),
+    ),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -196,7 +200,7 @@ pub fn parse(text: &str, origin: &str) -> Result<Profile, ProfileError> {
         if let Some(w) = &item.when {
             refs.push(w.clone());
         }
-        if kind != Kind::Sysctl && item.dev.is_none() {
+        if !kind.is_global() && item.dev.is_none() {
             refs.push("dev".into());
         }
         for r in refs {
@@ -221,6 +225,7 @@ pub fn parse(text: &str, origin: &str) -> Result<Profile, ProfileError> {
 pub fn parse_setting(s: &str) -> Result<(Kind, String), String> {
     let kinds = [
         Kind::Sysctl,
+        Kind::Cpuidle,
         Kind::Device,
         Kind::RxQueue,
         Kind::TxQueue,

@@ -266,6 +266,7 @@ fn shipped_args(name: &str) -> Json {
             json!({ "dev": ["vb"], "cpus": "1,0" })
         }
         "irq-packing" => json!({ "dev": ["vb"], "cpus": "1" }),
+        "vcpu-halt-poll" => json!({}),
         "ingress-priority" => {
             json!({ "dev": ["vb"], "cpus": "1", "param": ["rt_queue=0", "be_queue=1"] })
         }
@@ -302,9 +303,17 @@ fn every_shipped_profile_applies_and_reverts_exactly() {
                 assert_same(&before, &ns.snapshot(), &format!("{name} refused"));
                 continue;
             }
+            if *name == "vcpu-halt-poll" && halt_poll_ns().is_none() {
+                // Outside a KVM guest with the haltpoll governor: refused, saying why.
+                let e = ns.err(spec);
+                assert!(e.contains("haltpoll"), "{e}");
+                assert_same(&before, &ns.snapshot(), &format!("{name} refused"));
+                continue;
+            }
             let report = ns.ok(spec);
             let applied = report["applied"].as_array().map_or(0, Vec::len);
             let expect_change = match *name {
+                "vcpu-halt-poll" => halt_poll_ns().as_deref() != Some("200000"),
                 "irq-suspend" | "busy-wait" | "ingress-priority" | "queue-per-cpu"
                 | "threaded-busy-poll" => true,
                 "threaded" => !threaded,
@@ -588,6 +597,50 @@ fn global_sysctls_are_restored() {
     assert!(e.contains("initial"), "{e}");
 }
 
+const HALT_POLL_NS: &str = "/sys/module/haltpoll/parameters/guest_halt_poll_ns";
+
+/// The haltpoll governor's poll window, if this is a KVM guest that has it.
+fn halt_poll_ns() -> Option<String> {
+    std::fs::read_to_string(HALT_POLL_NS)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// `vcpu-halt-poll` sets the host-wide module parameter from any network namespace and
+/// revert puts the old value back; the test restores it itself too should anything fail.
+fn halt_poll_window_is_applied_and_restored() {
+    let Some(old) = halt_poll_ns() else {
+        println!("  SKIPPED: {HALT_POLL_NS} does not exist (not a KVM guest with the haltpoll cpuidle governor); the refusal is checked by every_shipped_profile_applies_and_reverts_exactly");
+        return;
+    };
+    struct Restore(String);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = std::fs::write(HALT_POLL_NS, &self.0);
+        }
+    }
+    let _guard = Restore(old.clone());
+    // Start from a value the profile changes, whatever this host had.
+    let start = if old == "200000" { "0" } else { old.as_str() };
+    std::fs::write(HALT_POLL_NS, start).expect("write guest_halt_poll_ns");
+    let ns = Netns::create("halt", false).expect("fixture");
+    let plan = ns.ok(json!({ "verb": "plan", "profile": "vcpu-halt-poll" }));
+    assert!(
+        plan.to_string().contains("guest_halt_poll_ns"),
+        "the plan names the setting: {plan}"
+    );
+    let applied = ns.ok(json!({ "verb": "apply", "profile": "vcpu-halt-poll" }));
+    assert_eq!(
+        applied["applied"].as_array().map_or(0, Vec::len),
+        1,
+        "{applied}"
+    );
+    assert_eq!(halt_poll_ns().as_deref(), Some("200000"));
+    let r = ns.ok(json!({ "verb": "revert" }));
+    assert_eq!(r["restored"].as_array().map_or(0, Vec::len), 1, "{r}");
+    assert_eq!(halt_poll_ns().as_deref(), Some(start), "not restored");
+}
+
 fn every_kind_veth_supports_applies_and_reverts() {
     let ns = Netns::create("kinds", false).expect("fixture");
     let features = || {
@@ -711,6 +764,10 @@ fn main() {
             revert_finds_instances_after_their_ids_change,
         ),
         ("global_sysctls_are_restored", global_sysctls_are_restored),
+        (
+            "halt_poll_window_is_applied_and_restored",
+            halt_poll_window_is_applied_and_restored,
+        ),
         (
             "every_kind_veth_supports_applies_and_reverts",
             every_kind_veth_supports_applies_and_reverts,

@@ -1,6 +1,7 @@
 //! One module per kind of setting, each behind the [`Knob`] trait, so that plan, apply
 //! and revert share the same read, validate and write code.
 
+mod cpuidle;
 mod ethtool;
 mod irq;
 mod napi;
@@ -57,6 +58,7 @@ pub trait Knob {
 pub fn knob(kind: Kind) -> &'static dyn Knob {
     match kind {
         Kind::Sysctl => &sysctl::Sysctl,
+        Kind::Cpuidle => &cpuidle::Cpuidle,
         Kind::Device => &sysfs::DeviceAttr,
         Kind::RxQueue | Kind::TxQueue => &sysfs::QueueAttr,
         Kind::Napi => &napi::NapiAttr,
@@ -72,6 +74,7 @@ pub fn knob(kind: Kind) -> &'static dyn Knob {
 pub fn known_attrs(kind: Kind) -> &'static [&'static str] {
     match kind {
         Kind::Sysctl => sysctl::ATTRS,
+        Kind::Cpuidle => cpuidle::ATTRS,
         Kind::Device => sysfs::DEVICE_ATTRS,
         Kind::RxQueue => sysfs::RX_ATTRS,
         Kind::TxQueue => sysfs::TX_ATTRS,
