@@ -127,6 +127,9 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
         ctx.bar.set_message("the host's speed");
         host_speed(&mut host, &mut ctx.notices, "run start", &opts.stop);
     }
+    if let Some(why) = idle_vcpus_halt_at_once(&host) {
+        notice(&mut ctx.notices, "idle vCPUs", why);
+    }
     if !opts.observe {
         notice(
             &mut ctx.notices,
@@ -224,6 +227,18 @@ fn host_speed(
     }
 }
 
+/// What a KVM guest whose idle vCPUs halt at once (cpuidle `haltpoll` with
+/// `guest_halt_poll_ns` 0) does to a run, when the host is one: a DUT poller woken on
+/// an idle vCPU waits for the hypervisor first (docs/kernel.md, "Idle vCPUs and
+/// wake-ups"), so configurations whose DUT work runs on a CPU of its own lose packets
+/// far below their capacity.
+fn idle_vcpus_halt_at_once(host: &napilab_core::HostFacts) -> Option<String> {
+    let idle = &host.identity.as_ref()?.cpuidle;
+    (idle.driver.as_deref() == Some("haltpoll") && idle.guest_halt_poll_ns == Some(0)).then(|| {
+        "this KVM guest's idle vCPUs halt at once (cpuidle haltpoll, guest_halt_poll_ns 0): a DUT poller woken on an idle vCPU (a NAPI kthread, RPS's backlog) waits for the hypervisor to run that vCPU again, so configurations whose DUT work has a CPU of its own lose packets at loads far below their capacity and their latency grows (on the project's VM, 2026-11-28, `make bench-halt-poll`: two-cpu/threaded lost up to 5.2% at 25-80% of capacity with it, up to 0.23% with the window at 200 us). To measure the DUT rather than the wake-ups: `napilab tune apply vcpu-halt-poll` before the run, `napilab tune revert` after".to_string()
+    })
+}
+
 /// 200 ms samples at a run's start and end: 2 s each.
 const HOST_SPEED_SAMPLES: usize = 10;
 
@@ -234,4 +249,40 @@ pub fn namespaces_of(run_id: &str) -> Vec<String> {
         .into_iter()
         .filter(|n| netns::run_id_of_ns(n) == Some(run_id))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(driver: Option<&str>, halt_poll_ns: Option<u64>) -> napilab_core::HostFacts {
+        let mut identity = napilab_core::host_identity::HostIdentity::default();
+        identity.cpuidle.driver = driver.map(str::to_string);
+        identity.cpuidle.guest_halt_poll_ns = halt_poll_ns;
+        napilab_core::HostFacts {
+            identity: Some(identity),
+            ..napilab_core::HostFacts::default()
+        }
+    }
+
+    #[test]
+    fn a_guest_whose_idle_vcpus_halt_at_once_is_named_with_the_remedy() {
+        let why = idle_vcpus_halt_at_once(&host(Some("haltpoll"), Some(0))).expect("notice");
+        assert!(why.contains("tune apply vcpu-halt-poll"), "{why}");
+        for (driver, ns) in [
+            (Some("haltpoll"), Some(200_000)),
+            (Some("intel_idle"), None),
+            (None, None),
+        ] {
+            assert_eq!(
+                idle_vcpus_halt_at_once(&host(driver, ns)),
+                None,
+                "{driver:?} {ns:?}"
+            );
+        }
+        assert_eq!(
+            idle_vcpus_halt_at_once(&napilab_core::HostFacts::default()),
+            None
+        );
+    }
 }
