@@ -46,6 +46,8 @@
 //! packet, ns per run of the tier's program and of the empty one, and the difference,
 //! what the tier's code costs per packet above its floor. Unlike the A/B arms this
 //! needs no resolution across windows: both programs are timed in the same way.
+//! ROUNDS 0 runs the statistics windows only (about a minute): the per-hook costs
+//! without the A/B arms.
 //! Needs root and two online CPUs.
 //!
 //! NICE (default 0: unchanged) sets the nice value of the generator threads and of the
