@@ -148,10 +148,21 @@ fn low_rate_run_counts_every_frame() -> Outcome {
     if (be / (be + bulk) - 0.75).abs() > 0.01 {
         return Err(format!("class shares {be} / {bulk}, expected 3:1"));
     }
-    // 3%: see rate_held_and_attachments_removed.
-    if (p.offered_pps / p.requested_pps - 1.0).abs() > 0.03 {
+    // Every departure of the window left or was counted as skipped (a generator held
+    // off its vCPU skips the departures it missed: seen in CI, 1,089 of 20,000 in one
+    // 55 ms stall), and most of them left.
+    let skipped = p
+        .generator
+        .counters
+        .iter()
+        .find(|(k, _)| k == "skipped_behind_schedule")
+        .map_or(0, |(_, v)| *v);
+    let scheduled = p.requested_pps * p.duration_s;
+    if ((sent + skipped) as f64 / scheduled - 1.0).abs() > 0.01
+        || p.offered_pps < 0.5 * p.requested_pps
+    {
         return Err(format!(
-            "offered {} for {} requested",
+            "offered {} for {} requested: {sent} sent + {skipped} skipped of {scheduled:.0} scheduled",
             p.offered_pps, p.requested_pps
         ));
     }
