@@ -192,6 +192,34 @@ fn pair_count(rows: &[&StageLatency], from_dev: &str, from: &str, dev: &str, to:
         .sum()
 }
 
+/// A UDP socket bound to the sink address in namespace b, with a read timeout.
+fn sink_socket(router: &Router, port: u16, timeout: Duration) -> UdpSocket {
+    in_ns(&router.ns("b"), move || {
+        let s = UdpSocket::bind(("10.83.2.2", port)).map_err(|e| format!("bind in b: {e}"))?;
+        s.set_read_timeout(Some(timeout))
+            .map_err(|e| e.to_string())?;
+        Ok(s)
+    })
+    .expect("sink socket")
+}
+
+/// Each of the `n` datagrams that left through r1's qdisc counted once from
+/// net_dev_queue to qdisc_dequeue and once from there to net_dev_start_xmit.
+fn assert_every_packet_through_r1_qdisc(stages: &[StageLatency], n: u32) {
+    let rows: Vec<&StageLatency> = stages.iter().collect();
+    for (from, to) in [
+        ("net_dev_queue", "qdisc_dequeue"),
+        ("qdisc_dequeue", "net_dev_start_xmit"),
+    ] {
+        let count = pair_count(&rows, "r1", from, "r1", to);
+        assert_eq!(
+            count,
+            u64::from(n),
+            "r1 {from} -> r1 {to}: {count}, expected the {n} datagrams that left"
+        );
+    }
+}
+
 fn forwarding(name: &str, options: &PacketOptions) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let router = match Router::create(name) {
@@ -213,13 +241,7 @@ fn forwarding(name: &str, options: &PacketOptions) {
     let inodes = router.inodes().expect("namespace inodes");
     const N: u32 = 2000;
     const PORT: u16 = 7001;
-    let sink = in_ns(&router.ns("b"), || {
-        let s = UdpSocket::bind(("10.83.2.2", PORT)).map_err(|e| format!("bind in b: {e}"))?;
-        s.set_read_timeout(Some(Duration::from_millis(200)))
-            .map_err(|e| e.to_string())?;
-        Ok(s)
-    })
-    .expect("sink socket");
+    let sink = sink_socket(&router, PORT, Duration::from_millis(200));
     let before = trace.snapshot();
     let t0 = Instant::now();
     // Batches small enough for the sink's receive buffer, each drained before the next
@@ -421,13 +443,7 @@ fn a_tiny_token_bucket_drops_and_dequeues() {
     let r = router.inode("r").expect("namespace inode");
     const N: u32 = 300;
     const PORT: u16 = 7002;
-    let sink = in_ns(&router.ns("b"), || {
-        let s = UdpSocket::bind(("10.83.2.2", PORT)).map_err(|e| format!("bind in b: {e}"))?;
-        s.set_read_timeout(Some(Duration::from_millis(100)))
-            .map_err(|e| e.to_string())?;
-        Ok(s)
-    })
-    .expect("sink socket");
+    let sink = sink_socket(&router, PORT, Duration::from_millis(100));
     let before = trace.snapshot();
     let t0 = Instant::now();
     send(&router, N, PORT).expect("send");
@@ -467,18 +483,7 @@ fn a_tiny_token_bucket_drops_and_dequeues() {
         assert_eq!(d.last_stage.as_deref(), Some("net_dev_queue"), "{d:?}");
         assert_eq!(d.protocol, "ipv4", "{d:?}");
     }
-    let rows: Vec<&StageLatency> = stages.iter().collect();
-    for (from, to) in [
-        ("net_dev_queue", "qdisc_dequeue"),
-        ("qdisc_dequeue", "net_dev_start_xmit"),
-    ] {
-        let n = pair_count(&rows, "r1", from, "r1", to);
-        assert_eq!(
-            n,
-            u64::from(received),
-            "r1 {from} -> r1 {to}: {n}, expected the {received} datagrams that passed"
-        );
-    }
+    assert_every_packet_through_r1_qdisc(&stages, received);
     println!(
         "{name}: {received}/{N} passed; drops {:?}",
         drops
@@ -534,13 +539,7 @@ fn a_bulk_dequeue_counts_every_packet() {
     };
     const N: u32 = 40;
     const PORT: u16 = 7003;
-    let sink = in_ns(&router.ns("b"), || {
-        let s = UdpSocket::bind(("10.83.2.2", PORT)).map_err(|e| format!("bind in b: {e}"))?;
-        s.set_read_timeout(Some(Duration::from_millis(100)))
-            .map_err(|e| e.to_string())?;
-        Ok(s)
-    })
-    .expect("sink socket");
+    let sink = sink_socket(&router, PORT, Duration::from_millis(100));
     let before = trace.snapshot();
     let t0 = Instant::now();
     send(&router, N, PORT).expect("send");
@@ -571,18 +570,7 @@ fn a_bulk_dequeue_counts_every_packet() {
         backlog.contains("backlog") && !backlog.contains("backlog 0b"),
         "no backlog before the bucket was opened: {backlog}"
     );
-    let rows: Vec<&StageLatency> = stages.iter().collect();
-    for (from, to) in [
-        ("net_dev_queue", "qdisc_dequeue"),
-        ("qdisc_dequeue", "net_dev_start_xmit"),
-    ] {
-        let n = pair_count(&rows, "r1", from, "r1", to);
-        assert_eq!(
-            n,
-            u64::from(N),
-            "r1 {from} -> r1 {to}: {n}, expected all {N} datagrams"
-        );
-    }
+    assert_every_packet_through_r1_qdisc(&stages, N);
     println!(
         "{name}: {received}/{N} passed, backlog before opening: {}",
         backlog
