@@ -31,21 +31,24 @@
 //! least 2% of the offered frames in every window: the DUT, not the generator, set the
 //! rate (at its maximum). Its busy share is printed but not judged: schedstat's run
 //! time leaves out steal, which on a VM moves the busy share of a saturated DUT by
-//! several points (2026-11-28: 90-94% busy, saturated, with nothing else running). Each window reports the DUT's CPU per forwarded packet; a is compared
-//! with A, every other arm with the round's two untraced windows merged (median and mean
-//! of the pair ratios, pooled ns per packet). B's windows start with the raise window
-//! open (the thread opens one at once), so B sees the hook for about a fifth of its
-//! time instead of a tenth: its figure is an upper bound. The pooled
-//! figures are put side by side: the tier, its floor, the tier above its floor, the
-//! share of `softirq_raise`, each with a 95% interval over the rounds' pairs.
+//! several points (2026-11-28: 90-94% busy, saturated, with nothing else running).
+//! Each window reports the DUT's CPU per forwarded packet; a is compared with A, every
+//! other arm with the round's two untraced windows merged (median and mean of the pair
+//! ratios, pooled ns per packet). B's windows start with the raise window open (the
+//! thread opens one at once), so B sees the hook for about a fifth of its time instead
+//! of a tenth: its figure is an upper bound. The pooled figures are put side by side:
+//! the tier, its floor, the tier above its floor, the share of `softirq_raise`, each
+//! with a 95% interval over the rounds' pairs.
 //! ROUNDS is the least number of rounds: more are run, a full Williams square (twice
 //! the number of arms) at a time and up to four times ROUNDS, until the control's
-//! interval (a against A) is within +-0.3 points, so that a 1% cost can be told apart. Then four pairs of windows with the kernel's BPF
-//! run-time statistics on (kept out of B because the statistics add two clock reads per
-//! program run), the tier and the floor alternating: per hook the runs per forwarded
-//! packet, ns per run of the tier's program and of the empty one, and the difference,
-//! what the tier's code costs per packet above its floor. Unlike the A/B arms this
-//! needs no resolution across windows: both programs are timed in the same way.
+//! interval (a against A) is within +-0.3 points, so that a 1% cost can be told apart.
+//! Then four rounds of windows with the kernel's BPF run-time statistics on (kept out
+//! of B because the statistics add two clock reads per program run): the tier, the
+//! empty programs on its hooks and, on the softirq hooks, the empty programs with one
+//! clock read, alternating; per hook the runs per forwarded packet, the ns per run of
+//! each and the difference between tier and empty, what the tier's code costs per
+//! packet above its floor. Unlike the A/B arms this needs no resolution across
+//! windows: all programs are timed in the same way.
 //! ROUNDS 0 runs the statistics windows only (about a minute): the per-hook costs
 //! without the A/B arms.
 //! Needs root and two online CPUs.
@@ -281,7 +284,7 @@ fn stats_windows(
         }
     }
     println!(
-        "stats windows ({pairs} pairs of {seconds} s, BPF run-time statistics on, tier and floor alternating): DUT {:.0} ns/pkt with the tier, {:.0} with the floor",
+        "stats windows ({pairs} rounds of {seconds} s, BPF run-time statistics on, the tier, the empty programs and the one-clock programs alternating): DUT {:.0} ns/pkt with the tier, {:.0} with the floor",
         tier.dut_ns_per_packet(),
         floor.dut_ns_per_packet()
     );
