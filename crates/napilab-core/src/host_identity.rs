@@ -95,6 +95,14 @@ pub struct CpuIdle {
     pub guest_halt_poll_ns: Option<u64>,
 }
 
+impl CpuIdle {
+    /// A KVM guest whose idle vCPUs halt at once (the `haltpoll` driver with
+    /// `guest_halt_poll_ns` 0): every wake-up of an idle vCPU waits for the hypervisor.
+    pub fn halts_at_once(&self) -> bool {
+        self.driver.as_deref() == Some("haltpoll") && self.guest_halt_poll_ns == Some(0)
+    }
+}
+
 /// One field that differs between two identities.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IdentityDifference {

@@ -20,9 +20,7 @@ pub fn check(observation: &Observation) -> Vec<Finding> {
     let Some(identity) = &observation.host.identity else {
         return Vec::new();
     };
-    if identity.cpuidle.driver.as_deref() != Some("haltpoll")
-        || identity.cpuidle.guest_halt_poll_ns != Some(0)
-    {
+    if !identity.cpuidle.halts_at_once() {
         return Vec::new();
     }
     let (mut polls, mut packets, mut seconds, mut intervals) = (0u64, 0u64, 0.0, Vec::new());

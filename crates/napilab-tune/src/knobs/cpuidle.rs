@@ -5,7 +5,7 @@
 //! woken by the packet the other vCPU just sent) costs no VM exit and entry. Global:
 //! one value for every CPU, in every network namespace.
 
-use super::{num_in, Ctx, Knob, KnobError, KnobResult};
+use super::{num_in, read_num_file, Ctx, Knob, KnobResult};
 use crate::model::{Key, Value};
 
 pub const ATTRS: &[&str] = &["guest_halt_poll_ns"];
@@ -18,20 +18,13 @@ fn rel(key: &Key) -> String {
 
 impl Knob for Cpuidle {
     fn read(&self, ctx: &mut Ctx, key: &Key) -> KnobResult<Value> {
-        let text = ctx.read_file(&rel(key)).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                KnobError::Unsupported(format!(
-                    "cpuidle.{}: /{} does not exist: the haltpoll cpuidle governor is not built in or loaded (it exists only in KVM guests, CONFIG_HALTPOLL_CPUIDLE)",
-                    key.attr,
-                    rel(key)
-                ))
-            } else {
-                KnobError::Failed(format!("reading /{}: {e}", rel(key)))
-            }
-        })?;
-        text.parse()
-            .map(Value::Num)
-            .map_err(|_| KnobError::Failed(format!("/{} reads {text:?}", rel(key))))
+        let rel = rel(key);
+        read_num_file(ctx, &rel, &format!("/{rel}"), || {
+            format!(
+                "cpuidle.{}: /{rel} does not exist: the haltpoll cpuidle governor is not built in or loaded (it exists only in KVM guests, CONFIG_HALTPOLL_CPUIDLE)",
+                key.attr
+            )
+        })
     }
 
     fn validate(&self, _ctx: &mut Ctx, key: &Key, value: &Value) -> KnobResult<()> {

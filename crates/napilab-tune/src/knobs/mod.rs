@@ -275,6 +275,26 @@ pub(crate) fn num(key: &Key, value: &Value) -> KnobResult<u64> {
     }
 }
 
+/// A number from the file `rel` (a sysctl, a module parameter), named `name` in errors;
+/// a missing file is unsupported here, for the reason `missing` gives.
+pub(crate) fn read_num_file(
+    ctx: &Ctx,
+    rel: &str,
+    name: &str,
+    missing: impl FnOnce() -> String,
+) -> KnobResult<Value> {
+    let text = ctx.read_file(rel).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            KnobError::Unsupported(missing())
+        } else {
+            KnobError::Failed(format!("reading {name}: {e}"))
+        }
+    })?;
+    text.parse()
+        .map(Value::Num)
+        .map_err(|_| KnobError::Failed(format!("{name} reads {text:?}")))
+}
+
 pub(crate) fn num_in(key: &Key, value: &Value, min: u64, max: u64) -> KnobResult<u64> {
     let n = num(key, value)?;
     if n < min || n > max {

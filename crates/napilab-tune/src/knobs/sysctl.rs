@@ -1,7 +1,7 @@
 //! `net.core` sysctls that bound NAPI work and busy polling. Global: they exist only
 //! in the initial network namespace and apply to every namespace.
 
-use super::{num_in, Ctx, Knob, KnobError, KnobResult};
+use super::{num_in, read_num_file, Ctx, Knob, KnobResult};
 use crate::model::{Key, Value};
 
 pub const ATTRS: &[&str] = &[
@@ -20,19 +20,12 @@ fn rel(key: &Key) -> String {
 
 impl Knob for Sysctl {
     fn read(&self, ctx: &mut Ctx, key: &Key) -> KnobResult<Value> {
-        let text = ctx.read_file(&rel(key)).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                KnobError::Unsupported(format!(
-                    "net.core.{} is not visible in this network namespace (it exists only in the initial one)",
-                    key.attr
-                ))
-            } else {
-                KnobError::Failed(format!("reading net.core.{}: {e}", key.attr))
-            }
-        })?;
-        text.parse()
-            .map(Value::Num)
-            .map_err(|_| KnobError::Failed(format!("net.core.{} reads {text:?}", key.attr)))
+        read_num_file(ctx, &rel(key), &format!("net.core.{}", key.attr), || {
+            format!(
+                "net.core.{} is not visible in this network namespace (it exists only in the initial one)",
+                key.attr
+            )
+        })
     }
 
     fn validate(&self, _ctx: &mut Ctx, key: &Key, value: &Value) -> KnobResult<()> {
