@@ -596,7 +596,17 @@ pub struct TrafficConfig {
     pub rate_pps: f64,
     #[serde(default)]
     pub pattern: Pattern,
+    /// Packets per burst: each stream's arrivals come `burst` at a time, back to back,
+    /// and the bursts follow `pattern` at the rate divided by `burst` (a sender that
+    /// hands the kernel a batch at once, as XDP live frames or sendmmsg do). 1: single
+    /// packets.
+    #[serde(default = "one_packet")]
+    pub burst: u32,
     pub classes: Vec<ClassConfig>,
+}
+
+fn one_packet() -> u32 {
+    1
 }
 
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]

@@ -474,6 +474,7 @@ fn veth_traffic(s: &Scenario, rate: f64, notices: &mut Vec<Notice>) -> TrafficCo
         })
         .collect();
     TrafficConfig {
+        burst: 1,
         rate_pps: rate,
         pattern,
         classes,

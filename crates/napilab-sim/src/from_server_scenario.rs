@@ -381,6 +381,7 @@ fn map_configuration(
             crate::config::QdiscKind::None,
         ),
         traffic: TrafficConfig {
+            burst: 1,
             rate_pps: w.loads_qps.first().copied().unwrap_or(twin_search_top(w)),
             pattern: Pattern::Poisson,
             classes,

@@ -371,6 +371,7 @@ fn traffic(s: &Scenario, rate: f64, lanes: &[Lane]) -> TrafficConfig {
     };
     if let Some(t) = &s.tunnel {
         return TrafficConfig {
+            burst: 1,
             rate_pps: rate,
             pattern: pattern_of(t.pattern),
             classes: vec![ClassConfig {
@@ -387,6 +388,7 @@ fn traffic(s: &Scenario, rate: f64, lanes: &[Lane]) -> TrafficConfig {
     }
     let classes = &s.traffic.classes;
     TrafficConfig {
+        burst: 1,
         rate_pps: rate,
         pattern: classes
             .first()

@@ -91,6 +91,7 @@ pub fn config(delivery: Delivery, rate_pps: f64, duration_ms: f64) -> SimConfig 
         },
         egress: EgressConfig::default(),
         traffic: TrafficConfig {
+            burst: 1,
             rate_pps,
             pattern: Pattern::Poisson,
             classes: vec![ClassConfig {

@@ -299,7 +299,8 @@ pub fn predict(
     }
     let (pps, frame_bytes) = (measured.packets_per_s, measured.frame_bytes);
     let measured_share = measured.total.softirq + measured.total.napi_thread;
-    let twin = TwinHost::of(obs, version, &current, &target, pps, frame_bytes);
+    let mut twin = TwinHost::of(obs, version, &current, &target, pps, frame_bytes);
+    twin.burst = sender_burst(&current, &measured);
     let mut base = crate::calibrate::LabProfile::load(crate::calibrate::VETH_LAB_NAME)
         .map_err(|e| Refusal {
             reason: format!("the shipped veth-lab profile does not load: {e}"),
@@ -343,6 +344,7 @@ pub fn predict(
         target: &target,
         placed: params.has("cpus"),
         sender: &sender,
+        burst: twin.burst,
     });
     Ok(Prediction {
         schema: PREDICTION_SCHEMA.into(),
@@ -362,6 +364,25 @@ pub fn predict(
     })
 }
 
+/// How many packets the sender hands the device at once, as the twin's arrivals come.
+/// Where every instance is polled in NET_RX softirq, veth's poll runs when the sender's
+/// transmit ends (`veth_xmit` schedules it on the sending CPU, the softirq runs at its
+/// bh-enable), so a poll takes what one send brought: one datagram from a `sendmsg`
+/// per packet, a batch from XDP live frames or `sendmmsg`. The measured packets per
+/// poll, rounded, at most a poll's weight, is that batch. In a kthread or busy poll the
+/// batches are the poller's, not the sender's: single packets then.
+fn sender_burst(current: &[NapiSettings], measured: &Measured) -> u32 {
+    if current.iter().all(|s| s.context == NapiContext::Softirq) {
+        measured
+            .total
+            .packets_per_poll
+            .round()
+            .clamp(1.0, f64::from(VETH_WEIGHT)) as u32
+    } else {
+        1
+    }
+}
+
 /// What a prediction assumed, in [`assumptions`]' words.
 struct Assumed<'a> {
     factor: f64,
@@ -375,6 +396,8 @@ struct Assumed<'a> {
     /// The profile was given the kthreads' CPUs.
     placed: bool,
     sender: &'a SenderRate,
+    /// Packets per batch of the twin's arrivals ([`sender_burst`]).
+    burst: u32,
 }
 
 /// What a prediction assumed and where the twin is out of its depth, in words.
@@ -382,7 +405,11 @@ fn assumptions(a: &Assumed<'_>) -> Vec<String> {
     let m = a.measured;
     let mut assumed = vec![
         format!("the twin is the veth receive path of crate napilab-sim with the shipped veth-lab profile's costs (fitted on the lab machine), its per-packet stage costs (poll, IP stack, transmit) scaled by {:.3} so that the twin's packet CPU for the current settings matches the measured {:.0} ns per packet (NET_RX softirq time from the trace tier plus the NAPI kthreads' CPU over {:.1} s); the fit is left at {:+.1}%", a.factor, m.cpu_ns_per_packet, m.seconds, a.residual * 100.0),
-        format!("the load stays as observed: {:.0} packets/s of {:.0}-byte frames on {}, evenly spaced (a sender that sends one datagram at a time, as veth's synchronous softirq sees it), split evenly over the instances", m.packets_per_s, m.frame_bytes, a.dev),
+        if a.burst > 1 {
+            format!("the load stays as observed: {:.0} packets/s of {:.0}-byte frames on {}, in evenly spaced batches of {} packets back to back (the {:.1} packets a softirq poll took: veth's softirq polls once per send, so a poll's packets are what one send handed over, as XDP live frames or sendmmsg do), split evenly over the instances", m.packets_per_s, m.frame_bytes, a.dev, a.burst, m.total.packets_per_poll)
+        } else {
+            format!("the load stays as observed: {:.0} packets/s of {:.0}-byte frames on {}, evenly spaced (a sender that sends one datagram at a time, as veth's synchronous softirq sees it; the current settings poll {}), split evenly over the instances", m.packets_per_s, m.frame_bytes, a.dev, if a.current.iter().all(|s| s.context == NapiContext::Softirq) { format!("{:.1} packets a softirq poll", m.total.packets_per_poll) } else { "outside the sender's softirq, so its batches are not seen".to_string() })
+        },
         format!("the sender's own CPU (its system calls) is not in the twin: in softirq mode veth's poll runs in the sender's softirq, so the twin's CPU is the packet path only. A sender whose CPU was at least {:.0}% busy (/proc/stat) while it ran the device's softirq polls is sender-limited: its cost per packet is that CPU's busy time less steal and the measured packet path there, per packet; once the profile moves the poll off that CPU it sends at 1 / (its cost + the twin's notification cost per packet, which stays on its CPU), unless the profile's headroom is lower; everything else on that CPU counts as the sender's cost. Here: {}", sender_rate::SATURATED_BUSY * 100.0, a.sender.says),
         "packets the host delivers locally are run through the twin's forwarding path (IP stack and transmit); the fitted factor absorbs the difference in cost".into(),
         format!("intervals: Student's t at {:.0}% over {} twin seeds (the twin's own variation, not the host's)", LEVEL * 100.0, a.seeds),
@@ -704,6 +731,8 @@ pub(crate) struct TwinHost {
     pub(crate) netdev_budget_usecs: Option<u32>,
     pub(crate) pps: f64,
     pub(crate) frame_bytes: f64,
+    /// Packets the sender hands the device at once ([`sender_burst`]).
+    pub(crate) burst: u32,
 }
 
 impl TwinHost {
@@ -720,6 +749,7 @@ impl TwinHost {
         let host_cpus = obs.host.cpus.iter().copied().max().unwrap_or(0) + 1;
         let polling = current.iter().chain(target).map(|s| s.cpu + 1).max();
         TwinHost {
+            burst: 1,
             cpus: host_cpus.max(polling.unwrap_or(1)),
             hz: obs.host.hz.value.unwrap_or(crate::twin_plan::LAB_HZ),
             kernel: format!("{}.{}", version.0, version.1),
@@ -790,6 +820,7 @@ fn config(host: &TwinHost, settings: &[NapiSettings]) -> SimConfig {
         traffic: TrafficConfig {
             rate_pps: host.pps,
             pattern: Pattern::Constant,
+            burst: host.burst,
             classes: settings
                 .iter()
                 .map(|s| ClassConfig {
@@ -1288,6 +1319,7 @@ pub(crate) mod tests {
     /// A 2-CPU twin host under 100,000 packets/s of 64-byte frames.
     fn twin_host() -> TwinHost {
         TwinHost {
+            burst: 1,
             cpus: 2,
             hz: 250,
             kernel: "6.18".into(),

@@ -596,6 +596,7 @@ mod tests {
     #[test]
     fn the_twin_runs_the_profile_at_the_rate_the_sender_reaches() {
         let twin = TwinHost {
+            burst: 1,
             cpus: 2,
             hz: 250,
             kernel: "6.18".into(),

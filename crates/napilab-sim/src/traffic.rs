@@ -48,6 +48,9 @@ pub struct Source {
     pos: usize,
     class: u16,
     size: u32,
+    /// Packets per burst (at least 1) and how many of the current burst are drawn.
+    burst: u32,
+    in_burst: u32,
 }
 
 /// A non-negative gap in fixed-point units as an integer.
@@ -74,6 +77,8 @@ impl Source {
             pos: 0,
             class,
             size,
+            burst: 1,
+            in_burst: 0,
         };
         if rate_pps > 0.0 {
             let first = match pattern {
@@ -85,6 +90,21 @@ impl Source {
             s.refill();
         }
         s
+    }
+
+    /// The same stream with its arrivals `burst` at a time, back to back, and the bursts
+    /// spaced by `burst` mean gaps (drawn by the pattern), so the rate is unchanged.
+    pub fn with_burst(mut self, burst: u32) -> Self {
+        let burst = burst.max(1);
+        if burst > 1 && self.next.is_some() {
+            self.burst = burst;
+            self.mean_gap *= f64::from(burst);
+            self.in_burst = 0;
+            // Draw again from the first arrival, which the single-packet block kept.
+            self.next = Some(self.times[0] << FRAC);
+            self.refill();
+        }
+        self
     }
 
     /// Compute the next block of arrival times: each slot is the running fixed-point
@@ -102,17 +122,37 @@ impl Source {
             next = sum;
             alive &= !over;
         };
-        match self.pattern {
-            Pattern::Constant => {
-                let g = gap_units(self.mean_gap.round());
-                for i in 0..BLOCK {
-                    put(i, g);
-                }
+        if self.burst > 1 {
+            // Within a burst no gap; after its last packet the pattern's gap, whose mean
+            // `with_burst` scaled by the burst's size.
+            let (burst, mut in_burst) = (self.burst, self.in_burst);
+            for i in 0..BLOCK {
+                in_burst += 1;
+                let g = if in_burst < burst {
+                    0
+                } else {
+                    in_burst = 0;
+                    match self.pattern {
+                        Pattern::Constant => gap_units(self.mean_gap.round()),
+                        Pattern::Poisson => gap_units(self.rng.exp1() * self.mean_gap),
+                    }
+                };
+                put(i, g);
             }
-            Pattern::Poisson => {
-                let mean = self.mean_gap;
-                self.rng
-                    .exp1_each(BLOCK, |i, x| put(i, gap_units(x * mean)));
+            self.in_burst = in_burst;
+        } else {
+            match self.pattern {
+                Pattern::Constant => {
+                    let g = gap_units(self.mean_gap.round());
+                    for i in 0..BLOCK {
+                        put(i, g);
+                    }
+                }
+                Pattern::Poisson => {
+                    let mean = self.mean_gap;
+                    self.rng
+                        .exp1_each(BLOCK, |i, x| put(i, gap_units(x * mean)));
+                }
             }
         }
         self.next = alive.then_some(next);
@@ -329,5 +369,36 @@ mod tests {
         let rate = n as f64 / (last as f64 / 1e9);
         assert!((rate - 4e5).abs() / 4e5 < 0.02, "{rate}");
         assert!((n1 as f64 / n as f64 - 0.25).abs() < 0.01);
+    }
+
+    #[test]
+    fn bursts_arrive_back_to_back_at_the_same_rate() {
+        for pattern in [Pattern::Constant, Pattern::Poisson] {
+            let mut f = Feed::default();
+            f.push(Source::new(Rng::new(1, 1), pattern, 1e6, 0, 64).with_burst(8));
+            let times: Vec<Nanos> = (0..80_000)
+                .map(|_| f.take().expect("emits").arrival)
+                .collect();
+            for burst in times.chunks(8) {
+                assert!(
+                    burst.iter().all(|&t| t == burst[0]),
+                    "{pattern:?}: {burst:?}"
+                );
+            }
+            let gaps: Vec<Nanos> = times
+                .chunks(8)
+                .map(|b| b[0])
+                .collect::<Vec<_>>()
+                .windows(2)
+                .map(|w| w[1] - w[0])
+                .collect();
+            assert!(gaps.iter().all(|&g| g > 0), "{pattern:?}: bursts overlap");
+            let rate =
+                (times.len() - 8) as f64 / ((times[times.len() - 1] - times[0]) as f64 / 1e9);
+            assert!((rate - 1e6).abs() / 1e6 < 0.02, "{pattern:?}: {rate}");
+            if pattern == Pattern::Constant {
+                assert!(gaps.iter().all(|&g| g.abs_diff(8_000) <= 1), "{gaps:?}");
+            }
+        }
     }
 }

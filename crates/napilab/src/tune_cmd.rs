@@ -50,6 +50,21 @@ enum Verb {
     /// Print exactly what the profile would change (from, to, why); changes nothing.
     /// With --predict, also what it would do to this host's packet CPU.
     Plan(PlanArgs),
+    /// Predict the profile from a recorded Observation (`napilab observe --trace --json`)
+    /// or a traced lab point (a run.json and --point): the twin fitted to the recording,
+    /// current -> predicted as `plan --predict` prints it. Reads and changes nothing on
+    /// this host; exits non-zero when the twin refuses, saying why.
+    Predict {
+        #[command(flatten)]
+        args: ProfileArgs,
+        /// The recording: an Observation's JSON, or a lab run's run.json.
+        #[arg(long, value_name = "FILE")]
+        from: PathBuf,
+        /// With a run.json: the configuration, and after a colon which of its sweep points
+        /// (from 0; default 0), e.g. `one-cpu/softirq:0`.
+        #[arg(long, value_name = "CONFIGURATION[:N]")]
+        point: Option<String>,
+    },
     /// Make the changes, journalling each one before it is made.
     Apply {
         #[command(flatten)]
@@ -109,7 +124,9 @@ fn params(args: &ProfileArgs) -> Result<Params> {
 /// Runs a verb; with `--json`, a failure is also printed as a JSON object on stdout.
 pub fn run(args: TuneArgs) -> Result<()> {
     let json = match &args.verb {
-        Verb::Plan(PlanArgs { args: a, .. }) | Verb::Apply { args: a, .. } => a.json,
+        Verb::Plan(PlanArgs { args: a, .. })
+        | Verb::Apply { args: a, .. }
+        | Verb::Predict { args: a, .. } => a.json,
         Verb::Revert { json, .. }
         | Verb::Verify { json, .. }
         | Verb::Show { json, .. }
@@ -118,7 +135,9 @@ pub fn run(args: TuneArgs) -> Result<()> {
     let result = run_verb(args);
     // With --predict the plan's refusal is already part of the printed JSON.
     if let (true, Err(e)) = (json, &result) {
-        if e.is::<crate::tune_predict::PlanRefused>() {
+        if e.is::<crate::tune_predict::PlanRefused>()
+            || e.is::<crate::tune_predict::PredictionRefused>()
+        {
             return result;
         }
         let out =
@@ -152,6 +171,17 @@ fn run_verb(args: TuneArgs) -> Result<()> {
                 print!("{}", render_plan(&plan));
             }
         }
+        Verb::Predict {
+            args: a,
+            from,
+            point,
+        } => crate::tune_predict::predict_recorded(
+            &a.profile,
+            &params(&a)?,
+            &from,
+            point.as_deref(),
+            a.json,
+        )?,
         Verb::Apply {
             args: a,
             journal_dir: dir,

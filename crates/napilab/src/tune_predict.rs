@@ -374,3 +374,164 @@ pub fn verify(journal: &std::path::Path, duration: Duration, json: bool) -> Resu
     print!("{out}");
     Ok(())
 }
+
+/// Where `tune predict --from` found its Observation, as printed and in the JSON.
+#[derive(Serialize)]
+struct RecordedSource {
+    file: String,
+    /// `CONFIGURATION:N` for a lab record: the configuration's Nth sweep point.
+    point: Option<String>,
+}
+
+/// What `tune predict --json` prints.
+#[derive(Serialize)]
+struct RecordedPrediction<'a> {
+    schema: &'static str,
+    source: RecordedSource,
+    prediction: Option<&'a Prediction>,
+    refusal: Option<String>,
+}
+
+pub const RECORDED_PREDICT_SCHEMA: &str = "napilab.tune-predict/1";
+
+/// The twin refused to predict from a recording: already printed, so the caller exits
+/// non-zero without printing it again.
+#[derive(Debug)]
+pub struct PredictionRefused(pub String);
+
+impl std::fmt::Display for PredictionRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for PredictionRefused {}
+
+/// The Observation in `path`: the JSON `napilab observe --json` prints, or a lab run's
+/// record (run.json) with `point` naming a configuration and, after a colon, which of
+/// its sweep points (0 when left out). Every error names the file and what to give.
+pub fn recorded_observation(
+    path: &std::path::Path,
+    point: Option<&str>,
+) -> Result<(napilab_core::Observation, Option<String>)> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+    let Some(configurations) = value.get("configurations").and_then(|c| c.as_array()) else {
+        if point.is_some() {
+            anyhow::bail!(
+                "{} is an Observation, not a lab record: --point picks a point of a lab run's run.json; leave it out",
+                path.display()
+            );
+        }
+        let obs = serde_json::from_value(value).with_context(|| {
+            format!(
+                "{} is neither an Observation (napilab observe --trace --json) nor a lab record (run.json)",
+                path.display()
+            )
+        })?;
+        return Ok((obs, None));
+    };
+    let names: Vec<&str> = configurations
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    let Some(point) = point else {
+        anyhow::bail!(
+            "{} is a lab record: name the point to predict from with --point CONFIGURATION[:N] (configurations: {})",
+            path.display(),
+            names.join(", ")
+        );
+    };
+    let (name, index) = match point.rsplit_once(':') {
+        Some((n, i)) => (
+            n,
+            i.parse::<usize>().with_context(|| {
+                format!("--point {point}: after the colon comes a sweep point's index (0, 1, ...)")
+            })?,
+        ),
+        None => (point, 0),
+    };
+    let Some(config) = configurations.iter().find(|c| c["name"] == name) else {
+        anyhow::bail!(
+            "{}: no configuration {name:?}; it has {}",
+            path.display(),
+            names.join(", ")
+        );
+    };
+    let sweep: Vec<&serde_json::Value> = config["points"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["role"] == "sweep")
+        .collect();
+    let Some(p) = sweep.get(index) else {
+        anyhow::bail!(
+            "{}: configuration {name} has {} sweep points; --point {name}:N takes N from 0 to {}",
+            path.display(),
+            sweep.len(),
+            sweep.len().saturating_sub(1)
+        );
+    };
+    if p["observation"].is_null() {
+        anyhow::bail!(
+            "{}: sweep point {index} of {name} carries no Observation (the run was made with --no-observe?): run the lab again without it, with measurement.trace = \"always\"",
+            path.display()
+        );
+    }
+    let obs = serde_json::from_value(p["observation"].clone()).with_context(|| {
+        format!(
+            "{}: the Observation of {name}:{index} does not parse (made by another napilab version?)",
+            path.display()
+        )
+    })?;
+    Ok((obs, Some(format!("{name}:{index}"))))
+}
+
+/// `napilab tune predict PROFILE --from FILE`: the twin's prediction from a recorded
+/// Observation; nothing on this host is read or changed. The wake-up delay of a NAPI
+/// kthread comes from the recording (its probe, or its threads' run delays), else from
+/// the veth-lab profile, and the prediction says which.
+pub fn predict_recorded(
+    name: &str,
+    given: &Params,
+    path: &std::path::Path,
+    point: Option<&str>,
+    json: bool,
+) -> Result<()> {
+    let (profile, _) = profile::load(name)?;
+    let (obs, point) = recorded_observation(path, point)?;
+    let prediction = predict::predict(&obs, &profile, given).map_err(|r| r.reason);
+    let source = RecordedSource {
+        file: path.display().to_string(),
+        point,
+    };
+    if json {
+        let out = RecordedPrediction {
+            schema: RECORDED_PREDICT_SCHEMA,
+            source,
+            prediction: prediction.as_ref().ok(),
+            refusal: prediction.as_ref().err().cloned(),
+        };
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!(
+            "predicted from {}{} (recorded; nothing on this host was read or changed)",
+            source.file,
+            source
+                .point
+                .as_deref()
+                .map_or(String::new(), |p| format!(", point {p}"))
+        );
+        match &prediction {
+            Ok(p) => print!("{}", render(p)),
+            // Said once, by the caller's error line.
+            Err(reason) => anyhow::bail!("prediction refused: {reason}"),
+        }
+    }
+    match prediction {
+        Ok(_) => Ok(()),
+        Err(reason) => Err(PredictionRefused(reason).into()),
+    }
+}

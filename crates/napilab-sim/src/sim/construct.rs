@@ -223,13 +223,16 @@ impl Parts {
                     };
                     let rate = cfg.traffic.rate_pps * class.share / total_share / spread;
                     stream += 1;
-                    feed.push(Source::new(
-                        Rng::new(seed, stream),
-                        cfg.traffic.pattern,
-                        rate,
-                        ci as u16,
-                        class.size_bytes,
-                    ));
+                    feed.push(
+                        Source::new(
+                            Rng::new(seed, stream),
+                            cfg.traffic.pattern,
+                            rate,
+                            ci as u16,
+                            class.size_bytes,
+                        )
+                        .with_burst(cfg.traffic.burst),
+                    );
                 }
                 ring_ids.push(self.rings.len());
                 self.rings.push(RxRing::new(name, qi, size, budget, feed));

@@ -1,0 +1,176 @@
+//! `napilab tune predict PROFILE --from FILE`: the twin's prediction from a recorded
+//! Observation or a lab run's traced point, without root and without touching the host
+//! (docs/tune.md, "Predicting from a recording").
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../napilab-sim/tests/fixtures/lab-line-rate-softirq-observation.json")
+}
+
+fn napilab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_napilab"))
+        .args(args)
+        .output()
+        .expect("run napilab")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A lab record holding the fixture as sweep point 0 of configuration one-cpu/softirq.
+fn lab_record(dir: &Path) -> PathBuf {
+    let obs: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture()).expect("fixture")).expect("JSON");
+    let record = serde_json::json!({
+        "schema": "napilab.run/1",
+        "configurations": [
+            {"name": "one-cpu/softirq", "points": [{"role": "search", "observation": null}, {"role": "sweep", "observation": obs}]},
+            {"name": "two-cpu/threaded", "points": [{"role": "sweep", "observation": null}]}
+        ]
+    });
+    let path = dir.join("run.json");
+    std::fs::write(&path, record.to_string()).expect("write");
+    path
+}
+
+#[test]
+fn predicts_from_a_recorded_observation() {
+    let file = fixture();
+    let out = napilab(&[
+        "tune",
+        "predict",
+        "threaded",
+        "--dev",
+        "n6b01-in",
+        "--cpus",
+        "1",
+        "--json",
+        "--from",
+        file.to_str().expect("utf-8"),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["schema"], "napilab.tune-predict/1");
+    assert!(v["source"]["point"].is_null());
+    let p = &v["prediction"];
+    assert_eq!(p["predicted"]["settings"][0]["context"], "threaded");
+    assert!(
+        p["predicted"]["headroom_pps"]["mean"]
+            .as_f64()
+            .unwrap_or(0.0)
+            > 0.0
+    );
+
+    let out = napilab(&[
+        "tune",
+        "predict",
+        "threaded",
+        "--dev",
+        "n6b01-in",
+        "--from",
+        file.to_str().expect("utf-8"),
+    ]);
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        said.contains("nothing on this host was read or changed"),
+        "{said}"
+    );
+    assert!(said.contains("headroom"), "{said}");
+}
+
+#[test]
+fn picks_a_lab_point_and_names_what_to_give() {
+    let dir = std::env::temp_dir().join(format!("napilab-tune-predict-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let record = lab_record(&dir);
+    let r = record.to_str().expect("utf-8");
+    let args = |extra: &[&'static str]| {
+        let mut a = vec![
+            "tune", "predict", "threaded", "--dev", "n6b01-in", "--from", r,
+        ];
+        a.extend_from_slice(extra);
+        napilab(&a)
+    };
+
+    let out = args(&[]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("--point") && err.contains("two-cpu/threaded"),
+        "{err}"
+    );
+
+    let out = args(&["--point", "one-cpu/softirq", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        v["source"]["point"], "one-cpu/softirq:0",
+        "the sweep's first point, not the search's"
+    );
+
+    let out = args(&["--point", "one-cpu/softirq:3"]);
+    let err = text(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("has 1 sweep points"),
+        "{err}"
+    );
+
+    let out = args(&["--point", "two-cpu/threaded"]);
+    let err = text(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("no Observation"),
+        "{err}"
+    );
+
+    let out = args(&["--point", "four-cpu"]);
+    let err = text(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("no configuration"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_refusal_says_why_and_fails() {
+    let file = fixture();
+    let f = file.to_str().expect("utf-8");
+    let out = napilab(&[
+        "tune", "predict", "threaded", "--dev", "eth9", "--json", "--from", f,
+    ]);
+    assert!(!out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let why = v["refusal"].as_str().unwrap_or_default();
+    assert!(why.contains("eth9") && v["prediction"].is_null(), "{v}");
+
+    let out = napilab(&[
+        "tune", "predict", "threaded", "--dev", "n6b01-in", "--from", f, "--point", "x",
+    ]);
+    let err = text(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("not a lab record"),
+        "{err}"
+    );
+
+    let out = napilab(&[
+        "tune",
+        "predict",
+        "threaded",
+        "--dev",
+        "vb",
+        "--from",
+        "/nonexistent/obs.json",
+    ]);
+    let err = text(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("/nonexistent/obs.json"),
+        "{err}"
+    );
+}
