@@ -90,7 +90,6 @@ struct Delivered {
 /// When a point's window opens and how long it lasts.
 #[derive(Clone, Copy)]
 struct Window {
-    warmup: Duration,
     duration: Duration,
     /// Wall-clock time the window opens (the observer's first sample), ms.
     opens_unix_ms: u64,
@@ -126,16 +125,7 @@ pub(crate) fn measure_point(
     let point = ctx.next_point;
     ctx.next_point += 1;
     let many_napi = many_napi_topology(s);
-    // many-napi: the warm-up lasts at least as long as the observer's start-up took
-    // before (`observer_lead_s`, learnt from late first samples), as in the vpn
-    // topology, because its trace-derived numbers need the observer's window to be the
-    // point's.
-    let warmup_s = if many_napi && ctx.opts.observe {
-        m.warmup_s.max(ctx.observer_lead_s)
-    } else {
-        m.warmup_s
-    };
-    let warmup = Duration::from_secs_f64(warmup_s);
+    let warmup = Duration::from_secs_f64(m.warmup_s);
     let duration = Duration::from_secs_f64(spec.duration_s);
     let specs = generator_specs(s, cfg, lab, spec.load_pps, point, warmup, duration);
     let used_cpus: Vec<u32> = specs.iter().flat_map(|g| g.cpus.clone()).collect();
@@ -143,21 +133,18 @@ pub(crate) fn measure_point(
         .iter()
         .map(|g| g.classes.iter().map(|c| c.id).collect())
         .collect();
+    // The observer first, ready (its programs loaded) before the traffic starts; its
+    // window opens when the warm-up ends, however long loading took.
+    let mut observer = start_observer(ctx, lab, duration, &stop);
     let (gens, before, lr_start) = start_generators(engine, lab, specs, point, &stop)?;
-    // The observer covers the measurement window (warm-up excluded): started now, it
-    // loads its programs during the warm-up and takes its first sample when the window
-    // opens (`--start-at`).
-    let opens_in = warmup + Duration::from_millis(5);
-    let t_measure = Instant::now() + opens_in;
-    let window = Window {
-        warmup,
-        duration,
-        opens_unix_ms: now_ms() + opens_in.as_millis() as u64,
-    };
-    let observer = start_observer(ctx, lab, &window, &stop);
+    let t_measure = Instant::now() + warmup + Duration::from_millis(5);
     while Instant::now() < t_measure && !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(10).min(t_measure - Instant::now()));
     }
+    let window = Window {
+        duration,
+        opens_unix_ms: observer.as_mut().map_or_else(now_ms, Observer::open),
+    };
     // The NAPI kthreads' counters at the window's opening and (below) its close.
     let kthreads_before = if many_napi {
         crate::many_napi::sample_kthreads(&lab.dut_in)
@@ -208,7 +195,6 @@ pub(crate) fn measure_point(
             &delivered.classes,
             (&kthreads_before, &kthreads_after),
             observation.as_ref(),
-            &window,
         )
     });
     Ok(Some(PointResult {
@@ -349,29 +335,24 @@ fn start_generators(
     }
 }
 
-/// The DUT's observer for the window, or None (with a notice) when it cannot start.
+/// The DUT's observer for a window of `duration`, ready to open, or None (with a
+/// notice) when it cannot start.
 fn start_observer(
     ctx: &mut Ctx<'_>,
     lab: &Lab,
-    window: &Window,
+    duration: Duration,
     stop: &AtomicBool,
 ) -> Option<Observer> {
     if !ctx.opts.observe || stop.load(Ordering::Relaxed) {
         return None;
     }
-    let trace = ctx.scenario.measurement.trace;
-    match Observer::start(
-        &lab.dut_ns,
-        window.duration,
-        trace,
-        Some(window.opens_unix_ms),
-    ) {
+    match Observer::start(&lab.dut_ns, duration, ctx.scenario.measurement.trace) {
         Ok(o) => Some(o),
         Err(e) => {
             notice(
                 &mut ctx.notices,
                 "DUT observation",
-                format!("could not start the observer in the DUT namespace ({e}): points carry no Observation"),
+                format!("could not start the observer in the DUT namespace ({e}): a point carries no Observation"),
             );
             None
         }
@@ -430,8 +411,7 @@ fn collect_sink(engine: &Engine, lr_start: Option<LineRateStart>) -> Result<Coll
     })
 }
 
-/// The observer's Observation of the window; learns how long the observer takes to
-/// start (many-napi) and says when its window opened late.
+/// The observer's Observation of the window; says when its first sample came late.
 fn finish_observer(
     ctx: &mut Ctx<'_>,
     observer: Option<Observer>,
@@ -441,22 +421,20 @@ fn finish_observer(
     let o = observer?;
     match o.finish(window.duration + Duration::from_secs(10), stop) {
         Ok(obs) => {
-            let off = window.late_ms(&obs);
-            if off > 0 && many_napi_topology(ctx.scenario) {
-                ctx.observer_lead_s =
-                    (window.warmup.as_secs_f64() + off as f64 / 1000.0 + 0.2).min(10.0);
+            // The observer samples as soon as the window opens; later only when its
+            // thread waited for a CPU.
+            if window.covered_by(&obs) {
+                return Some(obs);
             }
-            // Its first sample waits for the window; later than that only when
-            // loading took longer than the warm-up.
-            if !ctx.observer_offset_noted && !window.covered_by(&obs) {
+            if !ctx.observer_offset_noted {
                 ctx.observer_offset_noted = true;
                 notice(
                     &mut ctx.notices,
                     "DUT observation window",
-                    format!("each point's Observation comes from the observer run on a thread in the DUT namespace for the measurement's duration, started at the warm-up's beginning and told to take its first sample when the window opens; a point's window opened {off} ms late (loading the programs took longer than warmup_s): give a longer warm-up"),
+                    format!("each point's Observation comes from the observer run on a thread in the DUT namespace, ready before the point's traffic starts and sampling from the moment its warm-up ends; a point's first sample came {} ms after that (the observer's thread waited for a CPU), more than a tenth of the window: that point carries no Observation, since it did not see the point's traffic", window.late_ms(&obs)),
                 );
             }
-            Some(obs)
+            None
         }
         Err(e) => {
             notice(
@@ -590,17 +568,9 @@ fn many_napi_point(
     lab: &Lab,
     classes: &[ClassResult],
     (kthreads_before, kthreads_after): (&[KthreadSample], &[KthreadSample]),
-    observation: Option<&Observation>,
-    window: &Window,
+    traced: Option<&Observation>,
 ) -> napilab_core::many_napi::ManyNapiPoint {
-    let traced = observation.filter(|o| window.covered_by(o));
-    if observation.is_some() && traced.is_none() {
-        notice(
-            &mut ctx.notices,
-            "many-napi trace window",
-            "at some points the DUT's observer opened more than a tenth of the window late: their polls by context, instances polled and forwarding CPU are left out (give a longer warmup_s)",
-        );
-    }
+    // finish_observer left out an Observation whose window was not the point's.
     let delivered = classes.iter().map(|c| c.received).sum();
     let point = crate::many_napi::point(
         cfg.settings.napi_instances,

@@ -151,22 +151,30 @@ pub(crate) struct Observer {
     ns: String,
     /// Dropped to stop the loop (the loop stops when its channel's sender goes).
     stop: Option<mpsc::Sender<()>>,
+    /// Sent (or dropped) to open the window: the first sample is taken then.
+    open: Option<mpsc::Sender<()>>,
     thread: Option<std::thread::JoinHandle<std::io::Result<Result<Observation, String>>>>,
 }
+
+/// How long [`Observer::start`] waits for the observer to load its programs: seconds on
+/// a busy machine, more only when something is wrong.
+const OBSERVER_READY_WAIT: Duration = Duration::from_secs(30);
+
+/// How long a ready observer waits for its window to open before it opens it itself
+/// (its caller is gone or stuck): longer than any warm-up.
+const OBSERVER_OPEN_WAIT: Duration = Duration::from_secs(120);
 
 /// The shortest interval the observer samples (`napilab observe --interval`'s floor).
 const MIN_OBSERVER_INTERVAL: Duration = Duration::from_millis(100);
 
 impl Observer {
-    /// Starts observing `ns` for `duration` with the trace tier `tier`; with
-    /// `start_at_unix_ms` the first sample waits for that time, so that the observer
-    /// can load its programs while the caller's warm-up runs.
-    pub(crate) fn start(
-        ns: &str,
-        duration: Duration,
-        tier: TraceTier,
-        start_at_unix_ms: Option<u64>,
-    ) -> Result<Observer, String> {
+    /// Starts observing `ns` for `duration` with the trace tier `tier` and returns once
+    /// the observer is ready (its programs loaded, at most [`OBSERVER_READY_WAIT`]); its
+    /// first sample waits for [`Observer::open`], so that the caller starts its traffic
+    /// with the observer ready and opens the window when its warm-up ends, however long
+    /// loading took (seconds on a busy machine: a window opened by the clock instead
+    /// once missed most of a point's traffic).
+    pub(crate) fn start(ns: &str, duration: Duration, tier: TraceTier) -> Result<Observer, String> {
         let secs = duration.as_secs_f64();
         let interval = if secs >= 2.0 { 1.0 } else { secs };
         // Whole milliseconds, as `napilab observe --for .. --interval ..` took them.
@@ -189,19 +197,58 @@ impl Observer {
             trace,
             stages,
             trace_packets,
-            start_at_unix_ms,
             ..LiveOptions::default()
         };
         let (tx, rx) = mpsc::channel::<()>();
+        let (ready_tx, ready_rx) = mpsc::channel::<()>();
+        let (open_tx, open_rx) = mpsc::channel::<()>();
         let thread = netns::spawn_in_view(ns, "napilab-observe", move || {
-            napilab_trace::live::observe(&options, &rx, &mut |_| {}).map_err(|e| format!("{e:#}"))
+            napilab_trace::live::observe(&options, &rx, &mut |event| {
+                if let napilab_trace::live::Event::Ready = event {
+                    let _ = ready_tx.send(());
+                    // A message or the caller gone: the window is open.
+                    let _ = open_rx.recv_timeout(OBSERVER_OPEN_WAIT);
+                }
+            })
+            .map_err(|e| format!("{e:#}"))
         })
         .map_err(|e| format!("starting the observer's thread: {e}"))?;
-        Ok(Observer {
+        let mut observer = Observer {
             ns: ns.to_string(),
             stop: Some(tx),
+            open: Some(open_tx),
             thread: Some(thread),
-        })
+        };
+        match ready_rx.recv_timeout(OBSERVER_READY_WAIT) {
+            Ok(()) => Ok(observer),
+            // The thread ended before it was ready: its error says why.
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(
+                match observer.finish(OBSERVER_STOP_WAIT, &AtomicBool::new(false)) {
+                    Err(e) => e,
+                    Ok(_) => "the observer ended before its first sample".into(),
+                },
+            ),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                observer.stop.take();
+                observer.open.take();
+                if let Some(t) = observer.thread.take() {
+                    wait_for(&t, OBSERVER_STOP_WAIT);
+                }
+                Err(format!(
+                    "the observer was not ready within {} s (loading its programs): the machine is overloaded, or observe without the trace tier",
+                    OBSERVER_READY_WAIT.as_secs()
+                ))
+            }
+        }
+    }
+
+    /// Opens the window: the observer takes its first sample now. The wall-clock time
+    /// (ms since the Unix epoch) the window opened.
+    pub(crate) fn open(&mut self) -> u64 {
+        if let Some(open) = self.open.take() {
+            let _ = open.send(());
+        }
+        now_ms()
     }
 
     /// Waits (bounded by `timeout`, and ended early by `stop`) for the Observation.
@@ -213,6 +260,9 @@ impl Observer {
         let Some(thread) = self.thread.take() else {
             return Err("observer not started".into());
         };
+        // A window never opened opens now rather than holding the thread for
+        // OBSERVER_OPEN_WAIT.
+        self.open.take();
         let deadline = Instant::now() + timeout;
         while !thread.is_finished() {
             if Instant::now() >= deadline || stop.load(Ordering::Relaxed) {
@@ -265,10 +315,6 @@ pub(crate) struct Ctx<'a> {
     pub(crate) observer_offset_noted: bool,
     /// CPUs of the host (the highest CPU number + 1).
     pub(crate) ncpus: u32,
-    /// How long the observer took from its start to being ready for its first sample
-    /// (loading BPF programs), the most seen, seconds: the server topology starts it
-    /// that much ahead, with its start time the measurement window's opening.
-    pub(crate) observer_lead_s: f64,
     /// Above what a search trial is marked disturbed: this machine's noise, measured
     /// at the run's start, plus fixed margins.
     pub(crate) disturbance_limits: crate::disturbance::Limits,

@@ -109,7 +109,6 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
         bar,
         observer_offset_noted: false,
         ncpus,
-        observer_lead_s: 1.0,
         disturbance_limits: crate::disturbance::Limits::default(),
     };
     if scenario.measurement.search

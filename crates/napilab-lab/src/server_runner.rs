@@ -35,9 +35,6 @@ use crate::server_topology::ServerLab;
 /// removes them once the run's namespaces are gone).
 pub(crate) const MODE_JOURNALS_SUFFIX: &str = "-server";
 
-/// The most the observer is started ahead of the measurement window, seconds.
-const MAX_OBSERVER_LEAD_S: f64 = 10.0;
-
 /// Progress-bar length of one configuration: sweep points plus the searches' trials.
 pub fn points_per_configuration(w: &RequestWorkload, m: &Measurement) -> u64 {
     u64::from(w.needs_capacity_probe())
@@ -421,55 +418,47 @@ fn run_window(
         timeout: Duration::from_millis(w.timeout_ms),
         seed: ctx.scenario.traffic.seed ^ rate_salt ^ (u64::from(repeat) << 32),
     };
-    // The observer reads the host and loads its BPF programs before its first sample
-    // (seconds on a busy machine): it is started `lead` ahead of the client, the
-    // longest start-up seen so far, and told to take its first sample when the
-    // measurement window opens, so that its window is the client's.
+    // The observer first, ready (its BPF programs loaded: seconds on a busy machine)
+    // before the client starts; its window opens when the client's warm-up ends, so
+    // that its window is the client's.
     let warmup = Duration::from_secs_f64(m.warmup_s);
-    let lead = Duration::from_secs_f64(ctx.observer_lead_s.clamp(0.0, MAX_OBSERVER_LEAD_S));
     let observed = observe && bench.observe;
-    let started_ms = crate::run_context::now_ms();
-    let window_opens_ms =
-        started_ms + if observed { lead.as_millis() as u64 } else { 0 } + warmup.as_millis() as u64;
-    let (loaded, observation) = std::thread::scope(|scope| {
-        let observer = observed.then(|| {
-            Observer::start(
-                &bench.lab.dut_ns,
-                Duration::from_secs_f64(m.duration_s),
-                m.trace,
-                Some(window_opens_ms),
-            )
-        });
-        if observed {
-            sleep_unless_stopped(lead, &stop);
-        }
+    let observer = observed.then(|| {
+        Observer::start(
+            &bench.lab.dut_ns,
+            Duration::from_secs_f64(m.duration_s),
+            m.trace,
+        )
+    });
+    let (loaded, observation, window_opens_ms) = std::thread::scope(|scope| {
+        let mut observer = observer;
         let client = scope.spawn(|| loadgen::run(&load, &stop));
+        sleep_unless_stopped(warmup, &stop);
+        let window_opens_ms = match observer.as_mut() {
+            Some(Ok(o)) => o.open(),
+            _ => crate::run_context::now_ms(),
+        };
         let loaded = client
             .join()
             .unwrap_or_else(|_| Err("the load generator panicked".into()));
         let observation =
             observer.map(|o| o.and_then(|o| o.finish(Duration::from_secs(20), &stop)));
-        (loaded, observation)
+        (loaded, observation, window_opens_ms)
     });
-    if let Some(Ok(o)) = &observation {
-        // The observer waits for the window; a first sample after it means its
-        // start-up took longer than `lead` + warm-up: start it earlier next time.
-        let late_s = (o.origin.started_unix_ms as f64 - window_opens_ms as f64) / 1000.0;
-        if late_s > 0.0 {
-            ctx.observer_lead_s =
-                (lead.as_secs_f64() + late_s + 0.2).clamp(0.0, MAX_OBSERVER_LEAD_S);
+    // Its first sample comes as the window opens, later only when its thread waited
+    // for a CPU; more than a tenth of the window late, it did not see the point.
+    let observation = match observation {
+        Some(Ok(o))
+            if (o.origin.started_unix_ms as f64 - window_opens_ms as f64) / 1000.0
+                > 0.1 * m.duration_s =>
+        {
+            Some(Err(format!(
+                "its first sample came {} ms after the measurement window opened (the observer's thread waited for a CPU), so it did not see the point and is left out",
+                o.origin.started_unix_ms.saturating_sub(window_opens_ms)
+            )))
         }
-        if late_s > 0.1 * m.duration_s {
-            notice(
-                &mut ctx.notices,
-                "DUT observation window (server)",
-                format!(
-                    "a point's Observation window opened {:.0} ms after the measurement window (the observer loads its programs before its first sample); later points start it earlier",
-                    late_s * 1000.0
-                ),
-            );
-        }
-    }
+        other => other,
+    };
     let stats = stop_server(server, &bench.lab.dut_ns);
     if stop.load(Ordering::Relaxed) {
         return Ok(None);

@@ -334,33 +334,25 @@ fn measure_point(
         key_seed: KEY_SEED,
         corrupt_every: 0,
     };
-    // The observer loads its programs during the warm-up and takes its first sample
-    // when the measured window opens: the warm-up lasts at least as long as its
-    // start-up took before (`observer_lead_s`, learnt from late first samples).
-    let observed = ctx.opts.observe;
-    let warmup_s = if observed {
-        m.warmup_s.max(ctx.observer_lead_s)
-    } else {
-        m.warmup_s
-    };
+    // The observer first, ready (its programs loaded) before the warm-up's packets; its
+    // window opens when the warm-up has drained, however long loading took.
+    let mut observer = start_observer(ctx, lab);
     // The warm-up's packets drain before the window's counters are read (below), so
     // the window opens a drain after the warm-up ends.
-    let drain_before_window_ms = if warmup_s > 0.0 { m.drain_ms } else { 0 };
-    let window_opens_ms = now_ms() + (warmup_s * 1000.0) as u64 + drain_before_window_ms;
-    let observer = start_observer(ctx, lab, window_opens_ms);
-    if warmup_s > 0.0 {
-        peers::run(&peers_cfg(warmup_s), &stop).map_err(anyhow::Error::msg)?;
+    if m.warmup_s > 0.0 {
+        peers::run(&peers_cfg(m.warmup_s), &stop).map_err(anyhow::Error::msg)?;
         // Without this the warm-up's packets still in the workers' queues and the TUN
         // were delivered inside the window and counted as the window's (delivered
         // above offered by ~3% in threaded mode, where the kthreads deliver in bursts).
-        std::thread::sleep(Duration::from_millis(drain_before_window_ms));
+        std::thread::sleep(Duration::from_millis(m.drain_ms));
     }
+    let window_opens_ms = observer.as_mut().map_or_else(now_ms, Observer::open);
     let before = ep.stats();
     let sent = peers::run(&peers_cfg(m.duration_s), &stop).map_err(anyhow::Error::msg)?;
     // Packets in flight through the workers and TUN.
     std::thread::sleep(Duration::from_millis(m.drain_ms));
     let after = ep.stats();
-    let observation = finish_observer(ctx, observer, window_opens_ms, warmup_s);
+    let observation = finish_observer(ctx, observer, window_opens_ms);
     if stop.load(Ordering::Relaxed) {
         return Ok(None);
     }
@@ -377,21 +369,14 @@ fn measure_point(
     )))
 }
 
-/// The DUT's observer for the measured window opening at `window_opens_ms`, when the
-/// run observes; where it cannot start, a notice says the point has no Observation.
-fn start_observer(ctx: &mut Ctx<'_>, lab: &VpnLab, window_opens_ms: u64) -> Option<Observer> {
+/// The DUT's observer, ready to open its window, when the run observes; where it
+/// cannot start, a notice says the point has no Observation.
+fn start_observer(ctx: &mut Ctx<'_>, lab: &VpnLab) -> Option<Observer> {
     let m = &ctx.scenario.measurement;
     let observer = ctx
         .opts
         .observe
-        .then(|| {
-            Observer::start(
-                &lab.dut_ns,
-                Duration::from_secs_f64(m.duration_s),
-                m.trace,
-                Some(window_opens_ms),
-            )
-        })
+        .then(|| Observer::start(&lab.dut_ns, Duration::from_secs_f64(m.duration_s), m.trace))
         .transpose();
     match observer {
         Ok(o) => o,
@@ -406,33 +391,31 @@ fn start_observer(ctx: &mut Ctx<'_>, lab: &VpnLab, window_opens_ms: u64) -> Opti
     }
 }
 
-/// The point's Observation; a late first sample lengthens later warm-ups (and says
-/// so when the lateness matters), a failed observer leaves a notice.
+/// The point's Observation; one whose first sample came more than a tenth of the
+/// window late (its thread waited for a CPU) did not see the point and is left out,
+/// with a notice, as is a failed observer's.
 fn finish_observer(
     ctx: &mut Ctx<'_>,
     observer: Option<Observer>,
     window_opens_ms: u64,
-    warmup_s: f64,
 ) -> Option<napilab_core::Observation> {
     let m = &ctx.scenario.measurement;
     let stop = ctx.opts.stop.clone();
     match observer.map(|o| o.finish(Duration::from_secs(20), &stop)) {
         Some(Ok(o)) => {
             let late_s = (o.origin.started_unix_ms as f64 - window_opens_ms as f64) / 1000.0;
-            if late_s > 0.0 {
-                ctx.observer_lead_s = (warmup_s + late_s + 0.2).min(10.0);
+            if late_s <= 0.1 * m.duration_s {
+                return Some(o);
             }
-            if late_s > 0.1 * m.duration_s {
-                notice(
-                    &mut ctx.notices,
-                    "DUT observation window (vpn)",
-                    format!(
-                        "a point's Observation window opened {:.0} ms after the measured window (the observer loads its programs first); later points warm up longer",
-                        late_s * 1000.0
-                    ),
-                );
-            }
-            Some(o)
+            notice(
+                &mut ctx.notices,
+                "DUT observation window (vpn)",
+                format!(
+                    "a point's Observation began {:.0} ms after the measured window opened (the observer's thread waited for a CPU): it did not see the point's traffic and is left out",
+                    late_s * 1000.0
+                ),
+            );
+            None
         }
         Some(Err(e)) => {
             notice(

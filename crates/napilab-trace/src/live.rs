@@ -49,6 +49,11 @@ pub struct LiveOptions {
 /// What the loop tells its caller while it runs.
 #[derive(Debug)]
 pub enum Event {
+    /// The programs are loaded and the host is described: the first sample comes next
+    /// (at `start_at_unix_ms` when given). A caller that opens its own window (the lab:
+    /// traffic that starts after the observer is ready) may block in this event until
+    /// the window opens; the first sample is taken when it returns.
+    Ready,
     /// The sampling loop starts: `steps` intervals of `interval` follow.
     Begin { steps: u64, interval: Duration },
     /// One interval closed.
@@ -103,6 +108,7 @@ pub fn observe(
         options.trace_raise_always,
         &header,
     );
+    events(Event::Ready);
     wait_for_start(options.start_at_unix_ms, stop)?;
     // The observation starts with its first sample, now: loading the BPF programs can
     // take seconds, and a caller lining its own window up with ours (the lab) needs

@@ -73,7 +73,7 @@ fn observe_live(options: &Options) -> Result<Observation> {
         // A hidden bar (stderr not a terminal) still updates its rate estimate on
         // every inc: skip it.
         Event::Step if !progress.is_hidden() => progress.inc(1),
-        Event::Step | Event::Interval(_) => {}
+        Event::Ready | Event::Step | Event::Interval(_) => {}
         Event::End => progress.finish_and_clear(),
         Event::Message(line) => eprintln!("napilab: {line}"),
     });

@@ -350,7 +350,7 @@ fn observe_live(
                     let _ = tx.send(Update::Message(m));
                 }
             }
-            Event::Begin { .. } | Event::Step | Event::End => {}
+            Event::Ready | Event::Begin { .. } | Event::Step | Event::End => {}
         });
         match observed {
             Err(e) if e.is::<live::Interrupted>() => return,
