@@ -23,6 +23,15 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// The command failed and its error line says `needle`.
+fn assert_fails_saying(out: &Output, needle: &str) {
+    let err = text(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains(needle),
+        "expected a failure saying {needle:?}: {err}"
+    );
+}
+
 /// A lab record holding the fixture as sweep point 0 of configuration one-cpu/softirq.
 fn lab_record(dir: &Path) -> PathBuf {
     let obs: Value =
@@ -99,12 +108,10 @@ fn picks_a_lab_point_and_names_what_to_give() {
         napilab(&a)
     };
 
-    let out = args(&[]);
-    assert!(!out.status.success());
-    let err = text(&out.stderr);
-    assert!(
-        err.contains("--point") && err.contains("two-cpu/threaded"),
-        "{err}"
+    // Without --point: what to give, and which configurations there are.
+    assert_fails_saying(
+        &args(&[]),
+        "--point CONFIGURATION[:N] (configurations: one-cpu/softirq, two-cpu/threaded)",
     );
 
     let out = args(&["--point", "one-cpu/softirq", "--json"]);
@@ -115,26 +122,14 @@ fn picks_a_lab_point_and_names_what_to_give() {
         "the sweep's first point, not the search's"
     );
 
-    let out = args(&["--point", "one-cpu/softirq:3"]);
-    let err = text(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("has 1 sweep points"),
-        "{err}"
+    assert_fails_saying(
+        &args(&["--point", "one-cpu/softirq:3"]),
+        "has 1 sweep points",
     );
 
-    let out = args(&["--point", "two-cpu/threaded"]);
-    let err = text(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("no Observation"),
-        "{err}"
-    );
+    assert_fails_saying(&args(&["--point", "two-cpu/threaded"]), "no Observation");
 
-    let out = args(&["--point", "four-cpu"]);
-    let err = text(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("no configuration"),
-        "{err}"
-    );
+    assert_fails_saying(&args(&["--point", "four-cpu"]), "no configuration");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -150,27 +145,12 @@ fn a_refusal_says_why_and_fails() {
     let why = v["refusal"].as_str().unwrap_or_default();
     assert!(why.contains("eth9") && v["prediction"].is_null(), "{v}");
 
-    let out = napilab(&[
-        "tune", "predict", "threaded", "--dev", "n6b01-in", "--from", f, "--point", "x",
-    ]);
-    let err = text(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("not a lab record"),
-        "{err}"
-    );
-
-    let out = napilab(&[
-        "tune",
-        "predict",
-        "threaded",
-        "--dev",
-        "vb",
-        "--from",
-        "/nonexistent/obs.json",
-    ]);
-    let err = text(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("/nonexistent/obs.json"),
-        "{err}"
-    );
+    let predict = |extra: &[&str]| {
+        let mut a = vec!["tune", "predict", "threaded", "--dev", "n6b01-in"];
+        a.extend_from_slice(extra);
+        napilab(&a)
+    };
+    assert_fails_saying(&predict(&["--from", f, "--point", "x"]), "not a lab record");
+    let missing = "/nonexistent/obs.json";
+    assert_fails_saying(&predict(&["--from", missing]), missing);
 }
