@@ -23,6 +23,13 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// `napilab tune predict threaded --dev DEV` with `extra` arguments.
+fn predict_threaded(dev: &str, extra: &[&str]) -> Output {
+    let mut a = vec!["tune", "predict", "threaded", "--dev", dev];
+    a.extend_from_slice(extra);
+    napilab(&a)
+}
+
 /// The command failed and its error line says `needle`.
 fn assert_fails_saying(out: &Output, needle: &str) {
     let err = text(&out.stderr);
@@ -51,40 +58,18 @@ fn lab_record(dir: &Path) -> PathBuf {
 #[test]
 fn predicts_from_a_recorded_observation() {
     let file = fixture();
-    let out = napilab(&[
-        "tune",
-        "predict",
-        "threaded",
-        "--dev",
-        "n6b01-in",
-        "--cpus",
-        "1",
-        "--json",
-        "--from",
-        file.to_str().expect("utf-8"),
-    ]);
+    let f = file.to_str().expect("utf-8");
+    let out = predict_threaded("n6b01-in", &["--cpus", "1", "--json", "--from", f]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(v["schema"], "napilab.tune-predict/1");
     assert!(v["source"]["point"].is_null());
     let p = &v["prediction"];
     assert_eq!(p["predicted"]["settings"][0]["context"], "threaded");
-    assert!(
-        p["predicted"]["headroom_pps"]["mean"]
-            .as_f64()
-            .unwrap_or(0.0)
-            > 0.0
-    );
+    let headroom = p["predicted"]["headroom_pps"]["mean"].as_f64();
+    assert!(headroom.unwrap_or(0.0) > 0.0, "{p}");
 
-    let out = napilab(&[
-        "tune",
-        "predict",
-        "threaded",
-        "--dev",
-        "n6b01-in",
-        "--from",
-        file.to_str().expect("utf-8"),
-    ]);
+    let out = predict_threaded("n6b01-in", &["--from", f]);
     let said = text(&out.stdout);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(
@@ -137,20 +122,14 @@ fn picks_a_lab_point_and_names_what_to_give() {
 fn a_refusal_says_why_and_fails() {
     let file = fixture();
     let f = file.to_str().expect("utf-8");
-    let out = napilab(&[
-        "tune", "predict", "threaded", "--dev", "eth9", "--json", "--from", f,
-    ]);
+    let out = predict_threaded("eth9", &["--json", "--from", f]);
     assert!(!out.status.success());
     let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     let why = v["refusal"].as_str().unwrap_or_default();
     assert!(why.contains("eth9") && v["prediction"].is_null(), "{v}");
 
-    let predict = |extra: &[&str]| {
-        let mut a = vec!["tune", "predict", "threaded", "--dev", "n6b01-in"];
-        a.extend_from_slice(extra);
-        napilab(&a)
-    };
-    assert_fails_saying(&predict(&["--from", f, "--point", "x"]), "not a lab record");
+    let not_a_run = predict_threaded("n6b01-in", &["--from", f, "--point", "x"]);
+    assert_fails_saying(&not_a_run, "not a lab record");
     let missing = "/nonexistent/obs.json";
-    assert_fails_saying(&predict(&["--from", missing]), missing);
+    assert_fails_saying(&predict_threaded("n6b01-in", &["--from", missing]), missing);
 }
