@@ -135,9 +135,7 @@ pub fn run(args: TuneArgs) -> Result<()> {
     let result = run_verb(args);
     // With --predict the plan's refusal is already part of the printed JSON.
     if let (true, Err(e)) = (json, &result) {
-        if e.is::<crate::tune_predict::PlanRefused>()
-            || e.is::<crate::tune_predict::PredictionRefused>()
-        {
+        if e.is::<crate::tune_predict::Refused>() {
             return result;
         }
         let out =

@@ -25,18 +25,18 @@ struct PlanPrediction<'a> {
     refusal: Option<String>,
 }
 
-/// The plan refused the profile; already printed with the prediction, so the caller
-/// must not print it again.
+/// A refusal already printed in the command's JSON (the plan's, with the prediction;
+/// the twin's, of `tune predict`): the caller exits non-zero without printing it again.
 #[derive(Debug)]
-pub struct PlanRefused(pub String);
+pub struct Refused(pub String);
 
-impl std::fmt::Display for PlanRefused {
+impl std::fmt::Display for Refused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
     }
 }
 
-impl std::error::Error for PlanRefused {}
+impl std::error::Error for Refused {}
 
 /// The sampling interval for an observation of `duration`: one second, or half the
 /// duration when that is shorter, so there are always two intervals to average.
@@ -145,7 +145,7 @@ pub fn plan_and_predict(
         print!("{out}");
     }
     match plan_error {
-        Some(e) => Err(PlanRefused(e).into()),
+        Some(e) => Err(Refused(e).into()),
         None => Ok(()),
     }
 }
@@ -394,19 +394,6 @@ struct RecordedPrediction<'a> {
 
 pub const RECORDED_PREDICT_SCHEMA: &str = "napilab.tune-predict/1";
 
-/// The twin refused to predict from a recording: already printed, so the caller exits
-/// non-zero without printing it again.
-#[derive(Debug)]
-pub struct PredictionRefused(pub String);
-
-impl std::fmt::Display for PredictionRefused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for PredictionRefused {}
-
 /// The Observation in `path`: the JSON `napilab observe --json` prints, or a lab run's
 /// record (run.json) with `point` naming a configuration and, after a colon, which of
 /// its sweep points (0 when left out). Every error names the file and what to give.
@@ -532,6 +519,6 @@ pub fn predict_recorded(
     }
     match prediction {
         Ok(_) => Ok(()),
-        Err(reason) => Err(PredictionRefused(reason).into()),
+        Err(reason) => Err(Refused(reason).into()),
     }
 }
