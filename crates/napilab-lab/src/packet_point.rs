@@ -346,7 +346,7 @@ fn start_observer(
     if !ctx.opts.observe || stop.load(Ordering::Relaxed) {
         return None;
     }
-    match Observer::start(&lab.dut_ns, duration, ctx.scenario.measurement.trace) {
+    match Observer::start(&lab.dut_ns, duration, ctx.scenario.measurement.trace, stop) {
         Ok(o) => Some(o),
         Err(e) => {
             notice(

@@ -174,7 +174,13 @@ impl Observer {
     /// with the observer ready and opens the window when its warm-up ends, however long
     /// loading took (seconds on a busy machine: a window opened by the clock instead
     /// once missed most of a point's traffic).
-    pub(crate) fn start(ns: &str, duration: Duration, tier: TraceTier) -> Result<Observer, String> {
+    /// A stop (Ctrl-C) ends the wait at once.
+    pub(crate) fn start(
+        ns: &str,
+        duration: Duration,
+        tier: TraceTier,
+        stop: &AtomicBool,
+    ) -> Result<Observer, String> {
         let secs = duration.as_secs_f64();
         let interval = if secs >= 2.0 { 1.0 } else { secs };
         // Whole milliseconds, as `napilab observe --for .. --interval ..` took them.
@@ -219,7 +225,15 @@ impl Observer {
             open: Some(open_tx),
             thread: Some(thread),
         };
-        match ready_rx.recv_timeout(OBSERVER_READY_WAIT) {
+        let deadline = Instant::now() + OBSERVER_READY_WAIT;
+        let mut ready = ready_rx.recv_timeout(Duration::from_millis(50));
+        while matches!(ready, Err(mpsc::RecvTimeoutError::Timeout))
+            && Instant::now() < deadline
+            && !stop.load(Ordering::Relaxed)
+        {
+            ready = ready_rx.recv_timeout(Duration::from_millis(50));
+        }
+        match ready {
             Ok(()) => Ok(observer),
             // The thread ended before it was ready: its error says why.
             Err(mpsc::RecvTimeoutError::Disconnected) => Err(
@@ -234,10 +248,14 @@ impl Observer {
                 if let Some(t) = observer.thread.take() {
                     wait_for(&t, OBSERVER_STOP_WAIT);
                 }
-                Err(format!(
-                    "the observer was not ready within {} s (loading its programs): the machine is overloaded, or observe without the trace tier",
-                    OBSERVER_READY_WAIT.as_secs()
-                ))
+                Err(if stop.load(Ordering::Relaxed) {
+                    "stopped before the observer was ready".to_string()
+                } else {
+                    format!(
+                        "the observer was not ready within {} s (loading its programs): the machine is overloaded, or observe without the trace tier",
+                        OBSERVER_READY_WAIT.as_secs()
+                    )
+                })
             }
         }
     }

@@ -428,6 +428,7 @@ fn run_window(
             &bench.lab.dut_ns,
             Duration::from_secs_f64(m.duration_s),
             m.trace,
+            &stop,
         )
     });
     let (loaded, observation, window_opens_ms) = std::thread::scope(|scope| {

@@ -373,10 +373,18 @@ fn measure_point(
 /// cannot start, a notice says the point has no Observation.
 fn start_observer(ctx: &mut Ctx<'_>, lab: &VpnLab) -> Option<Observer> {
     let m = &ctx.scenario.measurement;
+    let stop = ctx.opts.stop.clone();
     let observer = ctx
         .opts
         .observe
-        .then(|| Observer::start(&lab.dut_ns, Duration::from_secs_f64(m.duration_s), m.trace))
+        .then(|| {
+            Observer::start(
+                &lab.dut_ns,
+                Duration::from_secs_f64(m.duration_s),
+                m.trace,
+                &stop,
+            )
+        })
         .transpose();
     match observer {
         Ok(o) => o,
