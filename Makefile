@@ -131,7 +131,7 @@ bench-sim: deps
 
 # Predict before you tune (docs/tune.md, "Predict before you tune"): each profile the live
 # host's twin predicts, on a veth pair under a UDP flood, predicted, applied, verified
-# and reverted, 3 repeats of 3 s observations; then (LAB=1, about 4 minutes) the
+# and reverted, 3 repeats of 3 s observations; then (LAB=1, about 6 minutes) the
 # threaded profile's headroom predicted from a lab run's softirq point against the
 # threaded configuration's measured maximum; ends with `predict: N profiles, max
 # |error| X%` and the verdict (root).
@@ -139,7 +139,7 @@ LAB ?= 1
 bench-predict: deps
 	@bash bench/host-line.sh
 	$(CARGO) build --release -p napilab --bin napilab
-	$(CARGO) run --release -p napilab --example predict_bench -- target/release/napilab 3 3s $(LAB)
+	RESULTS=$(RESULTS) $(CARGO) run --release -p napilab --example predict_bench -- target/release/napilab 3 3s $(LAB)
 
 # Cost of the always-on tracing tier and of 1 kHz stage sampling on a veth router,
 # alternating A/B rounds in one run (root); rounds are added until the control arm's 95%

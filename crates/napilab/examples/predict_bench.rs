@@ -11,11 +11,13 @@
 //! the pair to loss); each verify prints every figure it checks.
 //!
 //! Then the lab (`LAB=1`, the default): `napilab lab run scenarios/bench-predict-lab.toml`
-//! (about 4 minutes) records a traced point of the one-CPU softirq router and searches
+//! (about 6 minutes) records a traced point of the one-CPU softirq router and searches
 //! the maximum of the threaded router whose kthread has CPU 1 to itself; `napilab tune
 //! predict threaded --cpus 1 --from run.json --point one-cpu/softirq` predicts that
 //! configuration's headroom from the softirq point, and the bench prints it against the
-//! measured maximum with its interval. The lab's namespaces go with its run.
+//! measured maximum with its interval, and beside it what the DUT forwarded saturated in
+//! the configuration's capacity probe (its CPU limit). The lab's namespaces go with its
+//! run; its record stays in `$RESULTS` (default `results/`).
 //!
 //!     cargo run --release -p napilab --example predict_bench -- NAPILAB [REPEATS=3] [OBSERVE=3s] [LAB=1]
 
@@ -72,16 +74,14 @@ const LAB_PREDICTED: &str = "two-cpu/threaded";
 /// threaded configuration's measured maximum: the relative error, or why there is none.
 fn lab_headroom(napilab: &str) -> Result<f64, String> {
     let out_dir =
-        std::env::temp_dir().join(format!("napilab-predict-bench-lab-{}", std::process::id()));
+        std::path::PathBuf::from(std::env::var("RESULTS").unwrap_or_else(|_| "results".into()));
     let run = std::process::Command::new(napilab)
         .args(["lab", "run", "--json", "--out"])
         .arg(&out_dir)
         .arg(LAB_SCENARIO)
         .output()
         .map_err(|e| format!("running {napilab} lab run: {e}"))?;
-    let result = judge_lab_run(napilab, &out_dir, &run);
-    let _ = std::fs::remove_dir_all(&out_dir);
-    result
+    judge_lab_run(napilab, &out_dir, &run)
 }
 
 fn judge_lab_run(
@@ -100,6 +100,10 @@ fn judge_lab_run(
     let run_json = out_dir
         .join(record["run_id"].as_str().unwrap_or_default())
         .join("run.json");
+    println!(
+        "lab: run {} (`napilab report` renders it)",
+        run_json.display()
+    );
     let config = |name: &str| {
         record["configurations"]
             .as_array()
@@ -140,6 +144,17 @@ fn judge_lab_run(
         .as_f64()
         .ok_or("the prediction has no headroom")?;
     let max = &config(LAB_PREDICTED)?["max_throughput"];
+    // The DUT's rate at saturation in the configuration's capacity probe: its CPU limit,
+    // which the twin's headroom is when the loss below it is not the host's doing.
+    let probe = &max["range"]["probe"];
+    if let Some(fwd) = probe["forwarded_pps"].as_f64().filter(|f| *f > 0.0) {
+        println!(
+            "lab: {LAB_PREDICTED} forwarded {fwd:.0} packets/s saturated in its capacity probe ({}{}): the twin's headroom is {:+.0}% of it",
+            probe["method"].as_str().unwrap_or("?"),
+            if probe["generator_limited"] == true { "; generator-limited" } else { "" },
+            (h / fwd - 1.0) * 100.0
+        );
+    }
     let goal = &max["goals"][0];
     let measured = goal["mean"].as_f64().filter(|m| *m > 0.0).ok_or_else(|| {
         format!(
