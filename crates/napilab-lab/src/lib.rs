@@ -23,6 +23,7 @@ pub(crate) mod checksum;
 pub mod clean;
 pub mod counters;
 pub mod disturbance;
+mod gso;
 pub mod linerate;
 pub mod many_napi;
 pub mod netns;
