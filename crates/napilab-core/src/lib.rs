@@ -19,6 +19,7 @@ pub mod requests;
 pub mod scenario;
 pub mod stats;
 pub mod time;
+pub mod timer_cost;
 pub mod topology;
 pub mod trace;
 pub mod twin_vs_lab;
@@ -44,6 +45,7 @@ pub use observation::{
     Interval, IrqInterval, Notice, Observation, Origin, OriginKind, QdiscInterval, QueueInterval,
     QueueKind, SchedDelta, Settings, ThreadInterval, ThreadRole, TraceCost, OBSERVATION_SCHEMA,
 };
+pub use timer_cost::TimerCost;
 pub use topology::{
     Device, EthtoolInfo, IrqInfo, IrqMatch, Napi, ObservedPolling, Poller, QdiscInfo, RxQueue,
     ThreadInfo, TopologyMap, TxQueue,

@@ -93,6 +93,10 @@ pub struct HostFacts {
     /// --predict` measures it after observing; docs/tune.md); empty elsewhere.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub wake_up: Vec<crate::wake_up_latency::WakeUpLatency>,
+    /// What a re-armed kernel timer costs each probed CPU (`napilab tune plan
+    /// --predict` measures it for profiles that defer; docs/tune.md); empty elsewhere.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timer: Vec<crate::timer_cost::TimerCost>,
 }
 
 impl HostFacts {
@@ -111,6 +115,7 @@ impl HostFacts {
             identity: None,
             speed: Vec::new(),
             wake_up: Vec::new(),
+            timer: Vec::new(),
         }
     }
 }

@@ -18,4 +18,5 @@ pub mod record;
 pub mod sample;
 pub mod sysctl;
 pub mod sysfs;
+pub mod timer_interrupt_cost;
 pub mod wake_up_latency;

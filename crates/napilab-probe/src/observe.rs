@@ -90,6 +90,7 @@ pub fn describe_host(root: &Path, use_netlink: bool) -> RecordingHeader {
             identity: Some(identity),
             speed: Vec::new(),
             wake_up: Vec::new(),
+            timer: Vec::new(),
         },
         online_cpus,
         settings,

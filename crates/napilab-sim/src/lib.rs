@@ -10,6 +10,7 @@ pub mod calibrate;
 pub mod calibrate_server;
 pub mod config;
 pub mod cpu;
+pub mod deferral_timer;
 pub mod event;
 pub mod from_scenario;
 pub mod from_server_scenario;

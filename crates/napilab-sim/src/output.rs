@@ -360,6 +360,7 @@ pub(crate) fn build(sim: &Sim) -> SimResult {
             identity: None,
             speed: Vec::new(),
             wake_up: Vec::new(),
+            timer: Vec::new(),
             ..Default::default()
         },
         settings: Settings {

@@ -290,6 +290,9 @@ pub fn predict(
         ));
     }
 
+    let timer = crate::deferral_timer::assess(&target, &obs.host.timer)
+        .map_err(|reason| Refusal { reason })?;
+
     let measured = measure(obs, &dev)?;
     if measured.packets_per_s < MIN_PPS || measured.polls < MIN_POLLS {
         return refuse(format!(
@@ -345,6 +348,7 @@ pub fn predict(
         placed: params.has("cpus"),
         sender: &sender,
         burst: twin.burst,
+        timer: timer.as_deref(),
     });
     Ok(Prediction {
         schema: PREDICTION_SCHEMA.into(),
@@ -398,6 +402,8 @@ struct Assumed<'a> {
     sender: &'a SenderRate,
     /// Packets per batch of the twin's arrivals ([`sender_burst`]).
     burst: u32,
+    /// What the prediction assumed of the deferral timer (crate::deferral_timer).
+    timer: Option<&'a str>,
 }
 
 /// What a prediction assumed and where the twin is out of its depth, in words.
@@ -420,6 +426,9 @@ fn assumptions(a: &Assumed<'_>) -> Vec<String> {
         None => {}
     }
     assumed.push(format!("headroom: the highest offered load at which the twin loses at most {:.1}% of the packets, by bisection from the observed load up to what the instances could poll at the fitted per-packet stage cost alone, {HEADROOM_PROBES} twin runs at most per seed over {HEADROOM_SEEDS} seeds, to {:.0}%; it is the packet path's limit: the twin has no sender, whose own system calls share a CPU with veth's softirq polling on a real host", HEADROOM_LOSS * 100.0, HEADROOM_RESOLUTION * 100.0));
+    if let Some(t) = a.timer {
+        assumed.push(t.to_string());
+    }
     for s in a.target {
         if threaded(s)
             && !a.placed

@@ -457,6 +457,7 @@ fn run_twin(args: &RunArgs) -> Result<()> {
             identity: None,
             speed: Vec::new(),
             wake_up: Vec::new(),
+            timer: Vec::new(),
         });
     if host.cpus.is_empty() {
         // The twin's Observation names CPUs per interval only; the run lists them all.
@@ -712,6 +713,7 @@ fn run_scenario(args: &RunArgs, text: &str) -> Result<()> {
             identity: None,
             speed: Vec::new(),
             wake_up: Vec::new(),
+            timer: Vec::new(),
         });
     if host.cpus.is_empty() {
         host.cpus = (0..cpus).collect();

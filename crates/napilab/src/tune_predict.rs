@@ -91,6 +91,61 @@ fn probe_wake_ups(cpus: &[u32]) -> Vec<napilab_core::WakeUpLatency> {
         .collect()
 }
 
+/// The deferral timeout the profile sets (`napi.gro-flush-timeout` above 0), if any.
+fn deferral_timeout(profile: &profile::Profile) -> Option<Duration> {
+    profile
+        .items
+        .iter()
+        .filter(|i| i.setting == "napi.gro-flush-timeout")
+        .filter_map(|i| i.value.as_integer())
+        .find(|&ns| ns > 0)
+        .map(|ns| Duration::from_nanos(ns as u64))
+}
+
+/// At most this many CPUs are given the timer probe (about 0.35 s each).
+const TIMER_PROBE_CPUS: usize = 8;
+
+/// What a timer re-armed every `timeout` costs each CPU that polled a NAPI instance in
+/// the observation (napilab-probe `timer_interrupt_cost`): the deferral timer fires on
+/// the polling CPU. A CPU that cannot be probed is left out, with a notice.
+fn probe_timers(
+    obs: &napilab_core::Observation,
+    timeout: Duration,
+) -> Vec<napilab_core::TimerCost> {
+    let mut cpus: Vec<u32> = obs
+        .intervals
+        .iter()
+        .flat_map(|i| i.trace.iter().flat_map(|t| &t.napi))
+        .filter(|n| n.polls > 0)
+        .map(|n| n.cpu)
+        .collect();
+    cpus.sort_unstable();
+    cpus.dedup();
+    if cpus.len() > TIMER_PROBE_CPUS {
+        eprintln!(
+            "napilab: the timer probe measures the first {TIMER_PROBE_CPUS} of the {} polling CPUs",
+            cpus.len()
+        );
+        cpus.truncate(TIMER_PROBE_CPUS);
+    }
+    eprintln!(
+        "napilab: measuring what a {} us timer costs CPU {} (the profile defers; about {:.1} s)",
+        timeout.as_micros(),
+        cpus.iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+        cpus.len() as f64 * 0.35
+    );
+    napilab_probe::timer_interrupt_cost::measure_each(&cpus, timeout)
+        .into_iter()
+        .filter_map(|r| {
+            r.map_err(|e| eprintln!("napilab: timer probe: {e}; that CPU is left out"))
+                .ok()
+        })
+        .collect()
+}
+
 /// Observes this host and predicts profile `name`: the prediction, or the refusal's
 /// reason (the twin's or the observation's).
 pub fn predict_here(
@@ -102,6 +157,9 @@ pub fn predict_here(
     Ok(match observe_traced(duration) {
         Ok(mut obs) => {
             obs.host.wake_up = probe_wake_ups(&obs.host.cpus);
+            if let Some(timeout) = deferral_timeout(&profile) {
+                obs.host.timer = probe_timers(&obs, timeout);
+            }
             predict::predict(&obs, &profile, given).map_err(|r| r.reason)
         }
         Err(e) => Err(format!("observing this host failed: {e:#}")),

@@ -320,6 +320,53 @@ fn prediction_refuses_without_load_and_without_the_kernel() {
     );
 }
 
+/// Deferral arms an hrtimer on the polling CPU after every poll that defers; the
+/// prediction first measures what such a timer costs this host, and either refuses
+/// with the measured cost (a VM where an expiry takes tens of microseconds) or goes on
+/// and says what the timer takes. Which one depends on the host; both name the figure.
+#[test]
+fn deferral_prediction_measures_the_timer_first() {
+    let name = "deferral_prediction_measures_the_timer_first";
+    let _serial = one_at_a_time();
+    let Some(pair) = pair_or_skip(name, "timer") else {
+        return;
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = pair.flood_on(Some(0), stop.clone());
+    std::thread::sleep(Duration::from_millis(300));
+    let (out, ok) = plan_predict(&pair, &["deferral", "--dev", "vb", "--for", "2s"]);
+    stop.store(true, Ordering::Relaxed);
+    let _ = sender.join();
+    assert!(ok, "the plan of deferral on vb failed: {out:#}");
+    match out["refusal"].as_str() {
+        Some(r) if r.contains("trace tier") => println!("SKIPPED {name}: {r}"),
+        Some(r) => {
+            assert!(
+                r.contains("us per expiry")
+                    && r.contains("deferral timer would fire up to")
+                    && r.contains("napilab tune verify"),
+                "a refusal other than the timer's: {r}"
+            );
+            println!("{name}: refused on this host: {r}");
+        }
+        None => {
+            let assumed = out["prediction"]["assumed"]
+                .as_array()
+                .expect("assumptions")
+                .iter()
+                .filter_map(Value::as_str)
+                .find(|a| a.contains("deferral timer"))
+                .unwrap_or_else(|| panic!("no word on the deferral timer: {out:#}"))
+                .to_string();
+            assert!(
+                assumed.contains("us per expiry") && assumed.contains("takes at most"),
+                "the timer's measured cost: {assumed}"
+            );
+            println!("{name}: predicted on this host: {assumed}");
+        }
+    }
+}
+
 /// `napilab tune ARGS` in vb's namespace: stdout (JSON when asked), stderr, success.
 #[test]
 fn apply_keeps_the_prediction_and_verify_measures_it() {
