@@ -14,7 +14,7 @@ use napilab_experiment::configuration::PointSpec;
 
 use crate::counters;
 use crate::linerate::{self, LineRate, LrClass, LrGenResult, LrGenSpec, Pacing};
-use crate::run_context::{notice, now_ms, Ctx, Observer};
+use crate::run_context::{notice, Ctx, Observer};
 use crate::topology::{Lab, SINK_ADDR};
 use crate::traffic::{start_generator, ClassSpec, GenResult, GenSpec, Sink};
 use napilab_core::many_napi::KthreadSample;
@@ -87,27 +87,6 @@ struct Delivered {
     sink: EngineStats,
 }
 
-/// When a point's window opens and how long it lasts.
-#[derive(Clone, Copy)]
-struct Window {
-    duration: Duration,
-    /// Wall-clock time the window opens (the observer's first sample), ms.
-    opens_unix_ms: u64,
-}
-
-impl Window {
-    /// How late an observer's first sample came after the window opened, ms.
-    fn late_ms(&self, o: &Observation) -> u64 {
-        o.origin.started_unix_ms.saturating_sub(self.opens_unix_ms)
-    }
-
-    /// The trace tier's numbers count only when its window is the point's: an observer
-    /// that opened more than a tenth of the window late saw part of the traffic.
-    fn covered_by(&self, o: &Observation) -> bool {
-        self.late_ms(o) as f64 <= 100.0 * self.duration.as_secs_f64()
-    }
-}
-
 /// Measures one point; None when the run was stopped during it.
 pub(crate) fn measure_point(
     ctx: &mut Ctx<'_>,
@@ -141,10 +120,9 @@ pub(crate) fn measure_point(
     while Instant::now() < t_measure && !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(10).min(t_measure - Instant::now()));
     }
-    let window = Window {
-        duration,
-        opens_unix_ms: observer.as_mut().map_or_else(now_ms, Observer::open),
-    };
+    if let Some(o) = observer.as_mut() {
+        o.open();
+    }
     // The NAPI kthreads' counters at the window's opening and (below) its close.
     let kthreads_before = if many_napi {
         crate::many_napi::sample_kthreads(&lab.dut_in)
@@ -172,7 +150,7 @@ pub(crate) fn measure_point(
     std::thread::sleep(Duration::from_millis(m.drain_ms));
     let collected = collect_sink(engine, lr_start)?;
     let after = counters::snapshot(lab);
-    let observation = finish_observer(ctx, observer, &window, &stop);
+    let observation = finish_observer(ctx, observer, duration, &stop);
     if stop.load(Ordering::Relaxed) {
         return Ok(None);
     }
@@ -411,31 +389,16 @@ fn collect_sink(engine: &Engine, lr_start: Option<LineRateStart>) -> Result<Coll
     })
 }
 
-/// The observer's Observation of the window; says when its first sample came late.
+/// The observer's Observation of the window; a notice when there is none.
 fn finish_observer(
     ctx: &mut Ctx<'_>,
     observer: Option<Observer>,
-    window: &Window,
+    duration: Duration,
     stop: &AtomicBool,
 ) -> Option<Observation> {
     let o = observer?;
-    match o.finish(window.duration + Duration::from_secs(10), stop) {
-        Ok(obs) => {
-            // The observer samples as soon as the window opens; later only when its
-            // thread waited for a CPU.
-            if window.covered_by(&obs) {
-                return Some(obs);
-            }
-            if !ctx.observer_offset_noted {
-                ctx.observer_offset_noted = true;
-                notice(
-                    &mut ctx.notices,
-                    "DUT observation window",
-                    format!("each point's Observation comes from the observer run on a thread in the DUT namespace, ready before the point's traffic starts and sampling from the moment its warm-up ends; a point's first sample came {} ms after that (the observer's thread waited for a CPU), more than a tenth of the window: that point carries no Observation, since it did not see the point's traffic", window.late_ms(&obs)),
-                );
-            }
-            None
-        }
+    match o.finish(duration + Duration::from_secs(10), stop) {
+        Ok(obs) => Some(obs),
         Err(e) => {
             notice(
                 &mut ctx.notices,

@@ -153,6 +153,10 @@ pub(crate) struct Observer {
     stop: Option<mpsc::Sender<()>>,
     /// Sent (or dropped) to open the window: the first sample is taken then.
     open: Option<mpsc::Sender<()>>,
+    /// The window's length, and when [`Observer::open`] opened it (ms since the Unix
+    /// epoch): [`Observer::finish`] judges the first sample's lateness against them.
+    window: Duration,
+    opened_ms: Option<u64>,
     thread: Option<std::thread::JoinHandle<std::io::Result<Result<Observation, String>>>>,
 }
 
@@ -223,6 +227,8 @@ impl Observer {
             ns: ns.to_string(),
             stop: Some(tx),
             open: Some(open_tx),
+            window: duration,
+            opened_ms: None,
             thread: Some(thread),
         };
         let deadline = Instant::now() + OBSERVER_READY_WAIT;
@@ -260,16 +266,18 @@ impl Observer {
         }
     }
 
-    /// Opens the window: the observer takes its first sample now. The wall-clock time
-    /// (ms since the Unix epoch) the window opened.
-    pub(crate) fn open(&mut self) -> u64 {
+    /// Opens the window: the observer takes its first sample now.
+    pub(crate) fn open(&mut self) {
         if let Some(open) = self.open.take() {
             let _ = open.send(());
         }
-        now_ms()
+        self.opened_ms = Some(now_ms());
     }
 
     /// Waits (bounded by `timeout`, and ended early by `stop`) for the Observation.
+    /// The observer samples as soon as the window opens, later only when its thread
+    /// waited for a CPU: an Observation whose first sample came more than a tenth of the
+    /// window after [`Observer::open`] did not see the point's traffic, and is an error.
     pub(crate) fn finish(
         mut self,
         timeout: Duration,
@@ -296,6 +304,15 @@ impl Observer {
             Ok(Err(e)) => return Err(format!("the observer's view of {}: {e}", self.ns)),
             Err(_) => return Err("the observer panicked".into()),
         };
+        if let Some(opened) = self.opened_ms {
+            let late_ms = observation.origin.started_unix_ms.saturating_sub(opened);
+            if late_ms as f64 > 100.0 * self.window.as_secs_f64() {
+                return Err(format!(
+                    "its first sample came {late_ms} ms after the window opened (the observer's thread in {} waited for a CPU), more than a tenth of the window: it did not see the point's traffic and is left out",
+                    self.ns
+                ));
+            }
+        }
         // The run's own `host.identity` names the machine once: the observer runs on the
         // same host, and a copy in every point would add about 1.5 KB per point to
         // run.json and the store.
@@ -330,7 +347,6 @@ pub(crate) struct Ctx<'a> {
     pub(crate) notices: Vec<Notice>,
     pub(crate) next_point: u32,
     pub(crate) bar: indicatif::ProgressBar,
-    pub(crate) observer_offset_noted: bool,
     /// CPUs of the host (the highest CPU number + 1).
     pub(crate) ncpus: u32,
     /// Above what a search trial is marked disturbed: this machine's noise, measured

@@ -107,7 +107,6 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
         notices: Vec::new(),
         next_point: 1,
         bar,
-        observer_offset_noted: false,
         ncpus,
         disturbance_limits: crate::disturbance::Limits::default(),
     };

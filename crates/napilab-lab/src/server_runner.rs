@@ -431,35 +431,20 @@ fn run_window(
             &stop,
         )
     });
-    let (loaded, observation, window_opens_ms) = std::thread::scope(|scope| {
+    let (loaded, observation) = std::thread::scope(|scope| {
         let mut observer = observer;
         let client = scope.spawn(|| loadgen::run(&load, &stop));
         sleep_unless_stopped(warmup, &stop);
-        let window_opens_ms = match observer.as_mut() {
-            Some(Ok(o)) => o.open(),
-            _ => crate::run_context::now_ms(),
-        };
+        if let Some(Ok(o)) = observer.as_mut() {
+            o.open();
+        }
         let loaded = client
             .join()
             .unwrap_or_else(|_| Err("the load generator panicked".into()));
         let observation =
             observer.map(|o| o.and_then(|o| o.finish(Duration::from_secs(20), &stop)));
-        (loaded, observation, window_opens_ms)
+        (loaded, observation)
     });
-    // Its first sample comes as the window opens, later only when its thread waited
-    // for a CPU; more than a tenth of the window late, it did not see the point.
-    let observation = match observation {
-        Some(Ok(o))
-            if (o.origin.started_unix_ms as f64 - window_opens_ms as f64) / 1000.0
-                > 0.1 * m.duration_s =>
-        {
-            Some(Err(format!(
-                "its first sample came {} ms after the measurement window opened (the observer's thread waited for a CPU), so it did not see the point and is left out",
-                o.origin.started_unix_ms.saturating_sub(window_opens_ms)
-            )))
-        }
-        other => other,
-    };
     let stats = stop_server(server, &bench.lab.dut_ns);
     if stop.load(Ordering::Relaxed) {
         return Ok(None);

@@ -26,7 +26,7 @@ use napilab_experiment::configuration::{self, PointSpec, Probed, Testbed};
 use napilab_experiment::maximum::{MeasuredTrial, PacketTestbed};
 
 use crate::netns::{delete_namespace, linked_namespaces, ns_name, pin, sh_in, LinkEnd};
-use crate::run_context::{notice, now_ms, Ctx, Observer, SysctlGuard};
+use crate::run_context::{notice, Ctx, Observer, SysctlGuard};
 use crate::tunnel::{detect, endpoint, peers};
 
 pub const PEERS_ADDR: Ipv4Addr = Ipv4Addr::new(10, 201, 4, 1);
@@ -346,13 +346,15 @@ fn measure_point(
         // above offered by ~3% in threaded mode, where the kthreads deliver in bursts).
         std::thread::sleep(Duration::from_millis(m.drain_ms));
     }
-    let window_opens_ms = observer.as_mut().map_or_else(now_ms, Observer::open);
+    if let Some(o) = observer.as_mut() {
+        o.open();
+    }
     let before = ep.stats();
     let sent = peers::run(&peers_cfg(m.duration_s), &stop).map_err(anyhow::Error::msg)?;
     // Packets in flight through the workers and TUN.
     std::thread::sleep(Duration::from_millis(m.drain_ms));
     let after = ep.stats();
-    let observation = finish_observer(ctx, observer, window_opens_ms);
+    let observation = finish_observer(ctx, observer);
     if stop.load(Ordering::Relaxed) {
         return Ok(None);
     }
@@ -399,32 +401,15 @@ fn start_observer(ctx: &mut Ctx<'_>, lab: &VpnLab) -> Option<Observer> {
     }
 }
 
-/// The point's Observation; one whose first sample came more than a tenth of the
-/// window late (its thread waited for a CPU) did not see the point and is left out,
-/// with a notice, as is a failed observer's.
+/// The point's Observation; a failed observer's (or a late one's, which did not see
+/// the point: Observer::finish) is left out, with a notice.
 fn finish_observer(
     ctx: &mut Ctx<'_>,
     observer: Option<Observer>,
-    window_opens_ms: u64,
 ) -> Option<napilab_core::Observation> {
-    let m = &ctx.scenario.measurement;
     let stop = ctx.opts.stop.clone();
     match observer.map(|o| o.finish(Duration::from_secs(20), &stop)) {
-        Some(Ok(o)) => {
-            let late_s = (o.origin.started_unix_ms as f64 - window_opens_ms as f64) / 1000.0;
-            if late_s <= 0.1 * m.duration_s {
-                return Some(o);
-            }
-            notice(
-                &mut ctx.notices,
-                "DUT observation window (vpn)",
-                format!(
-                    "a point's Observation began {:.0} ms after the measured window opened (the observer's thread waited for a CPU): it did not see the point's traffic and is left out",
-                    late_s * 1000.0
-                ),
-            );
-            None
-        }
+        Some(Ok(o)) => Some(o),
         Some(Err(e)) => {
             notice(
                 &mut ctx.notices,

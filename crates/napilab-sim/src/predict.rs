@@ -368,6 +368,11 @@ pub fn predict(
     })
 }
 
+/// Whether every instance is polled in NET_RX softirq (veth: in the sender's).
+fn all_in_softirq(settings: &[NapiSettings]) -> bool {
+    settings.iter().all(|s| s.context == NapiContext::Softirq)
+}
+
 /// How many packets the sender hands the device at once, as the twin's arrivals come.
 /// Where every instance is polled in NET_RX softirq, veth's poll runs when the sender's
 /// transmit ends (`veth_xmit` schedules it on the sending CPU, the softirq runs at its
@@ -376,7 +381,7 @@ pub fn predict(
 /// poll, rounded, at most a poll's weight, is that batch. In a kthread or busy poll the
 /// batches are the poller's, not the sender's: single packets then.
 fn sender_burst(current: &[NapiSettings], measured: &Measured) -> u32 {
-    if current.iter().all(|s| s.context == NapiContext::Softirq) {
+    if all_in_softirq(current) {
         measured
             .total
             .packets_per_poll
@@ -414,7 +419,7 @@ fn assumptions(a: &Assumed<'_>) -> Vec<String> {
         if a.burst > 1 {
             format!("the load stays as observed: {:.0} packets/s of {:.0}-byte frames on {}, in evenly spaced batches of {} packets back to back (the {:.1} packets a softirq poll took: veth's softirq polls once per send, so a poll's packets are what one send handed over, as XDP live frames or sendmmsg do), split evenly over the instances", m.packets_per_s, m.frame_bytes, a.dev, a.burst, m.total.packets_per_poll)
         } else {
-            format!("the load stays as observed: {:.0} packets/s of {:.0}-byte frames on {}, evenly spaced (a sender that sends one datagram at a time, as veth's synchronous softirq sees it; the current settings poll {}), split evenly over the instances", m.packets_per_s, m.frame_bytes, a.dev, if a.current.iter().all(|s| s.context == NapiContext::Softirq) { format!("{:.1} packets a softirq poll", m.total.packets_per_poll) } else { "outside the sender's softirq, so its batches are not seen".to_string() })
+            format!("the load stays as observed: {:.0} packets/s of {:.0}-byte frames on {}, evenly spaced (a sender that sends one datagram at a time, as veth's synchronous softirq sees it; the current settings poll {}), split evenly over the instances", m.packets_per_s, m.frame_bytes, a.dev, if all_in_softirq(a.current) { format!("{:.1} packets a softirq poll", m.total.packets_per_poll) } else { "outside the sender's softirq, so its batches are not seen".to_string() })
         },
         format!("the sender's own CPU (its system calls) is not in the twin: in softirq mode veth's poll runs in the sender's softirq, so the twin's CPU is the packet path only. A sender whose CPU was at least {:.0}% busy (/proc/stat) while it ran the device's softirq polls is sender-limited: its cost per packet is that CPU's busy time less steal and the measured packet path there, per packet; once the profile moves the poll off that CPU it sends at 1 / (its cost + the twin's notification cost per packet, which stays on its CPU), unless the profile's headroom is lower; everything else on that CPU counts as the sender's cost. Here: {}", sender_rate::SATURATED_BUSY * 100.0, a.sender.says),
         "packets the host delivers locally are run through the twin's forwarding path (IP stack and transmit); the fitted factor absorbs the difference in cost".into(),
@@ -860,7 +865,7 @@ fn config(host: &TwinHost, settings: &[NapiSettings]) -> SimConfig {
 /// (crate::twin_plan::TwinConfiguration::profile_for).
 fn profile_for(base: &Profile, settings: &[NapiSettings]) -> Profile {
     let mut p = base.clone();
-    if settings.iter().all(|s| s.context == NapiContext::Softirq) {
+    if all_in_softirq(settings) {
         p.latency_ns.irq_delivery = 0;
     }
     p

@@ -63,8 +63,22 @@ fn gap_units(x: f64) -> u64 {
 impl Source {
     /// `rate_pps` of zero gives a source that never emits.
     pub fn new(rng: Rng, pattern: Pattern, rate_pps: f64, class: u16, size: u32) -> Self {
+        Source::bursty(rng, pattern, rate_pps, class, size, 1)
+    }
+
+    /// [`Source::new`] with its arrivals `burst` at a time, back to back, and the bursts
+    /// spaced by `burst` mean gaps (drawn by the pattern), so the rate is unchanged.
+    pub fn bursty(
+        rng: Rng,
+        pattern: Pattern,
+        rate_pps: f64,
+        class: u16,
+        size: u32,
+        burst: u32,
+    ) -> Self {
+        let burst = burst.max(1);
         let mean_gap = if rate_pps > 0.0 {
-            1e9 / rate_pps * ONE_NS
+            1e9 / rate_pps * ONE_NS * f64::from(burst)
         } else {
             f64::INFINITY
         };
@@ -77,7 +91,7 @@ impl Source {
             pos: 0,
             class,
             size,
-            burst: 1,
+            burst,
             in_burst: 0,
         };
         if rate_pps > 0.0 {
@@ -90,21 +104,6 @@ impl Source {
             s.refill();
         }
         s
-    }
-
-    /// The same stream with its arrivals `burst` at a time, back to back, and the bursts
-    /// spaced by `burst` mean gaps (drawn by the pattern), so the rate is unchanged.
-    pub fn with_burst(mut self, burst: u32) -> Self {
-        let burst = burst.max(1);
-        if burst > 1 && self.next.is_some() {
-            self.burst = burst;
-            self.mean_gap *= f64::from(burst);
-            self.in_burst = 0;
-            // Draw again from the first arrival, which the single-packet block kept.
-            self.next = Some(self.times[0] << FRAC);
-            self.refill();
-        }
-        self
     }
 
     /// Compute the next block of arrival times: each slot is the running fixed-point
@@ -124,7 +123,7 @@ impl Source {
         };
         if self.burst > 1 {
             // Within a burst no gap; after its last packet the pattern's gap, whose mean
-            // `with_burst` scaled by the burst's size.
+            // `bursty` scaled by the burst's size.
             let (burst, mut in_burst) = (self.burst, self.in_burst);
             for i in 0..BLOCK {
                 in_burst += 1;
@@ -375,7 +374,7 @@ mod tests {
     fn bursts_arrive_back_to_back_at_the_same_rate() {
         for pattern in [Pattern::Constant, Pattern::Poisson] {
             let mut f = Feed::default();
-            f.push(Source::new(Rng::new(1, 1), pattern, 1e6, 0, 64).with_burst(8));
+            f.push(Source::bursty(Rng::new(1, 1), pattern, 1e6, 0, 64, 8));
             let times: Vec<Nanos> = (0..80_000)
                 .map(|_| f.take().expect("emits").arrival)
                 .collect();

@@ -455,6 +455,9 @@ pub const RECORDED_PREDICT_SCHEMA: &str = "napilab.tune-predict/1";
 /// The Observation in `path`: the JSON `napilab observe --json` prints, or a lab run's
 /// record (run.json) with `point` naming a configuration and, after a colon, which of
 /// its sweep points (0 when left out). Every error names the file and what to give.
+/// The record is walked as JSON rather than read as a whole `RunRecord`: only the
+/// configuration names, the points' roles and the chosen point's Observation must
+/// parse, so a run.json of an older napilab whose other fields changed still predicts.
 pub fn recorded_observation(
     path: &std::path::Path,
     point: Option<&str>,

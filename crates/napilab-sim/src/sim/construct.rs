@@ -223,16 +223,14 @@ impl Parts {
                     };
                     let rate = cfg.traffic.rate_pps * class.share / total_share / spread;
                     stream += 1;
-                    feed.push(
-                        Source::new(
-                            Rng::new(seed, stream),
-                            cfg.traffic.pattern,
-                            rate,
-                            ci as u16,
-                            class.size_bytes,
-                        )
-                        .with_burst(cfg.traffic.burst),
-                    );
+                    feed.push(Source::bursty(
+                        Rng::new(seed, stream),
+                        cfg.traffic.pattern,
+                        rate,
+                        ci as u16,
+                        class.size_bytes,
+                        cfg.traffic.burst,
+                    ));
                 }
                 ring_ids.push(self.rings.len());
                 self.rings.push(RxRing::new(name, qi, size, budget, feed));
