@@ -4,13 +4,15 @@
 //! on each CPU for that long (docs/lab.md, "Host speed"): how steady the CPUs are that
 //! a measurement would run on. `--wake-up` times how long a thread woken onto each CPU
 //! waits to run (docs/observation.md, "Wake-up latency"): what a NAPI kthread or a
-//! busy-polling application pays for every batch it sleeps before.
+//! busy-polling application pays for every batch it sleeps before. `--timer` measures
+//! what a kernel timer costs each CPU (docs/observation.md, "Timer cost"): what a
+//! `gro-flush-timeout` deferral pays per expiry.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use napilab_core::{HostIdentity, HostSpeed, WakeUpLatency};
+use napilab_core::{HostIdentity, HostSpeed, TimerCost, WakeUpLatency};
 use napilab_probe::host_identity::read_host_identity;
 use napilab_probe::procfs::parse_cpu_list;
 
@@ -23,6 +25,9 @@ const MOST_SPEED_SECONDS: f64 = 3600.0;
 /// between batches) and after a long one (a CPU that went deep idle); about 0.6 s per CPU.
 const WAKE_UPS: usize = 200;
 const WAKE_UP_GAPS: [Duration; 2] = [Duration::from_micros(100), Duration::from_millis(2)];
+/// --timer: the probe timer's period, the shipped `deferral` profile's
+/// gro-flush-timeout.
+const TIMER_PERIOD: Duration = Duration::from_micros(20);
 
 #[derive(clap::Args)]
 pub struct HostArgs {
@@ -44,7 +49,14 @@ pub struct HostArgs {
     /// idle vCPUs halt at once it is tens of microseconds. Needs two CPUs or more.
     #[arg(long)]
     wake_up: bool,
-    /// With --speed or --wake-up: only these CPUs (a list such as 0,2-3).
+    /// Also measure what a kernel timer costs each online CPU: programming its timer
+    /// device, and a 20 us timer re-armed as it fires (as `gro-flush-timeout` deferral
+    /// does under load) against a thread spinning there, per expiry. On bare metal well
+    /// under a microsecond; on a VM where both are exits, tens. About 0.35 s a CPU,
+    /// which it keeps busy.
+    #[arg(long)]
+    timer: bool,
+    /// With --speed, --wake-up or --timer: only these CPUs (a list such as 0,2-3).
     #[arg(long, value_name = "LIST")]
     cpus: Option<String>,
 }
@@ -52,8 +64,8 @@ pub struct HostArgs {
 pub fn run(args: HostArgs) -> Result<()> {
     let root = args.root.unwrap_or_else(|| PathBuf::from("/"));
     let identity = read_host_identity(&root);
-    if args.cpus.is_some() && args.speed.is_none() && !args.wake_up {
-        bail!("--cpus chooses the CPUs of --speed or --wake-up: give one of them too");
+    if args.cpus.is_some() && args.speed.is_none() && !args.wake_up && !args.timer {
+        bail!("--cpus chooses the CPUs of --speed, --wake-up or --timer: give one of them too");
     }
     let speed = match args.speed {
         None => None,
@@ -68,8 +80,14 @@ pub fn run(args: HostArgs) -> Result<()> {
     } else {
         None
     };
+    let timer = if args.timer {
+        let cpus = speed_cpus(args.cpus.as_deref())?;
+        Some(measure_timers(&cpus)?)
+    } else {
+        None
+    };
     if args.json {
-        let value = if speed.is_none() && wake_up.is_none() {
+        let value = if speed.is_none() && wake_up.is_none() && timer.is_none() {
             serde_json::to_value(&identity)?
         } else {
             let mut value = serde_json::json!({ "identity": identity });
@@ -91,6 +109,17 @@ pub fn run(args: HostArgs) -> Result<()> {
                     })
                     .collect();
             }
+            if let Some(timer) = &timer {
+                value["timer"] = timer
+                    .iter()
+                    .map(|t| {
+                        serde_json::json!({
+                            "samples": t,
+                            "max_share": t.max_share(t.period_ns),
+                        })
+                    })
+                    .collect();
+            }
             value
         };
         println!("{}", serde_json::to_string_pretty(&value)?);
@@ -101,6 +130,9 @@ pub fn run(args: HostArgs) -> Result<()> {
         }
         for w in wake_up.iter().flatten() {
             println!("wake-up: {}", wake_up_summary(w));
+        }
+        for t in timer.iter().flatten() {
+            println!("timer: {}", timer_summary(t));
         }
     }
     Ok(())
@@ -121,6 +153,30 @@ fn measure_wake_ups(cpus: &[u32]) -> Result<Vec<WakeUpLatency>> {
         }
     }
     Ok(out)
+}
+
+/// Both timer probes on each CPU, one after the other.
+fn measure_timers(cpus: &[u32]) -> Result<Vec<TimerCost>> {
+    eprintln!(
+        "napilab host: timing the timer device and a {} us timer on each of CPUs {cpus:?}",
+        TIMER_PERIOD.as_micros()
+    );
+    napilab_probe::timer_interrupt_cost::measure_each(cpus, TIMER_PERIOD)
+        .into_iter()
+        .map(|r| r.map_err(anyhow::Error::from))
+        .collect()
+}
+
+fn timer_summary(t: &TimerCost) -> String {
+    format!(
+        "CPU {}: programming the timer device {:.1} us; a {:.0} us timer re-armed as it fires costs {:.1} us per expiry ({:.0} expiries a second), so at most {:.0}% of the CPU",
+        t.cpu,
+        t.reprogram_ns / 1e3,
+        t.period_ns / 1e3,
+        t.ns_per_expiry / 1e3,
+        t.expiries_per_s,
+        t.max_share(t.period_ns) * 100.0
+    )
 }
 
 fn wake_up_summary(w: &WakeUpLatency) -> String {
