@@ -5,6 +5,7 @@
 //! number is a [`Metric`] that carries its [`Source`]; a derived number also says how it
 //! was derived. Nothing in this crate touches the operating system.
 
+pub mod cpu_stalls;
 pub mod device_join;
 pub mod experiment;
 pub mod explain;
@@ -27,6 +28,7 @@ pub mod uncertainty;
 pub mod units;
 pub mod wake_up_latency;
 
+pub use cpu_stalls::CpuStalls;
 pub use experiment::{
     disturbed_by, CapacityProbe, ClassResult, ConfigurationResult, Disturbance, DisturbanceKind,
     EngineStats, GoalResult, GoalSummary, MaxQpsAtSlo, MaxThroughput, PacketCapacityProbe,

@@ -16,6 +16,7 @@ mod pin;
 pub mod procfs;
 pub mod record;
 pub mod sample;
+pub mod stalls;
 pub mod sysctl;
 pub mod sysfs;
 pub mod timer_interrupt_cost;

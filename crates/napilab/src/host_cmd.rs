@@ -6,13 +6,15 @@
 //! waits to run (docs/observation.md, "Wake-up latency"): what a NAPI kthread or a
 //! busy-polling application pays for every batch it sleeps before. `--timer` measures
 //! what a kernel timer costs each CPU (docs/observation.md, "Timer cost"): what a
-//! `gro-flush-timeout` deferral pays per expiry.
+//! `gro-flush-timeout` deferral pays per expiry. `--stalls SECONDS` measures how much
+//! of each CPU a thread that never sleeps does not get, against what /proc/stat counts
+//! as steal (docs/observation.md, "CPU stalls").
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use napilab_core::{HostIdentity, HostSpeed, TimerCost, WakeUpLatency};
+use napilab_core::{CpuStalls, HostIdentity, HostSpeed, TimerCost, WakeUpLatency};
 use napilab_probe::host_identity::read_host_identity;
 use napilab_probe::procfs::parse_cpu_list;
 
@@ -56,7 +58,14 @@ pub struct HostArgs {
     /// which it keeps busy.
     #[arg(long)]
     timer: bool,
-    /// With --speed, --wake-up or --timer: only these CPUs (a list such as 0,2-3).
+    /// Also spin a thread on each online CPU for SECONDS (one CPU after the other) and
+    /// print how much of the time it did not get, in stalls of at least 5 us, by length,
+    /// beside what /proc/stat counted as steal meanwhile: on a VM every interrupt can
+    /// cost tens of microseconds that no steal counter shows. Keeps that CPU busy.
+    #[arg(long, value_name = "SECONDS")]
+    stalls: Option<f64>,
+    /// With --speed, --wake-up, --timer or --stalls: only these CPUs (a list such as
+    /// 0,2-3).
     #[arg(long, value_name = "LIST")]
     cpus: Option<String>,
 }
@@ -64,8 +73,13 @@ pub struct HostArgs {
 pub fn run(args: HostArgs) -> Result<()> {
     let root = args.root.unwrap_or_else(|| PathBuf::from("/"));
     let identity = read_host_identity(&root);
-    if args.cpus.is_some() && args.speed.is_none() && !args.wake_up && !args.timer {
-        bail!("--cpus chooses the CPUs of --speed, --wake-up or --timer: give one of them too");
+    if args.cpus.is_some()
+        && args.speed.is_none()
+        && !args.wake_up
+        && !args.timer
+        && args.stalls.is_none()
+    {
+        bail!("--cpus chooses the CPUs of --speed, --wake-up, --timer or --stalls: give one of them too");
     }
     let speed = match args.speed {
         None => None,
@@ -86,8 +100,15 @@ pub fn run(args: HostArgs) -> Result<()> {
     } else {
         None
     };
+    let stalls = match args.stalls {
+        None => None,
+        Some(seconds) => {
+            let cpus = speed_cpus(args.cpus.as_deref())?;
+            Some(measure_stalls(seconds, &cpus)?)
+        }
+    };
     if args.json {
-        let value = if speed.is_none() && wake_up.is_none() && timer.is_none() {
+        let value = if speed.is_none() && wake_up.is_none() && timer.is_none() && stalls.is_none() {
             serde_json::to_value(&identity)?
         } else {
             let mut value = serde_json::json!({ "identity": identity });
@@ -120,6 +141,9 @@ pub fn run(args: HostArgs) -> Result<()> {
                     })
                     .collect();
             }
+            if let Some(stalls) = &stalls {
+                value["stalls"] = serde_json::to_value(stalls)?;
+            }
             value
         };
         println!("{}", serde_json::to_string_pretty(&value)?);
@@ -133,6 +157,9 @@ pub fn run(args: HostArgs) -> Result<()> {
         }
         for t in timer.iter().flatten() {
             println!("timer: {}", timer_summary(t));
+        }
+        for st in stalls.iter().flatten() {
+            println!("stalls: {}", stalls_summary(st));
         }
     }
     Ok(())
@@ -165,6 +192,39 @@ fn measure_timers(cpus: &[u32]) -> Result<Vec<TimerCost>> {
         .into_iter()
         .map(|r| r.map_err(anyhow::Error::from))
         .collect()
+}
+
+/// Each CPU spun for `seconds`, one after the other.
+fn measure_stalls(seconds: f64, cpus: &[u32]) -> Result<Vec<CpuStalls>> {
+    if !(0.1..=MOST_SPEED_SECONDS).contains(&seconds) {
+        bail!("--stalls {seconds}: give between 0.1 and {MOST_SPEED_SECONDS:.0} seconds");
+    }
+    eprintln!("napilab host: spinning {seconds} s on each of CPUs {cpus:?}, one after the other");
+    cpus.iter()
+        .map(|&cpu| {
+            napilab_probe::stalls::measure(cpu, Duration::from_secs_f64(seconds))
+                .map_err(anyhow::Error::from)
+        })
+        .collect()
+}
+
+fn stalls_summary(s: &CpuStalls) -> String {
+    let typical = s.typical_ns().map_or(String::new(), |(lo, hi)| {
+        format!(
+            ", most of it in stalls of {:.0}-{:.0} us",
+            lo as f64 / 1e3,
+            hi as f64 / 1e3
+        )
+    });
+    format!(
+        "CPU {}: a spinning thread did not get {:.2}% of {:.1} s, in {:.0} stalls a second{typical}, the longest {:.0} us; /proc/stat counted {:.2}% steal",
+        s.cpu,
+        s.stalled_share * 100.0,
+        s.seconds,
+        s.per_s,
+        s.longest_ns as f64 / 1e3,
+        s.steal_share * 100.0
+    )
 }
 
 fn timer_summary(t: &TimerCost) -> String {

@@ -217,3 +217,32 @@ fn timer_measures_each_cpu_asked_for() {
     assert!((0.0..1.0).contains(&share), "{v}");
     assert!(v["identity"].is_object(), "{v}");
 }
+
+/// `--stalls SECONDS` spins on each CPU asked for and gives its stalls by length beside
+/// the steal /proc/stat counted; a length out of range is refused with the range.
+#[test]
+fn stalls_spin_on_each_cpu_asked_for() {
+    let out = napilab(&["host", "--json", "--stalls", "0.3", "--cpus", "0"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let stalls = v["stalls"].as_array().expect("stalls");
+    assert_eq!(stalls.len(), 1, "{v}");
+    let s = &stalls[0];
+    assert_eq!(s["cpu"], 0, "{v}");
+    assert!(
+        (0.25..1.0).contains(&s["seconds"].as_f64().expect("seconds")),
+        "{v}"
+    );
+    assert_eq!(s["counts"].as_array().map(Vec::len), Some(25), "{v}");
+    for field in ["per_s", "stalled_share", "steal_share"] {
+        assert!(s[field].as_f64().is_some_and(|x| x >= 0.0), "{field}: {v}");
+    }
+    let bad = napilab(&["host", "--stalls", "0"]);
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("--stalls 0: give between 0.1 and"), "{err}");
+}
