@@ -119,8 +119,35 @@ fn arm(fd: &OwnedFd, period: Option<Duration>) -> Result<(), TimerCostError> {
 /// rounds. Nothing fires: this is the arming `napi_complete_done` pays when it defers.
 pub fn reprogram_ns(cpu: u32, pairs: u32, rounds: usize) -> Result<f64, TimerCostError> {
     let rounds = rounds.max(1);
+    on_cpu_with_timerfd(cpu, "napilab-rearm", move |fd| {
+        let timed = |after: Duration| -> Result<f64, TimerCostError> {
+            let start = Instant::now();
+            for _ in 0..pairs {
+                arm(fd, Some(after))?;
+                arm(fd, None)?;
+            }
+            Ok(start.elapsed().as_nanos() as f64 / f64::from(pairs.max(1)))
+        };
+        let mut per_round = Vec::with_capacity(rounds);
+        for _ in 0..rounds {
+            let far = timed(Duration::from_secs(10))?;
+            let near = timed(Duration::from_millis(1))?;
+            per_round.push((near - far) / 2.0);
+        }
+        per_round.sort_by(f64::total_cmp);
+        Ok(per_round[per_round.len() / 2])
+    })
+}
+
+/// Runs `probe` on a thread of its own (named `name`-CPU) pinned to `cpu`, with a
+/// non-blocking timerfd created there (so its hrtimer is that CPU's).
+fn on_cpu_with_timerfd<T: Send + 'static>(
+    cpu: u32,
+    name: &str,
+    probe: impl FnOnce(&OwnedFd) -> Result<T, TimerCostError> + Send + 'static,
+) -> Result<T, TimerCostError> {
     std::thread::Builder::new()
-        .name(format!("napilab-rearm-{cpu}"))
+        .name(format!("{name}-{cpu}"))
         .spawn(move || {
             crate::pin::pin_this_thread(cpu)
                 .map_err(|source| TimerCostError::Pin { cpu, source })?;
@@ -129,26 +156,15 @@ pub fn reprogram_ns(cpu: u32, pairs: u32, rounds: usize) -> Result<f64, TimerCos
                 TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
             )
             .map_err(io)?;
-            let timed = |after: Duration| -> Result<f64, TimerCostError> {
-                let start = Instant::now();
-                for _ in 0..pairs {
-                    arm(&fd, Some(after))?;
-                    arm(&fd, None)?;
-                }
-                Ok(start.elapsed().as_nanos() as f64 / f64::from(pairs.max(1)))
-            };
-            let mut per_round = Vec::with_capacity(rounds);
-            for _ in 0..rounds {
-                let far = timed(Duration::from_secs(10))?;
-                let near = timed(Duration::from_millis(1))?;
-                per_round.push((near - far) / 2.0);
-            }
-            per_round.sort_by(f64::total_cmp);
-            Ok(per_round[per_round.len() / 2])
+            probe(&fd)
         })
         .map_err(TimerCostError::Spawn)?
         .join()
-        .unwrap_or(Err(TimerCostError::NeverFired(rounds, cpu)))
+        .unwrap_or_else(|_| {
+            Err(TimerCostError::Spawn(std::io::Error::other(
+                "the timer probe's thread panicked",
+            )))
+        })
 }
 
 /// The cost of a timer interrupt on `cpu` for a periodic timer of `period`: `rounds`
@@ -164,48 +180,36 @@ pub fn measure(
         return Err(TimerCostError::Period(period));
     }
     let rounds = rounds.max(1);
-    std::thread::Builder::new()
-        .name(format!("napilab-timer-{cpu}"))
-        .spawn(move || {
-            crate::pin::pin_this_thread(cpu)
-                .map_err(|source| TimerCostError::Pin { cpu, source })?;
-            let fd = timerfd_create(
-                TimerfdClockId::Monotonic,
-                TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
-            )
-            .map_err(io)?;
-            let mut per_round = Vec::with_capacity(rounds);
-            let (mut expiries_total, mut seconds) = (0u64, 0.0);
-            for _ in 0..rounds {
-                arm(&fd, None)?;
-                let (without, _) = spin(window, &fd)?;
-                arm(&fd, Some(period))?;
-                let (with, expiries) = spin(window, &fd)?;
-                arm(&fd, None)?;
-                if expiries == 0 || without == 0 {
-                    continue;
-                }
-                expiries_total += expiries;
-                seconds += window.as_secs_f64();
-                let lost = 1.0 - with as f64 / without as f64;
-                per_round.push(lost * window.as_nanos() as f64 / expiries as f64);
+    on_cpu_with_timerfd(cpu, "napilab-timer", move |fd| {
+        let mut per_round = Vec::with_capacity(rounds);
+        let (mut expiries_total, mut seconds) = (0u64, 0.0);
+        for _ in 0..rounds {
+            arm(fd, None)?;
+            let (without, _) = spin(window, fd)?;
+            arm(fd, Some(period))?;
+            let (with, expiries) = spin(window, fd)?;
+            arm(fd, None)?;
+            if expiries == 0 || without == 0 {
+                continue;
             }
-            if per_round.is_empty() {
-                return Err(TimerCostError::NeverFired(rounds, cpu));
-            }
-            let mut sorted = per_round.clone();
-            sorted.sort_by(f64::total_cmp);
-            Ok(TimerInterruptCost {
-                cpu,
-                period,
-                expiries_per_s: expiries_total as f64 / seconds,
-                ns_per_expiry: sorted[sorted.len() / 2],
-                rounds_ns: per_round,
-            })
+            expiries_total += expiries;
+            seconds += window.as_secs_f64();
+            let lost = 1.0 - with as f64 / without as f64;
+            per_round.push(lost * window.as_nanos() as f64 / expiries as f64);
+        }
+        if per_round.is_empty() {
+            return Err(TimerCostError::NeverFired(rounds, cpu));
+        }
+        let mut sorted = per_round.clone();
+        sorted.sort_by(f64::total_cmp);
+        Ok(TimerInterruptCost {
+            cpu,
+            period,
+            expiries_per_s: expiries_total as f64 / seconds,
+            ns_per_expiry: sorted[sorted.len() / 2],
+            rounds_ns: per_round,
         })
-        .map_err(TimerCostError::Spawn)?
-        .join()
-        .unwrap_or(Err(TimerCostError::NeverFired(rounds, cpu)))
+    })
 }
 
 /// Rounds of each probe per CPU in [`measure_each`], and the length of its windows:

@@ -77,18 +77,13 @@ pub fn assess(target: &[NapiSettings], timers: &[TimerCost]) -> Result<Option<St
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::NapiContext;
 
+    /// vb's one queue in softirq on CPU 0, deferring `defer` polls with `timeout_ns`.
     fn vb(defer: u32, timeout_ns: u64) -> Vec<NapiSettings> {
-        vec![NapiSettings {
-            device: "vb".into(),
-            queue: 0,
-            napi_id: Some(8193),
-            context: NapiContext::Softirq,
-            cpu: 0,
-            defer_hard_irqs: defer,
-            gro_flush_timeout_ns: timeout_ns,
-        }]
+        let mut s = crate::predict::tests::softirq_vb();
+        s[0].defer_hard_irqs = defer;
+        s[0].gro_flush_timeout_ns = timeout_ns;
+        s
     }
 
     fn timer(cpu: u32, ns_per_expiry: f64) -> TimerCost {
