@@ -262,6 +262,17 @@ pub struct NetSettings {
     /// access-point study's experiment with 1 can be rerun (docs/studies.md#ap-12).
     #[serde(default = "default_max_softirq_restart")]
     pub max_softirq_restart: u32,
+    /// `net.core.gro_normal_batch`: packets GRO passes up the stack at once. Sets what a
+    /// veth poll's loop takes of packets that arrive during the poll (sim::gro_batch).
+    #[serde(default = "default_gro_normal_batch")]
+    pub gro_normal_batch: u32,
+}
+
+/// `net.core.gro_normal_batch`'s default.
+pub const GRO_NORMAL_BATCH: u32 = 8;
+
+fn default_gro_normal_batch() -> u32 {
+    GRO_NORMAL_BATCH
 }
 
 fn default_max_softirq_restart() -> u32 {
@@ -287,6 +298,7 @@ impl Default for NetSettings {
             weight: default_weight(),
             max_backlog: default_max_backlog(),
             max_softirq_restart: default_max_softirq_restart(),
+            gro_normal_batch: default_gro_normal_batch(),
         }
     }
 }
@@ -794,6 +806,12 @@ impl SimConfig {
             return err(
                 "settings.max_softirq_restart",
                 "must be at least 1 (the kernel always runs one pass)",
+            );
+        }
+        if self.settings.gro_normal_batch == 0 {
+            return err(
+                "settings.gro_normal_batch",
+                "must be at least 1 (net.core.gro_normal_batch; 1 passes each packet up at once)",
             );
         }
         if self.settings.netdev_budget == 0 {

@@ -164,6 +164,7 @@ fn map_configuration(
             weight: nic.ingress.weight,
             max_backlog: MAX_BACKLOG,
             max_softirq_restart: crate::softirq::MAX_SOFTIRQ_RESTART,
+            gro_normal_batch: crate::config::GRO_NORMAL_BATCH,
         },
         ingress: IngressConfig {
             name: nic.ingress.name.clone(),

@@ -822,6 +822,7 @@ fn config(host: &TwinHost, settings: &[NapiSettings]) -> SimConfig {
             weight: VETH_WEIGHT,
             max_backlog: crate::twin_plan::MAX_BACKLOG,
             max_softirq_restart: crate::softirq::MAX_SOFTIRQ_RESTART,
+            gro_normal_batch: crate::config::GRO_NORMAL_BATCH,
         },
         ingress: veth_ingress(&settings[0].device, VETH_RING, queues),
         // No TX completions on veth: a ring that holds every packet of the run and a

@@ -115,6 +115,7 @@ pub(crate) fn lab_net_settings(
         weight: VETH_WEIGHT,
         max_backlog: MAX_BACKLOG,
         max_softirq_restart: crate::softirq::MAX_SOFTIRQ_RESTART,
+        gro_normal_batch: crate::config::GRO_NORMAL_BATCH,
     }
 }
 

@@ -18,6 +18,7 @@
 mod apps;
 mod client;
 mod construct;
+mod gro_batch;
 mod interrupts;
 mod irq_thread;
 mod napi_poll;

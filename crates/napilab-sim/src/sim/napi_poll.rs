@@ -184,8 +184,16 @@ impl Sim<'_> {
         if self.ring_forwards[r] {
             (t, k) = self.poll_ring_forward(c, r, t, rb);
         }
+        let mut batch = self.veth_rx.then(|| {
+            super::gro_batch::GroBatch::new(
+                t,
+                self.costs.rx_poll,
+                self.cfg.settings.gro_normal_batch,
+            )
+        });
         while k < rb {
-            let Some(p) = self.rings[r].pop_at(t) else {
+            let visible = batch.map_or(t, |b| b.visible());
+            let Some(p) = self.rings[r].pop_at(visible) else {
                 break;
             };
             t += self.costs.rx_poll;
@@ -202,6 +210,9 @@ impl Sim<'_> {
             } else {
                 t += self.costs.rps;
                 self.rps_enqueue(c, q, p, t);
+            }
+            if let Some(b) = batch.as_mut() {
+                b.took(t);
             }
             k += 1;
         }

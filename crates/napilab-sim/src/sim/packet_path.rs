@@ -26,7 +26,12 @@ impl Sim<'_> {
             self.lines[self.tx_lines[c]].kind,
             LineKind::TxCompletion { .. }
         );
-        if !arm_each {
+        // veth's loop takes only what its ring holds (super::gro_batch): not the fast
+        // path, which pops the k-th packet at t + k steps whatever arrives meanwhile.
+        let mut batch = self.veth_rx.then(|| {
+            super::gro_batch::GroBatch::new(t, rx_poll, self.cfg.settings.gro_normal_batch)
+        });
+        if !arm_each && batch.is_none() {
             let txq = &self.txqs[c];
             if (noqueue || txq.qdisc.is_empty()) && txq.inflight.len() + rb as usize <= txq.size {
                 // Every packet of the poll takes the bypass to a TX ring with room, so
@@ -56,7 +61,8 @@ impl Sim<'_> {
         let (_, mut hi, mut idx) = self.win.span(t);
         let mut acc = [0u64; 5];
         while k < rb {
-            let Some(p) = self.rings[r].pop_at(t) else {
+            let visible = batch.map_or(t, |b| b.visible());
+            let Some(p) = self.rings[r].pop_at(visible) else {
                 break;
             };
             let size = p.size as u64;
@@ -105,6 +111,9 @@ impl Sim<'_> {
                 }
             } else {
                 t = self.egress(c, p, t);
+            }
+            if let Some(b) = batch.as_mut() {
+                b.took(t);
             }
             k += 1;
         }
