@@ -179,11 +179,12 @@ impl Sim<'_> {
         mut t: Nanos,
         rb: u32,
     ) -> (Nanos, u32) {
+        if self.ring_forwards[r] {
+            // Its loop ends only when its ring has nothing more for it (or at `rb`).
+            return self.poll_ring_forward(c, r, t, rb);
+        }
         let q = self.rings[r].queue;
         let mut k = 0;
-        if self.ring_forwards[r] {
-            (t, k) = self.poll_ring_forward(c, r, t, rb);
-        }
         let mut batch = self.veth_rx.then(|| {
             super::gro_batch::GroBatch::new(
                 t,
