@@ -218,6 +218,12 @@ const EACH_ROUNDS: usize = 3;
 const EACH_WINDOW: Duration = Duration::from_millis(50);
 const EACH_PAIRS: u32 = 2_000;
 
+/// About how long [`measure_each`] takes per CPU, seconds: its spinning windows plus
+/// the arm/disarm pairs (a few tens of ms on a VM).
+pub fn each_seconds_per_cpu() -> f64 {
+    EACH_ROUNDS as f64 * 2.0 * EACH_WINDOW.as_secs_f64() + 0.05
+}
+
 /// Both probes on each of `cpus`, one CPU after the other, with a timer of `period`
 /// (napilab-core `TimerCost`); a CPU that cannot be probed gives its error.
 pub fn measure_each(

@@ -102,7 +102,7 @@ fn deferral_timeout(profile: &profile::Profile) -> Option<Duration> {
         .map(|ns| Duration::from_nanos(ns as u64))
 }
 
-/// At most this many CPUs are given the timer probe (about 0.35 s each).
+/// At most this many CPUs are given the timer probe (`each_seconds_per_cpu` each).
 const TIMER_PROBE_CPUS: usize = 8;
 
 /// What a timer re-armed every `timeout` costs each CPU that polled a NAPI instance in
@@ -135,7 +135,7 @@ fn probe_timers(
             .map(u32::to_string)
             .collect::<Vec<_>>()
             .join(", "),
-        cpus.len() as f64 * 0.35
+        cpus.len() as f64 * napilab_probe::timer_interrupt_cost::each_seconds_per_cpu()
     );
     napilab_probe::timer_interrupt_cost::measure_each(&cpus, timeout)
         .into_iter()
