@@ -219,9 +219,11 @@ fn polls_per_reply_where(point: &Value, keep: impl Fn(&str) -> bool) -> f64 {
 /// at every load and the application's busy polls take over (this failed before the
 /// server stopped using a zero epoll timeout, which skips the kernel's busy-poll loop);
 /// irq-suspend: busy polls appear and the receive path's polls per reply fall as the
-/// load rises, because while the application's busy poll keeps finding events the
-/// kernel keeps the instance suspended (fs/eventpoll.c, net/core/dev.c); on a 2-vCPU VM
-/// they do not reach zero at the loads the client can offer (docs/lab.md).
+/// load rises, because while epoll keeps finding events the kernel keeps the instance
+/// suspended (fs/eventpoll.c, net/core/dev.c) and its 20 us deferral timer, not the
+/// client's transmit, schedules the polls the application does not make; on a 2-vCPU
+/// VM the receive path's polls do not reach zero at the loads the client can offer
+/// (docs/lab.md).
 ///
 /// "Light" and "under load" are 10% and 80% of each mode's capacity, probed at the start
 /// of its configuration (closed loop), so they mean the same on a fast and a slow CPU:
@@ -273,24 +275,40 @@ fn under_load_application_polling_replaces_receive_path_scheduling() {
                 p["napi_polls_per_s"]
             );
         }
-        // Under load the application's busy polls outnumber the receive path's: how
-        // many polls a reply takes is the CPU's business (a fast one batches dozens of
-        // replies per busy poll), which of the two polls the instance is the kernel's.
+        // Under load the instance is polled by what the mode arranges, the
+        // application's busy polls and the mode's timers ("softirq after hardirq"), more
+        // often than by the receive path. Busy polls alone need not outnumber the
+        // receive path's: epoll busy-polls only when no event is ready
+        // (fs/eventpoll.c ep_poll), and at 80% of capacity one often is, so under
+        // irq-suspend the suspension and deferral timers take the polls (CI, 2026-11-28:
+        // 146 busy polls/s, 14,754 timer polls/s, 302 receive-path polls/s). How many
+        // polls a reply takes is the CPU's business; which context polls is the kernel's.
         for p in high {
-            let (busy, rx) = (
+            let (busy, timer, rx) = (
                 polls_per_reply(p, "busy poll"),
+                polls_per_reply(p, "softirq after hardirq"),
                 receive_path_polls_per_reply(p),
             );
             assert!(
-                busy > 0.0 && busy > rx,
-                "{name}: under load the application's busy polls ({busy:.3} per reply) should outnumber the receive path's ({rx:.3}): {p}"
+                busy + timer > rx,
+                "{name}: under load the application's busy polls ({busy:.3} per reply) and the mode's timer polls ({timer:.3}) should outnumber the receive path's ({rx:.3}): {p}"
             );
         }
+        let busy_polls: f64 = points.iter().map(|p| polls_per_reply(p, "busy poll")).sum();
+        assert!(
+            busy_polls > 0.0,
+            "{name}: the application never busy-polled the instance: {q}"
+        );
         if name == "busy-wait" {
             for p in points {
                 assert!(
                     receive_path_polls_per_reply(p) < 0.05,
                     "{name}: the receive path still schedules the instance: {p}"
+                );
+                // busy-wait arms no timer: the application's busy polls alone take over.
+                assert!(
+                    polls_per_reply(p, "busy poll") > receive_path_polls_per_reply(p),
+                    "{name}: the application's busy polls should outnumber the receive path's: {p}"
                 );
             }
         } else {
