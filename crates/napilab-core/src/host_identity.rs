@@ -68,7 +68,7 @@ pub struct Virtualization {
     /// The hypervisor's vendor, e.g. `KVM`, `Xen`, `Microsoft Hyper-V`, `VMware`.
     pub hypervisor: Option<String>,
     /// Where `hypervisor` came from, e.g. `/sys/hypervisor/type`,
-    /// `clocksource kvm-clock`, `dmi sys_vendor`.
+    /// `available clocksource kvm-clock` (registered, not necessarily in use), `dmi sys_vendor`.
     pub hypervisor_source: Option<String>,
     /// /sys/class/dmi/id/sys_vendor and product_name (absent in microVMs without DMI).
     pub sys_vendor: Option<String>,
@@ -408,7 +408,7 @@ mod tests {
             virtualization: Virtualization {
                 hypervisor_flag: Some(true),
                 hypervisor: Some("KVM".into()),
-                hypervisor_source: Some("clocksource kvm-clock".into()),
+                hypervisor_source: Some("available clocksource kvm-clock".into()),
                 steal_seen: Some(true),
                 steal_ticks: Some(49),
                 ..Virtualization::default()
@@ -520,7 +520,10 @@ mod tests {
         assert_eq!(get("kernel config sha256"), "unreadable");
         assert_eq!(get("cpufreq driver"), "none");
         assert_eq!(get("steal time"), "yes (49 ticks since boot)");
-        assert_eq!(get("hypervisor"), "KVM (from clocksource kvm-clock)");
+        assert_eq!(
+            get("hypervisor"),
+            "KVM (from available clocksource kvm-clock)"
+        );
         assert_eq!(get("mitigation spectre_v2"), "Mitigation: Retpolines");
         assert_eq!(get("NUMA nodes"), "1 (0)");
     }

@@ -137,7 +137,7 @@ fn read_virtualization(root: &Path, flag: Option<bool>) -> Virtualization {
                 .split_whitespace()
                 .find(|c| hypervisor_from_clocksources(c) == Some(h))
                 .unwrap_or(h);
-            Some((h.to_string(), format!("clocksource {which}")))
+            Some((h.to_string(), format!("available clocksource {which}")))
         })
         .or_else(|| {
             let vendor = v.sys_vendor.as_deref().unwrap_or("");

@@ -51,7 +51,7 @@ fn amd_kvm_guest() {
     assert_eq!(v.hypervisor.as_deref(), Some("KVM"));
     assert_eq!(
         v.hypervisor_source.as_deref(),
-        Some("clocksource kvm-clock")
+        Some("available clocksource kvm-clock")
     );
     assert_eq!(
         (v.sys_vendor.as_deref(), v.product_name.as_deref()),

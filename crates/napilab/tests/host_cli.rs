@@ -62,7 +62,7 @@ fn host_text_starts_with_the_summary_then_one_line_per_field() {
         ("cpu vendor", "AuthenticAMD"),
         ("cpufreq driver", "none"),
         ("cpuidle governor", "menu"),
-        ("hypervisor", "KVM (from clocksource kvm-clock)"),
+        ("hypervisor", "KVM (from available clocksource kvm-clock)"),
         ("steal time", "yes (228 ticks since boot)"),
         ("mitigation spectre_v1", "Mitigation: usercopy/swapgs"),
     ] {
