@@ -179,6 +179,7 @@ pub fn ideal_profile(service_ns: f64) -> Profile {
         latency_ns: LatencyNs {
             irq_delivery: 0,
             idle_wakeup: 0,
+            wake_up_samples: Vec::new(),
             rx_dma: 0,
             tx_dma: 0,
         },

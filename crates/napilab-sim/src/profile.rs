@@ -174,6 +174,14 @@ pub struct LatencyNs {
     /// Extra wake-up delay when the CPU was idle (C-state exit), no CPU time charged.
     #[serde(default)]
     pub idle_wakeup: u64,
+    /// Measured delays of a remote wake-up onto an idle CPU (the wake-up probe of a live
+    /// host, `napilab_core::WakeUpLatency`), ns. When given, each thread woken onto an
+    /// idle CPU by another waits one of them, drawn at random, instead of
+    /// `irq_delivery`: on a VM whose idle vCPUs halt, a few of those waits last
+    /// milliseconds (the hypervisor runs the vCPU late), and a ring that fills in less
+    /// loses packets, which a median cannot show (docs/sim.md, "Wake-up delays").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wake_up_samples: Vec<u64>,
     /// From the last bit on the ingress wire to the descriptor being visible to the poll.
     pub rx_dma: u64,
     /// From the driver's doorbell to the first bit on the egress wire.

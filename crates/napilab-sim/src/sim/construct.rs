@@ -677,6 +677,8 @@ impl<'a> Sim<'a> {
             lat_irq: profile.latency_ns.irq_delivery,
             veth_rx: cfg.ingress.veth,
             lat_wake: profile.latency_ns.idle_wakeup,
+            wake_up_samples: &profile.latency_ns.wake_up_samples,
+            wake_up_rng: Rng::new(seed, 4_000_000),
             lat_irq_thread: profile.irq_thread.as_ref().map_or(0, |t| t.wakeup_ns),
             need_resched: vec![false; ncpu],
             irq_thread_run: vec![false; threads.len()],

@@ -347,6 +347,10 @@ pub(crate) struct Sim<'a> {
     /// `veth_xmit`'s notification, not an interrupt.
     veth_rx: bool,
     lat_wake: Nanos,
+    /// The profile's measured remote wake-up delays (`latency_ns.wake_up_samples`) and
+    /// the random stream that draws them; empty: every such wake-up takes `lat_irq`.
+    wake_up_samples: &'a [Nanos],
+    wake_up_rng: Rng,
     lat_irq_thread: Nanos,
     /// TIF_NEED_RESCHED of each CPU's current task, as far as the twin models it: set
     /// by an IRQ thread's wake-up (docs/sim.md, "Threaded IRQ handlers"), cleared by

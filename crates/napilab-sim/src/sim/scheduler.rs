@@ -53,12 +53,21 @@ impl Sim<'_> {
     }
 
     /// A remote wake-up's IPI: CPU `c`, unless running a batch (whose dispatch
-    /// follows) or already due to look, looks at its run queue `lat_irq` later.
+    /// follows) or already due to look, looks at its run queue `lat_irq` later, or one
+    /// of the measured wake-up delays when the profile has them.
     fn kick_idle_cpu(&mut self, c: usize) {
         if !self.cpus[c].busy && !self.dispatch_pending[c] {
             self.dispatch_pending[c] = true;
-            let at = self.q.now() + self.lat_irq;
+            let at = self.q.now() + self.remote_wake_up_delay();
             self.q.schedule(at, Ev::Dispatch(c));
+        }
+    }
+
+    /// How long a thread woken onto an idle CPU from another waits to run.
+    fn remote_wake_up_delay(&mut self) -> Nanos {
+        match self.wake_up_samples.len() {
+            0 => self.lat_irq,
+            n => self.wake_up_samples[(self.wake_up_rng.next_u64() % n as u64) as usize],
         }
     }
 
