@@ -124,6 +124,8 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
         notice(&mut ctx.notices, "disturbance limits", detail);
         ctx.bar.set_message("the host's speed");
         host_speed(&mut host, &mut ctx.notices, "run start", &opts.stop);
+        ctx.bar.set_message("wake-ups of idle CPUs");
+        wake_ups(&mut host, &mut ctx.notices, &opts.stop);
     }
     if let Some(why) = idle_vcpus_halt_at_once(&host) {
         notice(&mut ctx.notices, "idle vCPUs", why);
@@ -221,6 +223,30 @@ fn host_speed(
                 host.speed.push(speed);
             }
             Err(e) => notice(notices, "host speed", format!("{when}: {e}")),
+        }
+    }
+}
+
+/// How long a thread woken onto each idle CPU waits to run, at the run's start
+/// (napilab-probe `wake_up_latency`, about 0.4 s per CPU): `napilab tune predict --from
+/// run.json` draws a NAPI kthread's wake-ups from it, whose rare long ones on a halting
+/// vCPU set how much a threaded DUT loses (docs/lab.md, "Wake-ups"). Skipped when a
+/// stop was asked for; a CPU the probe fails on is a notice.
+fn wake_ups(
+    host: &mut napilab_core::HostFacts,
+    notices: &mut Vec<napilab_core::Notice>,
+    stop: &std::sync::atomic::AtomicBool,
+) {
+    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    for probed in napilab_probe::wake_up_latency::measure_tail_each(&host.cpus) {
+        match probed {
+            Ok(w) => {
+                notice(notices, "wake-ups", w.summary());
+                host.wake_up.push(w);
+            }
+            Err(e) => notice(notices, "wake-ups", e.to_string()),
         }
     }
 }

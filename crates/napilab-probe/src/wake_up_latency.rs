@@ -75,6 +75,19 @@ pub fn measure(
         .unwrap_or_else(|_| Err(WakeUpError::Spawn(std::io::Error::other("panicked"))))
 }
 
+/// Wake-ups per CPU, and the idle time before each, of the probe whose delays the twin
+/// draws from (napilab-sim `wake_up::MIN_SAMPLED_WAKE_UPS` asks for at least 1,000): a
+/// loaded NAPI kthread sleeps for tens to hundreds of microseconds between batches, and
+/// the rare long wake-ups of a halting vCPU (a few tenths of a percent on the project's
+/// VM) need thousands to show. About 0.4 s per CPU.
+pub const TAIL_WAKE_UPS: usize = 2000;
+pub const TAIL_IDLE: Duration = Duration::from_micros(100);
+
+/// [`measure_each`] with [`TAIL_WAKE_UPS`] after [`TAIL_IDLE`] each.
+pub fn measure_tail_each(cpus: &[u32]) -> Vec<Result<WakeUpLatency, WakeUpError>> {
+    measure_each(cpus, TAIL_WAKE_UPS, TAIL_IDLE)
+}
+
 /// [`measure`] on each CPU of `cpus` in turn, woken from the next CPU of the list (the
 /// first for the last): one result per CPU, in the order of `cpus`; none for a list of
 /// fewer than two CPUs, where there is nothing to wake from.

@@ -60,6 +60,8 @@ const HEADROOM_RESOLUTION: f64 = 0.02;
 /// at the loads that pass [`MIN_PPS`] times ten, short enough for a plan.
 const TWIN_WINDOW_MS: f64 = 200.0;
 const TWIN_WARMUP_MS: f64 = 20.0;
+/// The headroom search's window when wake-ups are drawn from a measured tail.
+const TAIL_WINDOW_MS: f64 = 1000.0;
 /// The fit stops when the twin's packet CPU is within this fraction of the measured.
 const FIT_TOLERANCE: f64 = 0.02;
 const FIT_ROUNDS: usize = 6;
@@ -320,6 +322,7 @@ pub fn predict(
     );
     if let Some(w) = &wake_up {
         base.latency_ns.irq_delivery = w.delay_ns.round() as u64;
+        base.latency_ns.wake_up_samples = w.samples_ns.clone();
     }
     let (factor, fitted, residual) = fit(&twin, &current, &base, measured_share)?;
     let seeds: Vec<u64> = (1..=SEEDS).collect();
@@ -782,7 +785,7 @@ impl TwinHost {
     }
 }
 
-fn config(host: &TwinHost, settings: &[NapiSettings]) -> SimConfig {
+fn config(host: &TwinHost, settings: &[NapiSettings], window_ms: f64) -> SimConfig {
     let mut h = lab_host(host.cpus, &host.kernel);
     h.hz = host.hz;
     let queues = settings
@@ -811,7 +814,7 @@ fn config(host: &TwinHost, settings: &[NapiSettings]) -> SimConfig {
             ring_poll: Default::default(),
         })
         .collect();
-    let window_s = (TWIN_WINDOW_MS + TWIN_WARMUP_MS) / 1e3 + 0.1;
+    let window_s = (window_ms + TWIN_WARMUP_MS) / 1e3 + 0.1;
     let share = 1.0 / settings.len().max(1) as f64;
     SimConfig {
         name: "live host twin".into(),
@@ -851,7 +854,7 @@ fn config(host: &TwinHost, settings: &[NapiSettings]) -> SimConfig {
                 .collect(),
         },
         measurement: MeasurementConfig {
-            duration_ms: TWIN_WINDOW_MS,
+            duration_ms: window_ms,
             warmup_ms: TWIN_WARMUP_MS,
             interval_ms: None,
         },
@@ -898,7 +901,7 @@ fn run(
     profile: &Profile,
     seed: u64,
 ) -> Result<crate::SimResult, Refusal> {
-    crate::try_run(&config(host, settings), &profile_for(profile, settings), seed).map_err(|e| Refusal {
+    crate::try_run(&config(host, settings, TWIN_WINDOW_MS), &profile_for(profile, settings), seed).map_err(|e| Refusal {
         reason: format!("the twin of this host is not a valid configuration ({e}): report it with the observation (napilab observe --json)"),
     })
 }
@@ -1028,6 +1031,17 @@ fn headroom_cap(host: &TwinHost, settings: &[NapiSettings], profile: &Profile) -
     (f64::from(pollers) * 1e9 / ns.max(1.0)).max(host.pps) * HEADROOM_CAP_MARGIN
 }
 
+/// The twin's window per run of the headroom search: [`TWIN_WINDOW_MS`], or
+/// [`TAIL_WINDOW_MS`] when the profile draws its wake-ups from a measured tail, whose
+/// rare long waits (a few tenths of a percent) a 200 ms window holds only a handful of.
+fn headroom_window_ms(profile: &Profile) -> f64 {
+    if profile.latency_ns.wake_up_samples.is_empty() {
+        TWIN_WINDOW_MS
+    } else {
+        TAIL_WINDOW_MS
+    }
+}
+
 /// The headroom of `settings`: per seed, the twin at the observed load, then the
 /// experiment layer's bisection up to [`headroom_cap`] (or, when the observed load
 /// already loses packets, down from it), [`HEADROOM_PROBES`] runs at most.
@@ -1044,7 +1058,7 @@ pub(crate) fn headroom(
         pps: cap,
         ..host.clone()
     };
-    let base = config(&at_cap, settings);
+    let base = config(&at_cap, settings, headroom_window_ms(profile));
     let run_profile = profile_for(profile, settings);
     let mut per_seed = Vec::with_capacity(seeds.len());
     let mut stops = Vec::with_capacity(seeds.len());

@@ -25,6 +25,62 @@ pub struct WakeUp {
     pub measured: bool,
     /// Where it comes from, in words (what was measured, or why nothing was).
     pub source: String,
+    /// The wake-up probe's delays on the kthread's CPUs, ns, when it measured at least
+    /// [`MIN_SAMPLED_WAKE_UPS`] there: the twin then draws each remote wake-up from
+    /// them (`latency_ns.wake_up_samples`), its rare long ones included, instead of
+    /// waiting `delay_ns` every time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples_ns: Vec<u64>,
+}
+
+/// Fewest probed wake-ups the twin draws from: a tail of a few tenths of a percent
+/// needs thousands to show at all (on the project's VM, 0.35-0.44% of 5,000 wake-ups
+/// took over 1 ms, 2026-11-28).
+pub const MIN_SAMPLED_WAKE_UPS: usize = 1000;
+
+/// The probe's delays to draw from for kthreads on `cpus` (pinned: all of them pooled;
+/// unpinned: the CPU with the least median, as [`probed_delay`] takes), or none when
+/// the probe measured too few there.
+fn probed_samples(
+    probed: &[WakeUpLatency],
+    cpus: &[u32],
+    pinned: bool,
+) -> Option<(Vec<u64>, String)> {
+    let usable: Vec<&WakeUpLatency> = probed
+        .iter()
+        .filter(|p| p.delays_ns.len() >= MIN_SAMPLED_WAKE_UPS)
+        .filter(|p| !pinned || cpus.contains(&p.cpu))
+        .collect();
+    let chosen: Vec<&WakeUpLatency> = if pinned {
+        usable
+    } else {
+        usable
+            .into_iter()
+            .filter_map(|p| Some((p.median_ns()?, p)))
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, p)| vec![p])
+            .unwrap_or_default()
+    };
+    if chosen.is_empty() {
+        return None;
+    }
+    let samples: Vec<u64> = chosen
+        .iter()
+        .flat_map(|p| p.delays_ns.iter().map(|&d| d.max(0.0).round() as u64))
+        .collect();
+    let over_1ms = samples.iter().filter(|&&d| d > 1_000_000).count();
+    let longest = samples.iter().copied().max().unwrap_or(0);
+    let cpus: Vec<String> = chosen.iter().map(|p| p.cpu.to_string()).collect();
+    Some((
+        samples.clone(),
+        format!(
+            "each remote wake-up draws one of the probe's {} wake-ups of CPU {} ({over_1ms} over 1 ms, {:.2}%, the longest {:.1} ms), the IPI and the idle CPU's return included",
+            samples.len(),
+            cpus.join(", "),
+            100.0 * over_1ms as f64 / samples.len() as f64,
+            longest as f64 / 1e6
+        ),
+    ))
 }
 
 /// Run delay pooled over some kernel threads over an observation.
@@ -108,6 +164,7 @@ fn probed_delay(probed: &[WakeUpLatency], cpus: &[u32], pinned: bool) -> Option<
         delay_ns,
         measured: true,
         source: format!("wake-up probe of this host ({}), {why}", each.join("; ")),
+        samples_ns: Vec::new(),
     })
 }
 
@@ -136,6 +193,23 @@ pub fn wake_up_delay(
     pinned: bool,
     lab_ns: u64,
 ) -> Option<WakeUp> {
+    let mut w = typical_wake_up(traced, probed, device, cpus, pinned, lab_ns)?;
+    if let Some((samples, says)) = probed_samples(probed, cpus, pinned) {
+        w.samples_ns = samples;
+        w.source = format!("{}; {says}", w.source);
+    }
+    Some(w)
+}
+
+/// [`wake_up_delay`]'s one figure, from the first source of the list that has it.
+fn typical_wake_up(
+    traced: &[&Interval],
+    probed: &[WakeUpLatency],
+    device: &DeviceJoin,
+    cpus: &[u32],
+    pinned: bool,
+    lab_ns: u64,
+) -> Option<WakeUp> {
     if cpus.is_empty() {
         return None;
     }
@@ -151,6 +225,7 @@ pub fn wake_up_delay(
                 mean / 1e3,
                 r.runs
             ),
+            samples_ns: Vec::new(),
         })
     };
     let own = run_delay(traced, |t| device.runs_kthread(&t.role));
@@ -227,6 +302,7 @@ pub fn wake_up_delay(
         delay_ns: lab_ns as f64,
         measured: false,
         source: format!("the veth-lab profile's delay, fitted on the lab machine's maximum throughput and not this host's: {why}"),
+        samples_ns: Vec::new(),
     })
 }
 
@@ -261,6 +337,31 @@ mod tests {
             idle_us: 100.0,
             delays_ns: vec![median_us * 1e3; wake_ups],
         }
+    }
+
+    #[test]
+    fn the_twin_draws_from_the_probe_of_the_kthreads_cpus_once_it_has_enough() {
+        let vb = DeviceJoin::new(&napilab_core::TopologyMap::default(), "vb");
+        let mut slow_tail = probe(1, 45.0, MIN_SAMPLED_WAKE_UPS - 4);
+        slow_tail.delays_ns.extend([2.0e6, 3.0e6, 5.0e6, 6.8e6]);
+        let probed = [probe(0, 40.0, MIN_SAMPLED_WAKE_UPS), slow_tail];
+        // Pinned to CPU 1: its delays, the tail with them, named in the source.
+        let w = wake_up_delay(&[], &probed, &vb, &[1], true, 268_554).expect("threaded");
+        assert_eq!(w.samples_ns.len(), MIN_SAMPLED_WAKE_UPS);
+        assert_eq!(w.samples_ns.iter().max(), Some(&6_800_000));
+        assert!((w.delay_ns - 45_000.0).abs() < 1e-6, "{w:?}");
+        assert!(
+            w.source.contains("4 over 1 ms, 0.40%, the longest 6.8 ms"),
+            "{}",
+            w.source
+        );
+        // Unpinned: the CPU with the least median, as for the delay itself.
+        let w = wake_up_delay(&[], &probed, &vb, &[1], false, 268_554).expect("threaded");
+        assert!(w.samples_ns.iter().all(|&d| d == 40_000), "{w:?}");
+        // Too few wake-ups: the one delay, every time.
+        let few = [probe(1, 45.0, MIN_SAMPLED_WAKE_UPS - 1)];
+        let w = wake_up_delay(&[], &few, &vb, &[1], true, 268_554).expect("threaded");
+        assert!(w.samples_ns.is_empty() && w.measured, "{w:?}");
     }
 
     #[test]

@@ -153,7 +153,7 @@ pub fn run(args: HostArgs) -> Result<()> {
             println!("speed: {}", s.summary());
         }
         for w in wake_up.iter().flatten() {
-            println!("wake-up: {}", wake_up_summary(w));
+            println!("wake-up: {}", w.summary());
         }
         for t in timer.iter().flatten() {
             println!("timer: {}", timer_summary(t));
@@ -236,20 +236,6 @@ fn timer_summary(t: &TimerCost) -> String {
         t.ns_per_expiry / 1e3,
         t.expiries_per_s,
         t.max_share(t.period_ns) * 100.0
-    )
-}
-
-fn wake_up_summary(w: &WakeUpLatency) -> String {
-    let us = |q: f64| w.quantile_ns(q).map_or(f64::NAN, |ns| ns / 1e3);
-    format!(
-        "CPU {} woken from CPU {} after {:.0} us idle: median {:.1} us, p90 {:.1} us, slowest {:.1} us ({} wake-ups)",
-        w.cpu,
-        w.waker_cpu,
-        w.idle_us,
-        us(0.5),
-        us(0.9),
-        us(1.0),
-        w.delays_ns.len()
     )
 }
 

@@ -69,20 +69,16 @@ fn observe_traced(duration: Duration) -> Result<napilab_core::Observation> {
     observed
 }
 
-/// Wake-ups per CPU of the wake-up probe, and how long the CPU is left idle before each:
-/// a loaded NAPI kthread sleeps for tens to hundreds of microseconds between batches.
-const WAKE_UPS_PER_CPU: usize = 100;
-const IDLE_BEFORE_WAKE_UP: Duration = Duration::from_micros(100);
-
 /// How long a thread woken onto each of `cpus` waits to run, woken from the next CPU
-/// (napilab-probe `wake_up_latency`), under the load the observation saw; about 30 ms per
-/// CPU. None on a host of one CPU (nothing to wake from), and a CPU the probe fails on is
-/// said and left out: the twin then falls back to the run delays (docs/tune.md).
+/// (napilab-probe `wake_up_latency`, enough wake-ups for the twin to draw its rare long
+/// ones from), under the load the observation saw; about 0.4 s per CPU. None on a host
+/// of one CPU (nothing to wake from), and a CPU the probe fails on is said and left
+/// out: the twin then falls back to the run delays (docs/tune.md).
 fn probe_wake_ups(cpus: &[u32]) -> Vec<napilab_core::WakeUpLatency> {
     if cpus.len() < 2 {
         eprintln!("napilab: wake-up probe skipped: this host has one CPU, nothing to wake it from");
     }
-    napilab_probe::wake_up_latency::measure_each(cpus, WAKE_UPS_PER_CPU, IDLE_BEFORE_WAKE_UP)
+    napilab_probe::wake_up_latency::measure_tail_each(cpus)
         .into_iter()
         .filter_map(|r| {
             r.map_err(|e| eprintln!("napilab: wake-up probe: {e}; that CPU is left out"))
@@ -528,12 +524,20 @@ pub fn recorded_observation(
             path.display()
         );
     }
-    let obs = serde_json::from_value(p["observation"].clone()).with_context(|| {
-        format!(
-            "{}: the Observation of {name}:{index} does not parse (made by another napilab version?)",
-            path.display()
-        )
-    })?;
+    let mut obs: napilab_core::Observation = serde_json::from_value(p["observation"].clone())
+        .with_context(|| {
+            format!(
+                "{}: the Observation of {name}:{index} does not parse (made by another napilab version?)",
+                path.display()
+            )
+        })?;
+    // The lab probes wake-ups once, at the run's start, into the record's host facts
+    // (docs/lab.md, "Wake-ups"); a point's Observation does not repeat them.
+    if obs.host.wake_up.is_empty() {
+        if let Ok(probed) = serde_json::from_value(value["host"]["wake_up"].clone()) {
+            obs.host.wake_up = probed;
+        }
+    }
     Ok((obs, Some(format!("{name}:{index}"))))
 }
 

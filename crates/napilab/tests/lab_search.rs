@@ -80,6 +80,20 @@ fn a_short_mlrsearch_gives_bounded_answers_with_their_trials() {
             );
         }
     }
+    // And the wake-ups of each idle CPU, enough for the twin to draw its tail from
+    // (docs/lab.md, "Wake-ups"): every CPU woken from another, each delay positive.
+    if cpus >= 2 {
+        let wake_up = record["host"]["wake_up"].as_array().expect("host.wake_up");
+        assert_eq!(wake_up.len(), cpus, "{wake_up:?}");
+        for w in wake_up {
+            let delays = w["delays_ns"].as_array().expect("delays");
+            assert_eq!(delays.len(), napilab_probe::wake_up_latency::TAIL_WAKE_UPS);
+            assert!(delays.iter().all(|d| d.as_f64().is_some_and(|d| d > 0.0)));
+            assert_ne!(w["cpu"], w["waker_cpu"], "{}", w["cpu"]);
+        }
+    } else {
+        println!("one CPU: no wake-up probe to check (nothing to wake it from)");
+    }
     let conf = &record["configurations"][0];
     let max = &conf["max_throughput"];
     assert_eq!(max["method"], "mlrsearch", "{max}");

@@ -133,3 +133,44 @@ fn a_refusal_says_why_and_fails() {
     let missing = "/nonexistent/obs.json";
     assert_fails_saying(&predict_threaded("n6b01-in", &["--from", missing]), missing);
 }
+
+#[test]
+fn a_lab_runs_wake_up_probe_is_what_the_kthread_draws_from() {
+    // A searching lab run probes wake-ups at its start into the record's host facts
+    // (docs/lab.md, "Wake-ups"); the prediction from its point draws from them.
+    let dir =
+        std::env::temp_dir().join(format!("napilab-tune-predict-wake-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = lab_record(&dir);
+    let mut record: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("record")).expect("JSON");
+    let mut delays: Vec<f64> = vec![45_000.0; 1996];
+    delays.extend([2.0e6, 3.0e6, 5.0e6, 6.8e6]);
+    record["host"] = serde_json::json!({
+        "wake_up": [{"cpu": 1, "waker_cpu": 0, "idle_us": 100.0, "delays_ns": delays}]
+    });
+    std::fs::write(&path, record.to_string()).expect("write");
+    let r = path.to_str().expect("utf-8");
+    let out = predict_threaded(
+        "n6b01-in",
+        &[
+            "--cpus",
+            "1",
+            "--json",
+            "--from",
+            r,
+            "--point",
+            "one-cpu/softirq",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let w = &v["prediction"]["kthread_wake_up"];
+    assert_eq!(w["samples_ns"].as_array().map(Vec::len), Some(2000), "{w}");
+    let source = w["source"].as_str().unwrap_or_default();
+    assert!(
+        source.contains("2000 wake-ups of CPU 1 (4 over 1 ms"),
+        "{source}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
