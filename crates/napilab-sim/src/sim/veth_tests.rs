@@ -128,7 +128,7 @@ fn threaded_loss(rate_pps: f64, wake_up_samples: Vec<Nanos>) -> f64 {
     cfg.measurement.duration_ms = 400.0;
     // veth's egress too, as the twin of a veth host has it: no TX-completion
     // interrupt to wake the CPU early.
-    cfg.egress = crate::twin_plan::veth_egress("out", 200_000, cfg.egress.qdisc.clone());
+    cfg.egress = crate::twin_plan::veth_egress("out", 200_000, cfg.egress.qdisc);
     let mut p = profile(40_000);
     p.latency_ns.wake_up_samples = wake_up_samples;
     let r = crate::run(&cfg, &p, 1);
