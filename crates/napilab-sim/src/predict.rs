@@ -312,14 +312,16 @@ pub fn predict(
         })?
         .profile;
     let device = DeviceJoin::new(&obs.topology, &dev);
+    let (kthread_cpus, pinned) = (kthread_cpus(&current, &target), params.has("cpus"));
     let wake_up = wake_up_delay(
         &traced,
         &obs.host.wake_up,
         &device,
-        &kthread_cpus(&current, &target),
-        params.has("cpus"),
+        &kthread_cpus,
+        pinned,
         base.latency_ns.irq_delivery,
-    );
+    )
+    .map(|w| w.with_probed_samples(&obs.host.wake_up, &kthread_cpus, pinned));
     if let Some(w) = &wake_up {
         base.latency_ns.irq_delivery = w.delay_ns.round() as u64;
         base.latency_ns.wake_up_samples = w.samples_ns.clone();
@@ -429,6 +431,7 @@ fn assumptions(a: &Assumed<'_>) -> Vec<String> {
         format!("intervals: Student's t at {:.0}% over {} twin seeds (the twin's own variation, not the host's)", LEVEL * 100.0, a.seeds),
     ];
     match a.wake_up {
+        Some(w) if !w.samples_ns.is_empty() => assumed.push(format!("a NAPI kthread woken onto an idle CPU waits one of the wake-up probe's delays, drawn at random ({}); its woken CPU's median {:.1} us stands for the rest of the twin. The headroom at {:.1}% loss is set by the longest of them, which a few thousand wake-ups measure poorly, and on a VM whose idle vCPUs halt their share moves from minute to minute (on the project's VM 1.00% and 0.10% over 1 ms at the starts of two lab runs 20 minutes apart, 2026-11-28): the headroom holds for the host as it was probed", w.source, w.delay_ns / 1e3, HEADROOM_LOSS * 100.0)),
         Some(w) if w.measured => assumed.push(format!("a NAPI kthread runs {:.1} us after veth schedules it, every time: the mean wait of a woken kernel thread for its CPU on this host, {}; the real wait varies around it; polls/s, packets per poll and the headroom of threaded polling depend on it", w.delay_ns / 1e3, w.source)),
         Some(w) => assumed.push(format!("a NAPI kthread runs {:.0} us after veth schedules it: {}; polls/s, packets per poll and the headroom of threaded polling depend on it", w.delay_ns / 1e3, w.source)),
         None => {}

@@ -33,6 +33,24 @@ pub struct WakeUp {
     pub samples_ns: Vec<u64>,
 }
 
+impl WakeUp {
+    /// This delay, and the probe's delays on the kthread's CPUs to draw each wake-up
+    /// from when it measured enough there ([`MIN_SAMPLED_WAKE_UPS`]; `cpus` and
+    /// `pinned` as for [`wake_up_delay`]), said in the source.
+    pub fn with_probed_samples(
+        mut self,
+        probed: &[WakeUpLatency],
+        cpus: &[u32],
+        pinned: bool,
+    ) -> WakeUp {
+        if let Some((samples, says)) = probed_samples(probed, cpus, pinned) {
+            self.samples_ns = samples;
+            self.source = format!("{}; {says}", self.source);
+        }
+        self
+    }
+}
+
 /// Fewest probed wake-ups the twin draws from: a tail of a few tenths of a percent
 /// needs thousands to show at all (on the project's VM, 0.35-0.44% of 5,000 wake-ups
 /// took over 1 ms, 2026-11-28).
@@ -71,16 +89,14 @@ fn probed_samples(
     let over_1ms = samples.iter().filter(|&&d| d > 1_000_000).count();
     let longest = samples.iter().copied().max().unwrap_or(0);
     let cpus: Vec<String> = chosen.iter().map(|p| p.cpu.to_string()).collect();
-    Some((
-        samples.clone(),
-        format!(
-            "each remote wake-up draws one of the probe's {} wake-ups of CPU {} ({over_1ms} over 1 ms, {:.2}%, the longest {:.1} ms), the IPI and the idle CPU's return included",
-            samples.len(),
-            cpus.join(", "),
-            100.0 * over_1ms as f64 / samples.len() as f64,
-            longest as f64 / 1e6
-        ),
-    ))
+    let says = format!(
+        "each remote wake-up draws one of the probe's {} wake-ups of CPU {} ({over_1ms} over 1 ms, {:.2}%, the longest {:.1} ms), the IPI and the idle CPU's return included",
+        samples.len(),
+        cpus.join(", "),
+        100.0 * over_1ms as f64 / samples.len() as f64,
+        longest as f64 / 1e6
+    );
+    Some((samples, says))
 }
 
 /// Run delay pooled over some kernel threads over an observation.
@@ -186,23 +202,6 @@ fn probed_delay(probed: &[WakeUpLatency], cpus: &[u32], pinned: bool) -> Option<
 ///
 /// `None` when neither settings polls in a kthread.
 pub fn wake_up_delay(
-    traced: &[&Interval],
-    probed: &[WakeUpLatency],
-    device: &DeviceJoin,
-    cpus: &[u32],
-    pinned: bool,
-    lab_ns: u64,
-) -> Option<WakeUp> {
-    let mut w = typical_wake_up(traced, probed, device, cpus, pinned, lab_ns)?;
-    if let Some((samples, says)) = probed_samples(probed, cpus, pinned) {
-        w.samples_ns = samples;
-        w.source = format!("{}; {says}", w.source);
-    }
-    Some(w)
-}
-
-/// [`wake_up_delay`]'s one figure, from the first source of the list that has it.
-fn typical_wake_up(
     traced: &[&Interval],
     probed: &[WakeUpLatency],
     device: &DeviceJoin,
@@ -346,7 +345,12 @@ mod tests {
         slow_tail.delays_ns.extend([2.0e6, 3.0e6, 5.0e6, 6.8e6]);
         let probed = [probe(0, 40.0, MIN_SAMPLED_WAKE_UPS), slow_tail];
         // Pinned to CPU 1: its delays, the tail with them, named in the source.
-        let w = wake_up_delay(&[], &probed, &vb, &[1], true, 268_554).expect("threaded");
+        let drawn = |probed: &[WakeUpLatency], pinned: bool| {
+            wake_up_delay(&[], probed, &vb, &[1], pinned, 268_554)
+                .expect("threaded")
+                .with_probed_samples(probed, &[1], pinned)
+        };
+        let w = drawn(&probed, true);
         assert_eq!(w.samples_ns.len(), MIN_SAMPLED_WAKE_UPS);
         assert_eq!(w.samples_ns.iter().max(), Some(&6_800_000));
         assert!((w.delay_ns - 45_000.0).abs() < 1e-6, "{w:?}");
@@ -356,11 +360,11 @@ mod tests {
             w.source
         );
         // Unpinned: the CPU with the least median, as for the delay itself.
-        let w = wake_up_delay(&[], &probed, &vb, &[1], false, 268_554).expect("threaded");
+        let w = drawn(&probed, false);
         assert!(w.samples_ns.iter().all(|&d| d == 40_000), "{w:?}");
         // Too few wake-ups: the one delay, every time.
         let few = [probe(1, 45.0, MIN_SAMPLED_WAKE_UPS - 1)];
-        let w = wake_up_delay(&[], &few, &vb, &[1], true, 268_554).expect("threaded");
+        let w = drawn(&few, true);
         assert!(w.samples_ns.is_empty() && w.measured, "{w:?}");
     }
 

@@ -186,6 +186,29 @@ fn judge_lab_run(
         max["stopped"].as_str().unwrap_or("?"),
         error * 100.0
     );
+    // What the measurement itself allows: a maximum whose own interval is wider than
+    // the goal cannot tell a good prediction from a poor one.
+    if let (Some(low), Some(high)) = (
+        goal["interval"]["low"].as_f64(),
+        goal["interval"]["high"].as_f64(),
+    ) {
+        let half = (high - low) / 2.0 / measured;
+        println!(
+            "lab: the measured maximum's own 95% interval is +-{:.0}% of it{}",
+            half * 100.0,
+            if half > HEADROOM_GOAL {
+                format!(", wider than the {:.0}% goal: this host's searches do not repeat closely enough to judge a prediction within it (docs/tune.md, \"The wake-up distribution\")", HEADROOM_GOAL * 100.0)
+            } else {
+                String::new()
+            }
+        );
+    }
+    // The wake-ups the twin drew from: the run's probe at its start.
+    for w in record["host"]["wake_up"].as_array().into_iter().flatten() {
+        if let Ok(w) = serde_json::from_value::<napilab_core::WakeUpLatency>(w.clone()) {
+            println!("lab: wake-up probe at the run's start: {}", w.summary());
+        }
+    }
     Ok(error)
 }
 

@@ -80,6 +80,10 @@ const ONE_TESTBED_OR_OPTIONAL: &[(&str, &str)] = &[
         "how steadily the lab's CPUs ran a fixed piece of work: the twin's CPUs are steady by construction",
     ),
     (
+        ".host.wake_up",
+        "how long a thread woken onto each of the lab's idle CPUs waited (the probe at a searching run's start): the twin takes wake-up delays from its profile",
+    ),
+    (
         ".intervals[].trace",
         "the trace tier's readings: the twin models them always, the lab reads them when the scenario asks (measurement.trace)",
     ),
