@@ -134,12 +134,14 @@ bench-sim: deps
 # and reverted, 3 repeats of 3 s observations; then (LAB=1, about 6 minutes) the
 # threaded profile's headroom predicted from a lab run's softirq point against the
 # threaded configuration's measured maximum; ends with `predict: N profiles, max
-# |error| X%` and the verdict (root).
+# |error| X%` and the verdict (root). HOST_PROFILE=NAME runs it all with that host-wide
+# tune profile applied and reverted after (bench/with-profile.sh), e.g. vcpu-halt-poll.
 LAB ?= 1
+HOST_PROFILE ?=
 bench-predict: deps
 	@bash bench/host-line.sh
 	$(CARGO) build --release -p napilab --bin napilab
-	RESULTS=$(RESULTS) $(CARGO) run --release -p napilab --example predict_bench -- target/release/napilab 3 3s $(LAB)
+	RESULTS=$(RESULTS) bash bench/with-profile.sh "$(HOST_PROFILE)" -- $(CARGO) run --release -p napilab --example predict_bench -- target/release/napilab 3 3s $(LAB)
 
 # Cost of the always-on tracing tier and of 1 kHz stage sampling on a veth router,
 # alternating A/B rounds in one run (root); rounds are added until the control arm's 95%
