@@ -176,6 +176,13 @@ fn threaded_prediction_moves_the_poll_into_a_kthread() {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         if cpus >= 2 {
             assert!(source.starts_with("wake-up probe"), "{source}");
+            // Enough wake-ups that the twin draws each from them, its tail included.
+            let drawn = wake["samples_ns"].as_array().map_or(0, Vec::len);
+            assert_eq!(
+                drawn,
+                napilab_probe::wake_up_latency::TAIL_WAKE_UPS,
+                "{source}"
+            );
         }
     } else {
         assert!(source.contains("veth-lab"), "{source}");
