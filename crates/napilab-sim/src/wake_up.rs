@@ -64,21 +64,7 @@ fn probed_samples(
     cpus: &[u32],
     pinned: bool,
 ) -> Option<(Vec<u64>, String)> {
-    let usable: Vec<&WakeUpLatency> = probed
-        .iter()
-        .filter(|p| p.delays_ns.len() >= MIN_SAMPLED_WAKE_UPS)
-        .filter(|p| !pinned || cpus.contains(&p.cpu))
-        .collect();
-    let chosen: Vec<&WakeUpLatency> = if pinned {
-        usable
-    } else {
-        usable
-            .into_iter()
-            .filter_map(|p| Some((p.median_ns()?, p)))
-            .min_by(|a, b| a.0.total_cmp(&b.0))
-            .map(|(_, p)| vec![p])
-            .unwrap_or_default()
-    };
+    let chosen = probes_for(probed, cpus, pinned, MIN_SAMPLED_WAKE_UPS);
     if chosen.is_empty() {
         return None;
     }
@@ -139,25 +125,38 @@ pub fn run_delay(intervals: &[&Interval], pick: impl Fn(&ThreadInterval) -> bool
 /// Fewest wake-ups of the probe a CPU's median is taken from.
 pub const MIN_PROBED_WAKE_UPS: usize = 20;
 
+/// The probes a kthread on `cpus` is judged by, of those with at least `min` wake-ups:
+/// pinned, every CPU it is pinned to; unpinned, the CPU with the least median (the
+/// scheduler wakes an unpinned thread where a CPU is free).
+fn probes_for<'a>(
+    probed: &'a [WakeUpLatency],
+    cpus: &[u32],
+    pinned: bool,
+    min: usize,
+) -> Vec<&'a WakeUpLatency> {
+    let usable = probed
+        .iter()
+        .filter(|p| p.delays_ns.len() >= min)
+        .filter(|p| !pinned || cpus.contains(&p.cpu));
+    if pinned {
+        return usable.collect();
+    }
+    usable
+        .filter_map(|p| Some((p.median_ns()?, p)))
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, p)| vec![p])
+        .unwrap_or_default()
+}
+
 /// The probe's delay for kthreads on `cpus` (pinned) or anywhere (unpinned); None when
 /// the probe did not measure a CPU that applies.
 fn probed_delay(probed: &[WakeUpLatency], cpus: &[u32], pinned: bool) -> Option<WakeUp> {
-    let usable = probed
-        .iter()
-        .filter(|p| p.delays_ns.len() >= MIN_PROBED_WAKE_UPS)
-        .filter(|p| !pinned || cpus.contains(&p.cpu))
-        .filter_map(|p| Some((p.median_ns()?, p)));
-    let (delay_ns, chosen): (f64, Vec<&WakeUpLatency>) = if pinned {
-        let all: Vec<(f64, &WakeUpLatency)> = usable.collect();
-        if all.is_empty() {
-            return None;
-        }
-        let mean = all.iter().map(|(d, _)| d).sum::<f64>() / all.len() as f64;
-        (mean, all.into_iter().map(|(_, p)| p).collect())
-    } else {
-        let (d, p) = usable.min_by(|a, b| a.0.total_cmp(&b.0))?;
-        (d, vec![p])
-    };
+    let chosen = probes_for(probed, cpus, pinned, MIN_PROBED_WAKE_UPS);
+    let medians: Vec<f64> = chosen.iter().filter_map(|p| p.median_ns()).collect();
+    if medians.is_empty() {
+        return None;
+    }
+    let delay_ns = medians.iter().sum::<f64>() / medians.len() as f64;
     let each: Vec<String> = chosen
         .iter()
         .map(|p| {
