@@ -127,6 +127,47 @@ impl Limits {
         }
     }
 
+    /// These limits with the steal of a window between `before` and `after` in which
+    /// the lab's CPUs did `what` (the run start's probes: every CPU busy, and idle CPUs
+    /// woken again and again). Idle windows see almost none of the steal a trial gets:
+    /// the hypervisor takes nothing from a halted vCPU, but a vCPU woken from halt waits
+    /// for a host CPU and that wait is counted as steal, so a guest's own wake-ups bring
+    /// it (docs/lab.md, "Disturbed trials"). The steal limit sits the fixed margin above
+    /// the largest of the shares measured (the largest share on any CPU, pooled over the
+    /// window: /proc/stat counts steal in 1/USER_HZ ticks, too coarse for short windows).
+    pub fn with_steal_while(
+        &self,
+        what: &str,
+        before: &Snapshot,
+        after: &Snapshot,
+        cpus: &[u32],
+    ) -> Limits {
+        let share = assess(
+            before,
+            after,
+            cpus,
+            &[],
+            &GeneratorEvidence::default(),
+            &Limits::default(),
+        )
+        .steal
+        .iter()
+        .map(|(_, s)| *s)
+        .fold(0.0, f64::max);
+        let seconds = after.at.duration_since(before.at).as_secs_f64();
+        let steal = self.steal.max(over_noise(share, STEAL_LIMIT));
+        Limits {
+            steal,
+            machine: format!(
+                "{}; steal while {what} ({seconds:.1} s): {:.2}%, steal limit now {:.2}%",
+                self.machine,
+                100.0 * share,
+                100.0 * steal
+            ),
+            ..self.clone()
+        }
+    }
+
     /// How every limit was set, for the run's notices.
     pub fn detail(&self) -> String {
         format!("{}; {}", self.machine, self.generator)
@@ -675,6 +716,49 @@ mod tests {
         );
         // No windows: the fixed limits.
         assert_eq!(Limits::from_idle_windows(&w[..1], &[0]), Limits::default());
+    }
+
+    /// Snapshots `seconds` apart in which CPU 0 lost `steal` of its time to the
+    /// hypervisor (1,000 ticks of CPU time each way).
+    fn stolen(steal: f64, seconds: u64) -> (Snapshot, Snapshot) {
+        let mut before = snap(0, 1000, &[]);
+        before.at -= std::time::Duration::from_secs(seconds);
+        let after = snap((1000.0 * steal).round() as u64, 2000, &[]);
+        (before, after)
+    }
+
+    #[test]
+    fn the_steal_limit_sits_above_what_working_cpus_lose_not_idle_ones() {
+        // Idle windows saw no steal (a halted vCPU is not stolen from); while its CPUs
+        // were woken again and again, CPU 0 lost 6%.
+        let idle = Limits::from_idle_windows(&windows_with_other_process(&[0.0, 0.0, 0.0]), &[0]);
+        assert!((idle.steal - STEAL_LIMIT).abs() < 1e-9, "{idle:?}");
+        let (b, a) = stolen(0.06, 2);
+        let l = idle.with_steal_while("waking idle CPUs", &b, &a, &[0, 1]);
+        assert!((l.steal - 0.08).abs() < 1e-9, "{l:?}");
+        assert!(
+            l.detail()
+                .contains("waking idle CPUs (2.0 s): 6.00%, steal limit now 8.00%"),
+            "{}",
+            l.detail()
+        );
+        assert_eq!(l.other_processes, idle.other_processes);
+        // A trial that loses what this machine's CPUs lose to their own work is not
+        // disturbed; one that loses more is.
+        let (b, a) = stolen(0.05, 1);
+        assert!(!assess(&b, &a, &[0], &[], &GeneratorEvidence::default(), &l).disturbed);
+        let (b, a) = stolen(0.10, 1);
+        let d = assess(&b, &a, &[0], &[], &GeneratorEvidence::default(), &l);
+        assert_eq!(d.marked_by, [DisturbanceKind::Steal], "{d:?}");
+        // A second window's lower steal leaves the limit; steal below the idle
+        // windows' limit leaves it; a host stealing half of a CPU stops at the cap.
+        let (b, a) = stolen(0.01, 2);
+        assert!((l.with_steal_while("busy", &b, &a, &[0]).steal - 0.08).abs() < 1e-9);
+        let (b, a) = stolen(0.0, 2);
+        assert!((idle.with_steal_while("busy", &b, &a, &[0]).steal - idle.steal).abs() < 1e-9);
+        let (b, a) = stolen(0.5, 2);
+        let capped = idle.with_steal_while("busy", &b, &a, &[0]).steal;
+        assert!((capped - MOST_A_LIMIT_RISES_TO).abs() < 1e-9);
     }
 
     #[test]

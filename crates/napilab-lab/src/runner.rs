@@ -119,13 +119,28 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
         )
     {
         ctx.bar.set_message("the machine's own noise");
-        ctx.disturbance_limits = machine_noise(ncpus, &opts.stop);
+        let mut limits = machine_noise(ncpus, &opts.stop);
+        // The probes that follow are the lab's two kinds of work (busy CPUs, and idle
+        // CPUs woken again and again): the steal each brings joins the machine's noise.
+        ctx.bar.set_message("the host's speed");
+        let from = crate::disturbance::snapshot(Path::new("/"));
+        host_speed(&mut host, &mut ctx.notices, "run start", &opts.stop);
+        if !host.speed.is_empty() {
+            let to = crate::disturbance::snapshot(Path::new("/"));
+            let what = "every CPU was busy in the host-speed probe";
+            limits = limits.with_steal_while(what, &from, &to, &host.cpus);
+        }
+        ctx.bar.set_message("wake-ups of idle CPUs");
+        let from = crate::disturbance::snapshot(Path::new("/"));
+        wake_ups(&mut host, &mut ctx.notices, &opts.stop);
+        if !host.wake_up.is_empty() {
+            let to = crate::disturbance::snapshot(Path::new("/"));
+            let what = "the wake-up probe woke idle CPUs again and again";
+            limits = limits.with_steal_while(what, &from, &to, &host.cpus);
+        }
+        ctx.disturbance_limits = limits;
         let detail = ctx.disturbance_limits.detail();
         notice(&mut ctx.notices, "disturbance limits", detail);
-        ctx.bar.set_message("the host's speed");
-        host_speed(&mut host, &mut ctx.notices, "run start", &opts.stop);
-        ctx.bar.set_message("wake-ups of idle CPUs");
-        wake_ups(&mut host, &mut ctx.notices, &opts.stop);
     }
     if let Some(why) = idle_vcpus_halt_at_once(&host) {
         notice(&mut ctx.notices, "idle vCPUs", why);
@@ -186,7 +201,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
 
 /// Idle windows at the run's start, before anything is built: what the machine does
 /// on its own (steal, other processes), so that the limits a trial is marked by sit
-/// above it. About 2 s; a stop request ends it early with what was read.
+/// above it (the steal of busy CPUs is added from the host-speed probe after). About 2 s; a stop request ends it early with what was read.
 fn machine_noise(ncpus: u32, stop: &std::sync::atomic::AtomicBool) -> crate::disturbance::Limits {
     const WINDOWS: usize = 5;
     const WINDOW: std::time::Duration = std::time::Duration::from_millis(400);

@@ -94,6 +94,27 @@ fn a_short_mlrsearch_gives_bounded_answers_with_their_trials() {
     } else {
         println!("one CPU: no wake-up probe to check (nothing to wake it from)");
     }
+    // The steal limit comes from the idle windows and from both probes (a vCPU woken
+    // from halt brings steal that an idle one does not: docs/lab.md, "Disturbed
+    // trials").
+    let limits = record["notices"]
+        .as_array()
+        .expect("notices")
+        .iter()
+        .find(|n| n["what"] == "disturbance limits")
+        .unwrap_or_else(|| panic!("no disturbance limits notice: {}", record["notices"]));
+    let detail = limits["why"].as_str().expect("why");
+    assert!(detail.contains("idle windows"), "{detail}");
+    assert!(
+        detail.contains("steal while every CPU was busy"),
+        "{detail}"
+    );
+    if cpus >= 2 {
+        assert!(
+            detail.contains("steal while the wake-up probe woke"),
+            "{detail}"
+        );
+    }
     let conf = &record["configurations"][0];
     let max = &conf["max_throughput"];
     assert_eq!(max["method"], "mlrsearch", "{max}");
