@@ -201,7 +201,8 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
 
 /// Idle windows at the run's start, before anything is built: what the machine does
 /// on its own (steal, other processes), so that the limits a trial is marked by sit
-/// above it (the steal of busy CPUs is added from the host-speed probe after). About 2 s; a stop request ends it early with what was read.
+/// above it (the steal of busy and of woken CPUs is added from the probes after).
+/// About 2 s; a stop request ends it early with what was read.
 fn machine_noise(ncpus: u32, stop: &std::sync::atomic::AtomicBool) -> crate::disturbance::Limits {
     const WINDOWS: usize = 5;
     const WINDOW: std::time::Duration = std::time::Duration::from_millis(400);
