@@ -33,6 +33,10 @@ APT_PACKAGES += python3
 APT_OPTIONAL := linux-perf
 
 RESULTS ?= results
+# A host-wide tune profile applied for `make run` and `make bench-predict` and reverted
+# after, also on failure and Ctrl-C (bench/with-profile.sh), e.g. vcpu-halt-poll; empty:
+# the host as it is.
+HOST_PROFILE ?=
 FUZZ_SECONDS ?= 10
 
 .PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-export bench-sampling bench-ingress bench-sim bench-trace bench-trace-packets bench-lab bench-linerate bench-kv bench-server-modes bench-many-napi bench-predict bench-halt-poll soak-export flake-audit code-shape clean
@@ -69,11 +73,13 @@ build: deps
 
 # The main job: the built-in lab scenario (scenarios/default.toml: a veth router in
 # network namespaces, one-CPU vs two-CPU DUT placement x softirq vs threaded NAPI, a load
-# sweep and three maximum-throughput searches per configuration; about 8-10 minutes), then an observation of
-# this host. Needs root for the namespaces.
+# sweep and three maximum-throughput searches per configuration; about 12 minutes), then an observation of
+# this host. Needs root for the namespaces. HOST_PROFILE=vcpu-halt-poll runs the lab with
+# a KVM guest's idle vCPUs polling before they halt (the run's "idle vCPUs" note says when
+# a host needs it: docs/lab.md, "Disturbed trials").
 run: build
 	@mkdir -p $(RESULTS)
-	./target/release/napilab lab run --out $(RESULTS) | tee $(RESULTS)/lab.txt
+	bash bench/with-profile.sh "$(HOST_PROFILE)" -- ./target/release/napilab lab run --out $(RESULTS) | tee $(RESULTS)/lab.txt
 	./target/release/napilab observe --for 5s --interval 1s --record $(RESULTS)/observe.recording.jsonl > $(RESULTS)/observe.txt
 	./target/release/napilab observe --replay $(RESULTS)/observe.recording.jsonl --json > $(RESULTS)/observe.json
 	@echo
@@ -137,7 +143,6 @@ bench-sim: deps
 # |error| X%` and the verdict (root). HOST_PROFILE=NAME runs it all with that host-wide
 # tune profile applied and reverted after (bench/with-profile.sh), e.g. vcpu-halt-poll.
 LAB ?= 1
-HOST_PROFILE ?=
 bench-predict: deps
 	@bash bench/host-line.sh
 	$(CARGO) build --release -p napilab --bin napilab

@@ -274,7 +274,7 @@ fn wake_ups(
 /// far below their capacity.
 fn idle_vcpus_halt_at_once(host: &napilab_core::HostFacts) -> Option<String> {
     host.identity.as_ref()?.cpuidle.halts_at_once().then(|| {
-        "this KVM guest's idle vCPUs halt at once (cpuidle haltpoll, guest_halt_poll_ns 0): a DUT poller woken on an idle vCPU (a NAPI kthread, RPS's backlog) waits for the hypervisor to run that vCPU again, so configurations whose DUT work has a CPU of its own lose packets at loads far below their capacity and their latency grows (on the project's VM, 2026-11-28, `make bench-halt-poll`: two-cpu/threaded lost up to 5.2% at 25-80% of capacity with it, up to 0.23% with the window at 200 us). To measure the DUT rather than the wake-ups: `napilab tune apply vcpu-halt-poll` before the run, `napilab tune revert` after".to_string()
+        "this KVM guest's idle vCPUs halt at once (cpuidle haltpoll, guest_halt_poll_ns 0): a DUT poller woken on an idle vCPU (a NAPI kthread, RPS's backlog) waits for the hypervisor to run that vCPU again, so configurations whose DUT work has a CPU of its own lose packets at loads far below their capacity and their latency grows (on the project's VM, 2026-11-28, `make bench-halt-poll`: two-cpu/threaded lost up to 5.2% at 25-80% of capacity with it, up to 0.23% with the window at 200 us). The guest counts that wait as steal, so the trials' steal grows with their own wake-ups (docs/lab.md, \"Disturbed trials\"). To measure the DUT rather than the wake-ups: `make run HOST_PROFILE=vcpu-halt-poll`, or `napilab tune apply vcpu-halt-poll` before the run and `napilab tune revert` after".to_string()
     })
 }
 
