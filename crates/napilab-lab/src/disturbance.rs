@@ -142,18 +142,10 @@ impl Limits {
         after: &Snapshot,
         cpus: &[u32],
     ) -> Limits {
-        let share = assess(
-            before,
-            after,
-            cpus,
-            &[],
-            &GeneratorEvidence::default(),
-            &Limits::default(),
-        )
-        .steal
-        .iter()
-        .map(|(_, s)| *s)
-        .fold(0.0, f64::max);
+        let share = steal_shares(before, after, cpus)
+            .iter()
+            .map(|(_, s)| *s)
+            .fold(0.0, f64::max);
         let seconds = after.at.duration_since(before.at).as_secs_f64();
         let steal = self.steal.max(over_noise(share, STEAL_LIMIT));
         Limits {
@@ -227,6 +219,25 @@ pub struct Snapshot {
     tasks: HashMap<u32, TaskSample>,
 }
 
+/// /proc/stat alone (no tasks): enough for [`Limits::with_steal_while`], without the
+/// walk over every task that [`snapshot`] makes.
+pub fn steal_snapshot(root: &Path) -> Snapshot {
+    let at = Instant::now();
+    let stat = read_stat(root)
+        .map(|s| {
+            s.cpus
+                .iter()
+                .map(|(c, t)| (*c, t.steal, t.total()))
+                .collect()
+        })
+        .unwrap_or_default();
+    Snapshot {
+        at,
+        stat,
+        tasks: HashMap::new(),
+    }
+}
+
 /// Parent pid: the field after the state, after the last `)`.
 fn ppid_of(stat: &str) -> Option<u32> {
     let (_, rest) = stat.rsplit_once(')')?;
@@ -248,15 +259,7 @@ pub fn host_speed_after_trial(cpus: &[u32]) -> Vec<(u32, f64)> {
 
 /// Reads /proc under `root`. Unreadable tasks (they exit all the time) are skipped.
 pub fn snapshot(root: &Path) -> Snapshot {
-    let at = Instant::now();
-    let stat = read_stat(root)
-        .map(|s| {
-            s.cpus
-                .iter()
-                .map(|(c, t)| (*c, t.steal, t.total()))
-                .collect()
-        })
-        .unwrap_or_default();
+    let Snapshot { at, stat, .. } = steal_snapshot(root);
     let me = std::process::id();
     let mut tasks = HashMap::new();
     let Ok(procs) = std::fs::read_dir(root.join("proc")) else {
@@ -407,6 +410,22 @@ pub fn point_lateness(point: &PointResult) -> f64 {
     generator_late(&point.generator, sent)
 }
 
+/// Per CPU of `cpus`, the share of its time between two snapshots the hypervisor took
+/// (/proc/stat steal over all of the CPU's time).
+fn steal_shares(before: &Snapshot, after: &Snapshot, cpus: &[u32]) -> Vec<(u32, f64)> {
+    let mut out = Vec::new();
+    for &cpu in cpus {
+        let find = |s: &Snapshot| s.stat.iter().find(|(c, _, _)| *c == cpu).copied();
+        if let (Some((_, s0, t0)), Some((_, s1, t1))) = (find(before), find(after)) {
+            let total = t1.saturating_sub(t0);
+            if total > 0 {
+                out.push((cpu, s1.saturating_sub(s0) as f64 / total as f64));
+            }
+        }
+    }
+    out
+}
+
 /// What happened between two snapshots on the lab's `cpus`; `lab_threads` says which
 /// kernel threads' run delay to record (by command-name prefix, e.g. `napi/`,
 /// `ksoftirqd/`). `generator`: what the generator did; when its CPU is its own, late
@@ -428,16 +447,7 @@ pub fn assess(
         generator_late: generator.late,
         ..Disturbance::default()
     };
-    for &cpu in cpus {
-        let find = |s: &Snapshot| s.stat.iter().find(|(c, _, _)| *c == cpu).copied();
-        if let (Some((_, s0, t0)), Some((_, s1, t1))) = (find(before), find(after)) {
-            let total = t1.saturating_sub(t0);
-            if total > 0 {
-                d.steal
-                    .push((cpu, s1.saturating_sub(s0) as f64 / total as f64));
-            }
-        }
-    }
+    d.steal = steal_shares(before, after, cpus);
     let mut other: HashMap<u32, f64> = cpus.iter().map(|c| (*c, 0.0)).collect();
     // A process that ended inside the trial left its whole time in its parent's
     // reaped-children time; what it had used before the trial is taken off again,

@@ -119,25 +119,22 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
         )
     {
         ctx.bar.set_message("the machine's own noise");
-        let mut limits = machine_noise(ncpus, &opts.stop);
+        let limits = machine_noise(ncpus, &opts.stop);
         // The probes that follow are the lab's two kinds of work (busy CPUs, and idle
         // CPUs woken again and again): the steal each brings joins the machine's noise.
+        let cpus = host.cpus.clone();
         ctx.bar.set_message("the host's speed");
-        let from = crate::disturbance::snapshot(Path::new("/"));
-        host_speed(&mut host, &mut ctx.notices, "run start", &opts.stop);
-        if !host.speed.is_empty() {
-            let to = crate::disturbance::snapshot(Path::new("/"));
-            let what = "every CPU was busy in the host-speed probe";
-            limits = limits.with_steal_while(what, &from, &to, &host.cpus);
-        }
+        let what = "every CPU was busy in the host-speed probe";
+        let limits = steal_while(limits, what, &cpus, || {
+            host_speed(&mut host, &mut ctx.notices, "run start", &opts.stop);
+            !host.speed.is_empty()
+        });
         ctx.bar.set_message("wake-ups of idle CPUs");
-        let from = crate::disturbance::snapshot(Path::new("/"));
-        wake_ups(&mut host, &mut ctx.notices, &opts.stop);
-        if !host.wake_up.is_empty() {
-            let to = crate::disturbance::snapshot(Path::new("/"));
-            let what = "the wake-up probe woke idle CPUs again and again";
-            limits = limits.with_steal_while(what, &from, &to, &host.cpus);
-        }
+        let what = "the wake-up probe woke idle CPUs again and again";
+        let limits = steal_while(limits, what, &cpus, || {
+            wake_ups(&mut host, &mut ctx.notices, &opts.stop);
+            !host.wake_up.is_empty()
+        });
         ctx.disturbance_limits = limits;
         let detail = ctx.disturbance_limits.detail();
         notice(&mut ctx.notices, "disturbance limits", detail);
@@ -216,6 +213,22 @@ fn machine_noise(ncpus: u32, stop: &std::sync::atomic::AtomicBool) -> crate::dis
         snapshots.push(crate::disturbance::snapshot(Path::new("/")));
     }
     crate::disturbance::Limits::from_idle_windows(&snapshots, &cpus)
+}
+
+/// `limits` with the steal `cpus` showed while `probe` ran ([`Limits::with_steal_while`]),
+/// when it ran (it says whether it did).
+fn steal_while(
+    limits: crate::disturbance::Limits,
+    what: &str,
+    cpus: &[u32],
+    probe: impl FnOnce() -> bool,
+) -> crate::disturbance::Limits {
+    let from = crate::disturbance::steal_snapshot(Path::new("/"));
+    if !probe() {
+        return limits;
+    }
+    let to = crate::disturbance::steal_snapshot(Path::new("/"));
+    limits.with_steal_while(what, &from, &to, cpus)
 }
 
 /// The same fixed work timed on every CPU at once for [`HOST_SPEED_SAMPLES`] samples
