@@ -237,7 +237,7 @@ fn paced_sweep_then_line_rate_search() -> Outcome {
 /// kernel at SCHED_IDLE: its settings say so, it makes few long BPF_PROG_RUN calls
 /// (200 us batches made at least 1,500 calls a second at 100 kpps, each leaving a page
 /// pool to the kernel's release worker on the DUT's CPU), it holds the rate and every
-/// frame it sent is counted at the sink or as refused at the DUT's ring.
+/// frame it sent is counted at the sink or as refused at a veth ring.
 fn beside_a_threaded_dut_the_generator_paces_in_the_kernel() -> Outcome {
     let text = "name = \"lr-beside\"\n[dut]\nnapi = \"threaded\"\nnapi_cpus = [0]\ngenerator_cpus = [0]\nsink_cpus = [0]\n[traffic]\nbackend = \"line-rate\"\nloads_pps = [100000]\n[[traffic.classes]]\nname = \"be\"\nshare = 1.0\nsize = 64\nport = 9000\n[measurement]\nduration_s = 1.0\nwarmup_s = 0.2\ndrain_ms = 300\n";
     let r = run_scenario(text, "lr-beside")?;
