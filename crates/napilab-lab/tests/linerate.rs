@@ -383,7 +383,7 @@ fn rate_held_and_attachments_removed(gro: bool) -> Outcome {
             ));
         }
         // Every frame that left is counted: by the sink, or by the kernel as refused
-        // at the DUT's ring (the DUT's loss, not the back end's). The ring's counter
+        // at a veth ring (the path's loss, not the back end's). The ring's counter
         // also counts refused warm-up frames, which the sink does not count as the
         // point's (seen in CI: 49,999 of 49,999 at the sink and 1 refused), so the
         // refusals cover the point's missing frames rather than equal them.
