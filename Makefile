@@ -33,9 +33,9 @@ APT_PACKAGES += python3
 APT_OPTIONAL := linux-perf
 
 RESULTS ?= results
-# A host-wide tune profile applied for `make run` and `make bench-predict` and reverted
-# after, also on failure and Ctrl-C (bench/with-profile.sh), e.g. vcpu-halt-poll; empty:
-# the host as it is.
+# A host-wide tune profile applied for `make run`, `make bench-predict` and
+# `make bench-server-modes` and reverted after, also on failure and Ctrl-C
+# (bench/with-profile.sh), e.g. vcpu-halt-poll; empty: the host as it is.
 HOST_PROFILE ?=
 FUZZ_SECONDS ?= 10
 
@@ -197,7 +197,7 @@ bench-kv: deps
 # the twin's prediction beside each (scenarios/bench-server-modes.toml; docs/lab.md). Root.
 bench-server-modes: build
 	@bash bench/host-line.sh
-	RESULTS=$(RESULTS) bash bench/server-modes.sh
+	RESULTS=$(RESULTS) bash bench/with-profile.sh "$(HOST_PROFILE)" -- bash bench/server-modes.sh
 
 # The DUT's CPU per packet with 1, 10, 100 and 1000 NAPI instances, softirq vs threaded
 # vs threaded-pinned side by side in one run (scenarios/many-napi.toml; docs/lab.md,
