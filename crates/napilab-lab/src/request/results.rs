@@ -88,8 +88,13 @@ pub enum LoopKind {
 /// the generator's. `limited` is true when any `reasons` applies.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct GeneratorHealth {
-    /// Thread CPU time / wall time, the busiest generator thread.
+    /// Thread CPU time / wall time, the busiest generator thread, less the time it
+    /// polled without sleeping before its sends and found nothing (`idle_polling`).
     pub cpu_busy: f64,
+    /// Share of the wall time the most-polling open-loop thread polled its connections
+    /// without sleeping before a send and found nothing to read (loadgen::SPIN_AHEAD_NS).
+    #[serde(default)]
+    pub idle_polling: f64,
     /// Share of the wall time the busiest-waiting generator thread was runnable but
     /// waited for a CPU (other tasks on its CPU; /proc/thread-self/schedstat). None
     /// without schedstat.
