@@ -241,8 +241,8 @@ fn open_loop_offers_poisson_qps_within_2_percent() -> TestResult {
 }
 
 /// At 2,000 requests/s the open loop's gaps average 500 us, and the thread polls
-/// without sleeping for the last SPIN_AHEAD_NS (300 us) of each: about 45% of its time
-/// (1 - e^-0.6). That polling keeps its vCPU awake for the send but is waiting, not
+/// without sleeping for the last SPIN_AHEAD_NS (2 ms) of each: nearly all of its time
+/// between sends. That polling keeps its vCPU awake for the send but is waiting, not
 /// work: the busy share that says whether the generator is the limit leaves it out.
 fn waiting_before_sends_is_not_the_generators_work() -> TestResult {
     let p = pair("spin")?;
@@ -258,9 +258,9 @@ fn waiting_before_sends_is_not_the_generators_work() -> TestResult {
         r.sent,
         g.max_lateness_us
     );
-    if g.idle_polling < 0.2 {
+    if g.idle_polling < 0.5 {
         return Err(format!(
-            "the thread polled without sleeping {:.1}% of the time, expected about 45% (300 us before each send at 500 us mean gaps)",
+            "the thread polled without sleeping {:.1}% of the time, expected nearly all of it (2 ms before each send at 500 us mean gaps)",
             g.idle_polling * 100.0
         ));
     }

@@ -40,10 +40,16 @@ use crate::netns;
 pub const LATE_NS: u64 = 100_000;
 /// How long before its next intended send an open-loop thread stops sleeping and polls
 /// its connections without blocking. A woken vCPU on the project's KVM VM waits a
-/// median 35-75 us and 0.4-0.5 ms at p99 (docs/kernel.md, "Idle vCPUs and wake-ups"):
-/// with this much ahead, a send is late (over [`LATE_NS`]) only after a wake-up longer
-/// than 400 us. The polling is not counted as the thread's work (its busy share).
-pub const SPIN_AHEAD_NS: u64 = 300_000;
+/// median 35-75 us, 0.4-0.5 ms at p99 and milliseconds in its tail (docs/kernel.md,
+/// "Idle vCPUs and wake-ups"). With 300 us ahead, `make bench-server-modes` still had
+/// a median 1.45% of the sends late at up to 5,000 requests/s (10.35% sleeping until
+/// each send), and none at 13,000 where the polling covered nearly every gap. 2 ms
+/// covers the gaps of every rate from 500 requests/s a thread, so the generator's vCPU
+/// does not halt while it keeps a schedule: side by side at 2,000 requests/s (the kv
+/// test, debug build, 2026-11-28), 51-119 of 2,995 sends late with 2 ms, 99-670 with
+/// 300 us, 564-1,302 sleeping until each send. The generator's CPU is its own; the
+/// polling is not counted as the thread's work (its busy share).
+pub const SPIN_AHEAD_NS: u64 = 2_000_000;
 /// The study's ETC get:set ratio, 30:1.
 pub const ETC_GET_FRACTION: f64 = 30.0 / 31.0;
 /// A generator thread busier than this may be the limit.
