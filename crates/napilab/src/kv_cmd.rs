@@ -296,8 +296,9 @@ fn print_load(r: &LoadResult, json: bool) -> Result<()> {
     );
     let g = &r.generator;
     println!(
-        "generator: {:.0}% busy{}, {} late sends (max {:.0} us), {} behind at end{}",
+        "generator: {:.0}% busy (and {:.0}% polling before its sends){}, {} late sends (max {:.0} us), {} behind at end{}",
         g.cpu_busy * 100.0,
+        g.idle_polling * 100.0,
         g.waited_for_cpu
             .map(|w| format!(", waited for its CPU {:.0}% of the time", w * 100.0))
             .unwrap_or_default(),
