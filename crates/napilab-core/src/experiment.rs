@@ -135,6 +135,10 @@ pub struct TwinMaxQps {
     /// was written as JSON null, which then did not load).
     #[serde(default)]
     pub relative_error: Option<f64>,
+    /// Where the twin's wake-ups of an idle server CPU came from when it drew them from
+    /// the run's wake-up probe (`host.wake_up`), in words; None: the profile's delay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_ups: Option<String>,
 }
 
 impl TwinMaxQps {

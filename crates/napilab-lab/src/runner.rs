@@ -138,6 +138,12 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
         ctx.disturbance_limits = limits;
         let detail = ctx.disturbance_limits.detail();
         notice(&mut ctx.notices, "disturbance limits", detail);
+    } else if scenario.requests.as_ref().is_some_and(|r| r.search) {
+        // The server's thread is woken from the client's CPU for each request: the
+        // twin beside the lab draws those wake-ups from this probe (docs/lab.md,
+        // "Wake-ups"). The server runner classes no trials disturbed, so no noise probes.
+        ctx.bar.set_message("wake-ups of idle CPUs");
+        wake_ups(&mut host, &mut ctx.notices, &opts.stop);
     }
     if let Some(why) = idle_vcpus_halt_at_once(&host) {
         notice(&mut ctx.notices, "idle vCPUs", why);

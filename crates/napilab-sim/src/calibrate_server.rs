@@ -1036,7 +1036,20 @@ pub fn predict(
         if lab.not_runnable.is_some() {
             continue;
         }
-        let p = costs.profile(&conf.profile_for(&profile.lab.profile, None));
+        let mut p = costs.profile(&conf.profile_for(&profile.lab.profile, None));
+        let server_cpus = plan
+            .requests
+            .as_ref()
+            .and_then(|sp| sp.configurations.get(index))
+            .map_or(&[][..], |s| &s.server_cpus[..]);
+        let wake_ups = crate::wake_up::probed_wake_ups(&record.host.wake_up, server_cpus);
+        let basis = match &wake_ups {
+            Some(w) => {
+                draw_wake_ups_from(&mut p, w);
+                format!("{basis}; wake-ups drawn from this run's probe")
+            }
+            None => basis.to_string(),
+        };
         let twin = from_server_scenario::run_configuration(&plan, index, &mut |batch| {
             batch
                 .iter()
@@ -1048,17 +1061,29 @@ pub fn predict(
         out.push((
             conf.name.clone(),
             napilab_core::TwinMaxQps {
-                basis: basis.to_string(),
+                basis,
                 profile: profile_name.to_string(),
                 twin_max_qps: twin_max,
                 lab_max_qps: lab_max.qps,
                 lab_limiter: limiter.to_string(),
                 lab_lower_bound: lower_bound,
                 relative_error: (lab_max.qps > 0.0).then(|| (twin_max - lab_max.qps) / lab_max.qps),
+                wake_ups: wake_ups.map(|w| w.source),
             },
         ));
     }
     Ok(out)
+}
+
+/// The twin's remote wake-ups of an idle CPU on `p` drawn from the probe's `w` (the
+/// server thread woken by a request the client's CPU received, a NAPI kthread woken
+/// by the client's send), and a threaded poller's fixed wake-up delay replaced by the
+/// probe's, as `napilab tune plan --predict` does for a router.
+fn draw_wake_ups_from(p: &mut crate::Profile, w: &crate::wake_up::WakeUp) {
+    p.latency_ns.wake_up_samples = w.samples_ns.clone();
+    if p.latency_ns.irq_delivery > 0 {
+        p.latency_ns.irq_delivery = w.delay_ns.round() as u64;
+    }
 }
 
 impl ServerCalibration {

@@ -51,6 +51,15 @@ impl WakeUp {
     }
 }
 
+/// The probe's wake-ups for threads pinned to `cpus`: its delay (the mean of those
+/// CPUs' medians) with the samples to draw each wake-up from, or None when it did not
+/// measure enough there to draw from ([`MIN_SAMPLED_WAKE_UPS`]).
+pub fn probed_wake_ups(probed: &[WakeUpLatency], cpus: &[u32]) -> Option<WakeUp> {
+    probed_delay(probed, cpus, true)
+        .map(|w| w.with_probed_samples(probed, cpus, true))
+        .filter(|w| !w.samples_ns.is_empty())
+}
+
 /// Fewest probed wake-ups the twin draws from: a tail of a few tenths of a percent
 /// needs thousands to show at all (on the project's VM, 0.35-0.44% of 5,000 wake-ups
 /// took over 1 ms, 2026-11-28).

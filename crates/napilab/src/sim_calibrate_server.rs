@@ -172,6 +172,21 @@ pub fn beside_lab(record: &mut RunRecord, file: &str) {
         Ok(r) => rows.extend(r),
         Err(e) => problems.push(format!("fit on this run: {e}")),
     }
+    // Every row of a configuration drew from the same probe: said once per source.
+    let mut wake_ups: Vec<String> = rows
+        .iter()
+        .filter_map(|(_, t)| t.wake_ups.clone())
+        .collect();
+    wake_ups.sort();
+    wake_ups.dedup();
+    for why in wake_ups {
+        record.notices.push(napilab_core::Notice {
+            what: "the twin beside the lab: wake-ups".into(),
+            why: format!(
+                "the server thread's wake-ups of an idle CPU (and a NAPI kthread's): {why}"
+            ),
+        });
+    }
     for (name, twin) in rows {
         if let Some(q) = record
             .configurations

@@ -56,6 +56,16 @@ fn a_server_scenario_runs_every_mode_end_to_end_and_leaves_nothing() {
     let run_id = record["run_id"].as_str().expect("run id").to_string();
     let confs = record["configurations"].as_array().expect("configurations");
     assert_eq!(confs.len(), 4);
+    // A searching run probes how long a thread woken onto each idle CPU waits, and
+    // the twin beside the lab draws the server's wake-ups from it.
+    let cpus = record["host"]["cpus"].as_array().map_or(0, Vec::len);
+    let probed = cpus >= 2;
+    if probed {
+        let wake_up = record["host"]["wake_up"].as_array().expect("host.wake_up");
+        assert_eq!(wake_up.len(), cpus, "{wake_up:?}");
+    } else {
+        println!("one CPU: no wake-up probe to check (nothing to wake it from)");
+    }
     for c in confs {
         let name = c["name"].as_str().unwrap_or("?");
         let q = &c["requests"];
@@ -105,6 +115,13 @@ fn a_server_scenario_runs_every_mode_end_to_end_and_leaves_nothing() {
             "{twin:?}"
         );
         for t in twin {
+            assert!(
+                !probed
+                    || t["basis"]
+                        .as_str()
+                        .is_some_and(|b| b.contains("drawn from this run's probe")),
+                "{t}"
+            );
             assert_eq!(t["lab_max_qps"], max["qps"], "{t}");
             assert!(t["twin_max_qps"].as_f64().is_some_and(|x| x >= 0.0), "{t}");
             assert!(

@@ -179,10 +179,10 @@ struct ThreadResult {
     max_late_ns: u64,
     behind: u64,
     cpu_busy: f64,
-    /// Time spent polling without sleeping that found nothing to read (SPIN_AHEAD_NS),
-    /// and its share of the thread's wall time.
+    /// Time spent polling without sleeping that found nothing to read (SPIN_AHEAD_NS).
     idle_spin_ns: u64,
-    idle_polling: f64,
+    /// The thread's wall time, ns.
+    wall_ns: u64,
     waited: Option<f64>,
     gaps: u64,
     gap_sum: f64,
@@ -229,7 +229,7 @@ pub fn run(cfg: &LoadConfig, stop: &AtomicBool) -> Result<LoadResult, String> {
         all.gap_sum += r.gap_sum;
         all.gap_sq += r.gap_sq;
         busiest = busiest.max(r.cpu_busy);
-        idle_polling = idle_polling.max(r.idle_polling);
+        idle_polling = idle_polling.max(r.idle_spin_ns as f64 / r.wall_ns.max(1) as f64);
         if let Some(w) = r.waited {
             waited = Some(waited.map_or(w, |x: f64| x.max(w)));
         }
@@ -393,7 +393,7 @@ fn thread_main(
     // The idle polling before sends is waiting, not work: left out of the busy share.
     let cpu = netns::thread_cpu_ns().saturating_sub(cpu0);
     res.cpu_busy = cpu.saturating_sub(res.idle_spin_ns) as f64 / wall as f64;
-    res.idle_polling = res.idle_spin_ns as f64 / wall as f64;
+    res.wall_ns = wall;
     res.waited = delay0
         .zip(super::thread_run_delay_ns())
         .map(|(d0, d1)| d1.saturating_sub(d0) as f64 / wall as f64);
@@ -474,7 +474,6 @@ impl Worker<'_> {
         let mut rr = 0usize;
         while !stop.load(Ordering::Relaxed) {
             let now = netns::mono_ns();
-            let round_start = now;
             // Sends after the window would count toward a rate the generator did
             // not keep; what is left is `behind_at_end`.
             if next >= window_end || now >= window_end {
@@ -511,13 +510,13 @@ impl Worker<'_> {
                 burst += 1;
             }
             self.flush_all();
-            let now = netns::mono_ns();
-            let wait = next.saturating_sub(now);
+            let after_flush = netns::mono_ns();
+            let wait = next.saturating_sub(after_flush);
             if wait > SPIN_AHEAD_NS {
                 self.read_ready(wait - SPIN_AHEAD_NS)?;
             } else if self.read_ready(0)? == 0 && burst == 0 {
                 // A round that sent and read nothing: the whole round was waiting.
-                self.res.idle_spin_ns += netns::mono_ns().saturating_sub(round_start);
+                self.res.idle_spin_ns += netns::mono_ns().saturating_sub(now);
             }
         }
         // Intended sends of the window the generator never reached.

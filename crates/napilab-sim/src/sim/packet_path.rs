@@ -300,8 +300,17 @@ impl Sim<'_> {
             // Same CPU: the thread becomes runnable; it runs after the softirq.
             self.wake_thread(th);
         } else {
+            // Another CPU: an idle one waits as a remote wake-up of an idle CPU does
+            // (the measured delays when the profile has them: on a VM whose idle
+            // vCPUs halt, the host's), a busy one takes the IPI's delivery.
+            let target = self.threads[th].cpu;
+            let delay = if self.cpu_idle(target) {
+                self.remote_wake_up_delay()
+            } else {
+                self.lat_irq
+            };
             self.apps[a].wake_pending = true;
-            self.q.schedule(t + self.lat_irq, Ev::WakeApp(a));
+            self.q.schedule(t + delay, Ev::WakeApp(a));
         }
     }
 

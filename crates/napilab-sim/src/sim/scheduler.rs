@@ -64,7 +64,7 @@ impl Sim<'_> {
     }
 
     /// How long a thread woken onto an idle CPU from another waits to run.
-    fn remote_wake_up_delay(&mut self) -> Nanos {
+    pub(super) fn remote_wake_up_delay(&mut self) -> Nanos {
         match self.wake_up_samples.len() {
             0 => self.lat_irq,
             n => self.wake_up_samples[(self.wake_up_rng.next_u64() % n as u64) as usize],
@@ -92,7 +92,7 @@ impl Sim<'_> {
     }
 
     /// Nothing runs on CPU `c` and no wake-up is on its way.
-    fn cpu_idle(&self, c: usize) -> bool {
+    pub(super) fn cpu_idle(&self, c: usize) -> bool {
         let cpu = &self.cpus[c];
         !cpu.busy
             && cpu.current.is_none()
