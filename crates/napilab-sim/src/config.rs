@@ -166,6 +166,14 @@ pub struct BusyPoll {
     /// with events also pushes the timer out to that timeout (IRQ suspension, 6.13+).
     #[serde(default)]
     pub prefer: bool,
+    /// The application calls `epoll_wait` in a loop without blocking (a 1 ns timeout,
+    /// the lab server's `busy-wait`): when a busy loop of `usecs` finds nothing, epoll
+    /// forgets its NAPI id (`ep_busy_loop`, fs/eventpoll.c) and the loop spins without
+    /// polling until a packet reaches the socket by another way (the instance's timer or
+    /// IRQ), whose NAPI id epoll then takes again. False: blocking epoll, or a socket's
+    /// busy polling.
+    #[serde(default)]
+    pub nonblocking_epoll: bool,
 }
 
 fn default_busy_budget() -> u32 {

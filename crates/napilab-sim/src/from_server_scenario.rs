@@ -16,7 +16,9 @@
 //! - Each mode's per-NAPI settings and the server's busy-poll parameters come from the
 //!   napilab-tune profile of the same name, as the lab applies them.
 //! - A non-blocking epoll loop (`busy-wait`'s `blocking_epoll = false`) never blocks:
-//!   the twin's application busy-polls for the whole run.
+//!   it busy-polls for `busy_poll_usecs` at a time; a loop that found nothing makes
+//!   epoll forget its NAPI id, and the server spins without polling until a request
+//!   reaches its socket through the instance's own timer (`ep_busy_loop`).
 //! - The server's per-request costs and the TCP receive cost per request packet are
 //!   ASSUMED ([`ServerCosts::assumed`]) unless the profile has a `[server]` table
 //!   (`napilab sim calibrate` on a server run writes one, `crate::calibrate_server`;
@@ -91,15 +93,11 @@ pub fn mode_settings(mode: ServerMode) -> Result<ModeSettings, String> {
         .map_err(|e| format!("mode {name}: its napilab-tune profile: {e}"))?;
     let threaded = napi_value(&p, "napi.threaded");
     let busy_poll = p.app.as_ref().map(|a| BusyPoll {
-        // A non-blocking loop never blocks: busy-poll for as long as the run lasts.
-        usecs: if a.blocking_epoll {
-            a.busy_poll_usecs
-        } else {
-            u32::MAX
-        },
+        usecs: a.busy_poll_usecs,
         budget: u32::from(a.busy_poll_budget),
         queue: 0,
         prefer: a.prefer_busy_poll,
+        nonblocking_epoll: !a.blocking_epoll,
     });
     Ok(ModeSettings {
         napi: match threaded {
@@ -440,8 +438,8 @@ fn server_settings(
                     b.usecs, b.budget, b.prefer
                 ),
                 (Some(b), false) => format!(
-                    "non-blocking epoll loop (busy-polls for the whole run), budget {}, prefer-busy-poll {}",
-                    b.budget, b.prefer
+                    "non-blocking epoll loop, busy_poll_usecs {} (then epoll forgets its NAPI id until a request arrives by the timer), budget {}, prefer-busy-poll {}",
+                    b.usecs, b.budget, b.prefer
                 ),
             },
             mode.source

@@ -57,6 +57,7 @@ pub fn config(delivery: Delivery, rate_pps: f64, duration_ms: f64) -> SimConfig 
         budget: 8,
         queue: 0,
         prefer: false,
+        nonblocking_epoll: false,
     });
     SimConfig {
         name: format!("poll loop, {}", delivery.as_str()),

@@ -156,6 +156,7 @@ fn with_busy_poll(mut cfg: SimConfig, usecs: u32, budget: u32, prefer: bool) -> 
         budget,
         queue: 0,
         prefer,
+        nonblocking_epoll: false,
     });
     cfg
 }

@@ -69,7 +69,7 @@ fn recovers_known_server_costs_from_a_twin_made_run() {
         let src = c.provenance.get(key).expect("provenance");
         assert_eq!(src.kind.as_str(), "fitted", "{key}: {src:?}");
         assert!(
-            src.reference.contains("20261125-211408-35a8"),
+            src.reference.contains("20261128-201427-5257"),
             "{key}: {src:?}"
         );
     }
@@ -173,7 +173,7 @@ fn the_fitted_profile_round_trips_and_bad_values_are_named() {
         calibrate_server::calibrate(&r, FIXTURE_NAME, &base(), "napilab sim calibrate --lab x")
             .unwrap_or_else(|e| panic!("{e}"));
     let text = cal.to_toml("napilab sim calibrate --lab x", &r, &[]);
-    assert!(text.contains("# on lab run 20261125-211408-35a8"), "{text}");
+    assert!(text.contains("# on lab run 20261128-201427-5257"), "{text}");
     let back = ServerProfile::from_toml_str(&text, "fitted.toml").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(back.costs, cal.profile.costs);
     assert_eq!(

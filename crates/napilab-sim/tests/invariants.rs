@@ -47,6 +47,7 @@ fn feature_combinations_keep_consistent_books() {
                                     budget: 16,
                                     queue: 0,
                                     prefer: true,
+                                    nonblocking_epoll: false,
                                 }),
                             }];
                             cfg.traffic.classes[0].app = Some("app".into());

@@ -128,11 +128,8 @@ fn server_modes_maps_each_mode_as_its_tune_profile_says() {
                     (true, Some(b), Some(a)) => {
                         assert_eq!(b.budget, u32::from(a.busy_poll_budget), "{}", conf.name);
                         assert_eq!(b.prefer, a.prefer_busy_poll, "{}", conf.name);
-                        if a.blocking_epoll {
-                            assert_eq!(b.usecs, a.busy_poll_usecs, "{}", conf.name);
-                        } else {
-                            assert_eq!(b.usecs, u32::MAX, "a non-blocking loop never blocks");
-                        }
+                        assert_eq!(b.usecs, a.busy_poll_usecs, "{}", conf.name);
+                        assert_eq!(b.nonblocking_epoll, !a.blocking_epoll, "{}", conf.name);
                     }
                     other => panic!("{}: busy poll {other:?}", conf.name),
                 }
@@ -216,16 +213,27 @@ fn a_short_twin_run_gives_request_points_and_a_maximum() {
             low.achieved_qps
         );
         assert!(low.latency.samples > 100 && low.latency.p99_us > 0.0);
-        assert!(
-            low.meets_slo,
-            "{}: 2000 requests/s misses the objective",
-            r.mode
-        );
+        if r.mode == "busy-wait" {
+            // One gap in seven outlasts the 1 ms busy loop at 2,000/s: epoll forgets
+            // the NAPI id and the requests wait for the 5 ms timer, as in the lab
+            // (docs/results/lab.md, "Its tail latency does not hold").
+            assert!(
+                !low.meets_slo && low.latency.p99_us > 2_000.0,
+                "busy-wait at 2000 requests/s: p99 {} us",
+                low.latency.p99_us
+            );
+        } else {
+            assert!(
+                low.meets_slo,
+                "{}: 2000 requests/s misses the objective",
+                r.mode
+            );
+        }
         assert_eq!(low.timeouts, 0);
         let m = r.max_qps.as_ref().expect("searched");
         assert_eq!(m.searches.len(), 2);
         assert!(
-            m.qps >= 2000.0 && m.qps < 120_000.0,
+            m.qps < 120_000.0 && (r.mode == "busy-wait" || m.qps >= 2000.0),
             "{}: max {} requests/s",
             r.mode,
             m.qps

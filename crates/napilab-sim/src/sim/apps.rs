@@ -120,6 +120,17 @@ impl Sim<'_> {
         if self.apps[a].busy.is_some() && self.busy_poll_step(c, a, ready > 0) {
             return true;
         }
+        if ready == 0 && self.apps[a].busy.is_some_and(|b| b.nonblocking_epoll) {
+            // The busy loop found nothing for its whole time, so epoll forgot its NAPI
+            // id (`ep_busy_loop`): the server's loop keeps calling epoll_wait, which
+            // returns at once without polling, until a request reaches the socket by
+            // the instance's own timer or IRQ. (napi_resume_irqs at that moment acts
+            // only with an irq-suspend-timeout, which no non-blocking mode sets.)
+            let (start, pen) = self.begin(c, false);
+            let end = start + pen + self.costs.poll.max(1);
+            self.commit(c, start, end, Ctx::AppKernel, Finish::Nothing);
+            return true;
+        }
         if ready == 0 {
             self.threads[t].runnable = false;
             self.apps[a].busy_loop_done = false;

@@ -370,6 +370,7 @@ impl Parts {
                     budget: b.budget,
                     prefer: b.prefer,
                     suspend: cfg.ingress.queues[b.queue as usize].irq_suspend_timeout_ns,
+                    nonblocking_epoll: b.nonblocking_epoll,
                 }),
                 busy_deadline: None,
                 busy_polled: false,

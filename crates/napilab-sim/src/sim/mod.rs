@@ -106,6 +106,8 @@ pub(crate) struct BusyState {
     prefer: bool,
     /// The instance's irq-suspend-timeout (0: no IRQ suspension).
     suspend: Nanos,
+    /// A non-blocking epoll loop ([`crate::config::BusyPoll::nonblocking_epoll`]).
+    nonblocking_epoll: bool,
 }
 
 /// How long the loop runs past the measured window (see `Sim::stop`).
