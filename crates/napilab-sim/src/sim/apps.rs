@@ -3,6 +3,10 @@
 
 use super::*;
 
+/// The least one pass of a non-blocking epoll loop takes (a system call's round trip):
+/// a profile without a poll cost would otherwise spin in 1 ns steps.
+const MIN_EPOLL_PASS_NS: Nanos = 100;
+
 impl Sim<'_> {
     /// Busy polling (`napi_busy_loop`, net/core/dev.c): with an empty socket the
     /// application polls the instance with its busy-poll budget, holding it so that
@@ -127,7 +131,7 @@ impl Sim<'_> {
             // the instance's own timer or IRQ. (napi_resume_irqs at that moment acts
             // only with an irq-suspend-timeout, which no non-blocking mode sets.)
             let (start, pen) = self.begin(c, false);
-            let end = start + pen + self.costs.poll.max(1);
+            let end = start + pen + self.costs.poll.max(MIN_EPOLL_PASS_NS);
             self.commit(c, start, end, Ctx::AppKernel, Finish::Nothing);
             return true;
         }
