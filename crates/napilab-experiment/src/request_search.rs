@@ -204,6 +204,9 @@ pub fn max_rate<T: RequestTestbed>(
             best_cpu = Some((r.answer, r.answer_cpu_us));
         }
     }
+    if let Some(note) = missed_below_the_answers(points, &answers) {
+        notes.push(note);
+    }
     let qps = answers.iter().sum::<f64>() / answers.len().max(1) as f64;
     let interval = t_interval(&answers, spec.confidence).map(|ci| (ci.low.max(0.0), ci.high));
     let raised = if raised_to > spec.top {
@@ -226,6 +229,38 @@ pub fn max_rate<T: RequestTestbed>(
             notes.join("; ")
         },
     }))
+}
+
+/// The points (sweep or search) that missed the objective, with the client keeping its
+/// schedule, at a rate below every positive answer: then the server fails at low rates
+/// and passes at high ones (a busy-waiting server whose empty busy loops make epoll
+/// forget its NAPI id, docs/kernel.md "Busy polling"), and a bisection's answer is the
+/// top of a passing range, not a rate below which every rate passes.
+fn missed_below_the_answers(points: &[RequestPointResult], answers: &[f64]) -> Option<String> {
+    let lowest = answers
+        .iter()
+        .copied()
+        .filter(|&a| a > 0.0)
+        .min_by(f64::total_cmp)?;
+    let missed: Vec<f64> = points
+        .iter()
+        .filter(|p| !p.meets_slo && !p.client_limited && p.requested_qps < lowest)
+        .map(|p| p.requested_qps)
+        .collect();
+    let low = missed.iter().copied().min_by(f64::total_cmp)?;
+    let high = missed.iter().copied().max_by(f64::total_cmp)?;
+    let at = if low == high {
+        format!("{low:.0}")
+    } else {
+        format!("{low:.0}-{high:.0}")
+    };
+    let (n, points) = match missed.len() {
+        1 => (1, "point"),
+        n => (n, "points"),
+    };
+    Some(format!(
+        "{n} {points} at {at} requests/s missed the objective below the lowest answer ({lowest:.0}) with the client on schedule: the maximum is the top of a passing range, and lower rates can fail"
+    ))
 }
 
 #[cfg(test)]
@@ -300,9 +335,11 @@ mod tests {
         .is_none());
     }
 
-    /// A testbed whose server meets the objective up to `capacity`.
+    /// A testbed whose server meets the objective up to `capacity`, and not below
+    /// `fails_below`.
     struct Server {
         capacity: f64,
+        fails_below: f64,
         stop_after: usize,
         points: usize,
     }
@@ -324,7 +361,7 @@ mod tests {
                 role,
                 repeat: search,
                 requested_qps: qps,
-                meets_slo: qps <= self.capacity,
+                meets_slo: qps <= self.capacity && qps >= self.fails_below,
                 ..Default::default()
             }))
         }
@@ -342,6 +379,7 @@ mod tests {
         };
         let mut testbed = Server {
             capacity: 50_000.0,
+            fails_below: 0.0,
             stop_after: usize::MAX,
             points: 0,
         };
@@ -355,12 +393,48 @@ mod tests {
         assert!(points.iter().all(|p| p.role == PointRole::Search));
         assert_eq!(points.last().map(|p| p.repeat), Some(2));
         assert!(m.note.contains("raised to 60000"), "{}", m.note);
+        assert!(!m.note.contains("lower rates can fail"), "{}", m.note);
         testbed = Server {
             capacity: 50_000.0,
+            fails_below: 0.0,
             stop_after: 4,
             points: 0,
         };
         let stopped = max_rate(&spec, &mut Vec::new(), &mut testbed).expect("no error");
         assert!(stopped.is_none());
+    }
+
+    #[test]
+    fn a_server_that_fails_at_low_rates_is_said_to() {
+        // Meets the objective from 5,000 to 50,000 requests/s; the sweep's 2,000 missed.
+        let spec = RateSearchSpec {
+            top: 60_000.0,
+            raise: false,
+            iterations: 6,
+            repeats: 2,
+            confidence: 0.95,
+            range_source: "(search_max_qps)".into(),
+        };
+        let mut testbed = Server {
+            capacity: 50_000.0,
+            fails_below: 5_000.0,
+            stop_after: usize::MAX,
+            points: 0,
+        };
+        let mut points = vec![testbed
+            .request_point(2_000.0, PointRole::Sweep, 0)
+            .expect("no error")
+            .expect("a point")];
+        let m = max_rate(&spec, &mut points, &mut testbed)
+            .expect("no error")
+            .expect("not stopped");
+        assert!(m.qps > 45_000.0, "{m:?}");
+        assert!(
+            m.note.contains(
+                "1 point at 2000 requests/s missed the objective below the lowest answer"
+            ),
+            "{}",
+            m.note
+        );
     }
 }
