@@ -254,12 +254,10 @@ fn missed_below_the_answers(points: &[RequestPointResult], answers: &[f64]) -> O
     } else {
         format!("{low:.0}-{high:.0}")
     };
-    let (n, points) = match missed.len() {
-        1 => (1, "point"),
-        n => (n, "points"),
-    };
+    let noun = if missed.len() == 1 { "point" } else { "points" };
     Some(format!(
-        "{n} {points} at {at} requests/s missed the objective below the lowest answer ({lowest:.0}) with the client on schedule: the maximum is the top of a passing range, and lower rates can fail"
+        "{} {noun} at {at} requests/s missed the objective below the lowest answer ({lowest:.0}) with the client on schedule: the maximum is the top of a passing range, and lower rates can fail",
+        missed.len()
     ))
 }
 
