@@ -153,7 +153,7 @@ bench-predict: deps
 # interval is within +-0.3 points (docs/trace.md, "Overhead").
 bench-trace: deps
 	@bash bench/host-line.sh
-	$(CARGO) run --release -p napilab-trace --example overhead -- 48 0.5
+	$(CARGO) run --release -p napilab-trace --example overhead -- 48 0.5 2
 
 # The router's two-CPU configurations with idle vCPUs halting at once and polling first
 # (tune profile vcpu-halt-poll, applied and reverted per run), alternately (root, KVM

@@ -1,6 +1,7 @@
 //! Uncertainty of compared numbers: a confidence interval for the mean of repeated
 //! measurements (Student's t), Welch's test for the difference of two such means, and
-//! a distribution-free interval for a percentile of one sample (order statistics).
+//! a distribution-free interval for a percentile of one sample (order statistics), and
+//! an interval for a trimmed mean (Yuen) where a few measurements are far off.
 //!
 //! Why Student's t and not a bootstrap: the lab repeats a search 3 to 5 times, and a
 //! bootstrap of 3 values only resamples those 3 values (its interval is never wider
@@ -74,6 +75,55 @@ pub fn t_interval(values: &[f64], level: f64) -> Option<ConfidenceInterval> {
         level,
         method: format!("student-t over {} repeats", finite.len()),
     })
+}
+
+/// Confidence interval of the `trim`-trimmed mean (e.g. 0.2: the lowest and highest
+/// 20% left out) of paired differences or repeated measurements, by Yuen's method
+/// (Yuen 1974; Wilcox, Introduction to Robust Estimation, section 4.4): the
+/// winsorized variance, (1 - 2 trim) of the sample kept, Student's t with h - 1
+/// degrees of freedom for the h values kept. Why not the mean: on a shared VM a
+/// measurement now and then lands in a slow or fast spell of its CPU (docs/lab.md,
+/// "Host speed"), and those few pairs, not the many, set the mean's standard error.
+/// None with fewer than three finite values after trimming or a trim outside [0, 0.5).
+pub fn trimmed_mean_interval(
+    values: &[f64],
+    trim: f64,
+    level: f64,
+) -> Option<(f64, ConfidenceInterval)> {
+    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    if !(0.0..0.5).contains(&trim) || !(0.0..1.0).contains(&level) {
+        return None;
+    }
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    let g = (trim * n as f64).floor() as usize;
+    let h = n.saturating_sub(2 * g);
+    if h < 3 {
+        return None;
+    }
+    let kept = &sorted[g..n - g];
+    let mean = kept.iter().sum::<f64>() / h as f64;
+    let (low_edge, high_edge) = (kept[0], kept[h - 1]);
+    let winsorized: Vec<f64> = sorted
+        .iter()
+        .map(|v| v.clamp(low_edge, high_edge))
+        .collect();
+    let (_, winsorized_sd) = mean_sd(&winsorized)?;
+    let ssd = winsorized_sd.powi(2) * (n as f64 - 1.0);
+    let se = (ssd / (h as f64 * (h as f64 - 1.0))).sqrt();
+    let half = t_quantile(level, h as f64 - 1.0)? * se;
+    Some((
+        mean,
+        ConfidenceInterval {
+            low: mean - half,
+            high: mean + half,
+            level,
+            method: format!(
+                "yuen, {:.0}% trimmed mean of {n} values ({h} kept)",
+                100.0 * trim
+            ),
+        },
+    ))
 }
 
 /// Whether two sets of repeats differ, by Welch's t-test (unequal variances).
@@ -213,6 +263,46 @@ pub fn quantile_interval(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_trimmed_mean_interval_without_trimming_is_the_t_interval() {
+        let v = [9.0, 10.0, 10.0, 11.0, 12.5];
+        let (mean, ci) = trimmed_mean_interval(&v, 0.0, 0.95).expect("interval");
+        let t = t_interval(&v, 0.95).expect("t");
+        assert!((mean - 10.5).abs() < 1e-12);
+        assert!(
+            (ci.low - t.low).abs() < 1e-9 && (ci.high - t.high).abs() < 1e-9,
+            "{ci:?} {t:?}"
+        );
+    }
+
+    #[test]
+    fn a_trimmed_mean_interval_matches_yuens_formula_by_hand() {
+        // n 10, 20% trimmed: g 2, h 6; kept 3..8, mean 5.5; winsorized
+        // [3,3,3,4,5,6,7,8,8,8], mean 5.5, squared deviations 42.5;
+        // se = sqrt(42.5 / (6 * 5)) = 1.1902; t(0.975, 5) = 2.5706.
+        let v = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 100.0];
+        let (mean, ci) = trimmed_mean_interval(&v, 0.2, 0.95).expect("interval");
+        let half = 2.570_582 * (42.5f64 / 30.0).sqrt();
+        assert!((mean - 5.5).abs() < 1e-12);
+        assert!((ci.high - (5.5 + half)).abs() < 1e-4, "{ci:?}");
+        assert!((ci.low - (5.5 - half)).abs() < 1e-4, "{ci:?}");
+        assert!(trimmed_mean_interval(&v[..2], 0.2, 0.95).is_none());
+        assert!(trimmed_mean_interval(&v, 0.5, 0.95).is_none());
+    }
+
+    #[test]
+    fn one_far_off_pair_widens_the_mean_and_not_the_trimmed_mean() {
+        // 40 pairs near 0 with a spread of about 1, and two slow spells of +-25.
+        let mut v: Vec<f64> = (0..40).map(|i| ((i * 7) % 11) as f64 / 5.0 - 1.0).collect();
+        v.extend([25.0, -25.0]);
+        let t = t_interval(&v, 0.95).expect("t");
+        let (_, trimmed) = trimmed_mean_interval(&v, 0.2, 0.95).expect("trimmed");
+        assert!(
+            trimmed.high - trimmed.low < 0.25 * (t.high - t.low),
+            "{trimmed:?} {t:?}"
+        );
+    }
 
     #[test]
     fn t_interval_matches_the_textbook() {

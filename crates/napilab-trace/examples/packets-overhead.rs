@@ -12,15 +12,19 @@
 //!    have, so the sink's IP layer drops it (OTHERHOST) at its first check. The
 //!    forwarded count is the sink veth's RX packet counter.
 //!
-//! Each round measures six modes back to back: A untraced, B always-on tier, C
+//! Each round measures seven modes back to back: A untraced, B always-on tier, C
 //! always-on + per-packet tier tracing every packet, D always-on + per-packet tier in
 //! its default 20 ms tracing windows of every second, E bpftrace counting one
 //! per-packet tracepoint (net:netif_receive_skb) into a map, F one empty tp_btf program
 //! on the same tracepoint (the floor: what one program run per packet costs on this
-//! kernel). The order rotates every round (and reverses on odd rounds) so a drift in
+//! kernel), W D's windows alone (as many empty programs as D's windows attach, on
+//! `oom:mark_victim`, which does not fire, attached and detached in D's windows: what
+//! the window driver costs apart from any program run). The order rotates every round (and reverses on odd rounds) so a drift in
 //! background load spreads over all modes. It prints every round, then per mode the
 //! median ratio to A of the forwarding rate and of the DUT kthread's CPU ns per
-//! forwarded packet (the figure to trust on a shared machine). A last round with the
+//! forwarded packet (the figure to trust on a shared machine), and the cost as a share
+//! of the DUT's maximum rate as a 20% trimmed mean over the rounds with its 95%
+//! interval (Yuen's). A last round with the
 //! kernel's BPF run-time statistics on (kept out of the other rounds because they add
 //! two clock reads per program run) prints each per-packet program's runs per forwarded
 //! packet and ns per run. Needs root and two online CPUs.
@@ -54,17 +58,28 @@ enum Mode {
     Windowed,
     Bpftrace,
     Floor,
+    WindowsAlone,
 }
 
 /// Every mode, in the order of the result columns.
-const MODES: [Mode; 6] = [
+const MODES: [Mode; 7] = [
     Mode::Untraced,
     Mode::AlwaysOn,
     Mode::Packets,
     Mode::Windowed,
     Mode::Bpftrace,
     Mode::Floor,
+    Mode::WindowsAlone,
 ];
+
+/// The tracepoint of `Mode::WindowsAlone`: `oom:mark_victim` fires only when the OOM
+/// killer picks a victim (the always-on bench's arm W uses the same).
+const SILENT_TRACEPOINT: &str = "mark_victim";
+
+/// The share of rounds left out at each end of a mode's per-round costs before they
+/// are averaged (Yuen's trimmed mean, as the always-on bench): a round that lands in
+/// one of a VM's slow or fast spells moves by far more than the rest.
+const TRIM: f64 = 0.2;
 
 impl Mode {
     fn letter(self) -> &'static str {
@@ -75,6 +90,7 @@ impl Mode {
             Mode::Windowed => "D",
             Mode::Bpftrace => "E",
             Mode::Floor => "F",
+            Mode::WindowsAlone => "W",
         }
     }
 
@@ -86,6 +102,9 @@ impl Mode {
             Mode::Windowed => "D always-on + per-packet, 20 ms windows of 1 s (default)",
             Mode::Bpftrace => "E bpftrace counting net:netif_receive_skb",
             Mode::Floor => "F one empty tp_btf program on netif_receive_skb",
+            Mode::WindowsAlone => {
+                "W D's windows alone: as many empty programs on oom:mark_victim, attached and detached"
+            }
         }
     }
 }
@@ -176,7 +195,9 @@ struct Tier {
     _floor: Option<FloorProbe>,
 }
 
-fn load(mode: Mode) -> Result<Tier, String> {
+/// Loads `mode`'s programs; `window_links` is how many stage programs D's windows
+/// attach, which W attaches and detaches on a tracepoint that does not fire.
+fn load(mode: Mode, window_links: usize) -> Result<Tier, String> {
     let always_on = match mode {
         Mode::AlwaysOn | Mode::Packets | Mode::Windowed => Some(
             AlwaysOn::start(&TraceOptions::default())
@@ -207,6 +228,11 @@ fn load(mode: Mode) -> Result<Tier, String> {
         Mode::Floor => {
             Some(FloorProbe::start().map_err(|e| format!("cannot load the empty program: {e}"))?)
         }
+        Mode::WindowsAlone => Some(
+            FloorProbe::windowed_on(SILENT_TRACEPOINT, window_links, Windows::DEFAULT).map_err(
+                |e| format!("cannot load an empty program on {SILENT_TRACEPOINT} for mode W: {e}"),
+            )?,
+        ),
         _ => None,
     };
     Ok(Tier {
@@ -274,7 +300,7 @@ fn order(r: usize) -> Vec<Mode> {
 /// The round with BPF run-time statistics: per per-packet program, runs per forwarded
 /// packet and ns per run; and what the tier saw in the DUT's namespace.
 fn stats_round(router: &Router, senders: usize, seconds: f64) -> Result<(), String> {
-    let tier = load(Mode::Packets)?;
+    let tier = load(Mode::Packets, 0)?;
     let packets = tier
         .packets
         .as_ref()
@@ -362,9 +388,14 @@ fn run() -> Result<(), String> {
         ));
     }
     let router = Router::create(&NAMES, 0)?;
+    // How many stage programs D's windows attach each time (W attaches as many).
+    let window_links = load(Mode::Windowed, 0)?
+        .packets
+        .as_ref()
+        .map_or(0, PacketTrace::windowed_programs);
     // Check every mode loads before measuring anything.
     for mode in MODES {
-        drop(load(mode)?);
+        drop(load(mode, window_links)?);
     }
     pin(0, GEN_CPU)?;
     println!(
@@ -374,6 +405,7 @@ fn run() -> Result<(), String> {
     for mode in MODES {
         println!("  {}", mode.label());
     }
+    println!("  (D's windows attach {window_links} stage programs each; W as many)");
     println!(
         "other processes share this machine: the DUT's CPU per forwarded packet (its kthread's run time / sink RX packets) is the figure to trust; forwarding rates move with the DUT's CPU share"
     );
@@ -387,7 +419,7 @@ fn run() -> Result<(), String> {
         let order = order(r);
         let mut row = [Round::default(); MODES.len()];
         for mode in &order {
-            let tier = load(*mode)?;
+            let tier = load(*mode, window_links)?;
             let res = round(&router, senders, seconds)?;
             drop(tier);
             row[*mode as usize] = res;
@@ -405,8 +437,12 @@ fn run() -> Result<(), String> {
     }
     println!("\nagainst A (untraced) in the same round: median (min..max) of the per-round ratios");
     println!(
-        "{:<58} {:>24} {:>24} {:>9}",
-        "mode", "forwarding rate X/A", "DUT CPU per packet X/A", "+ns/pkt"
+        "{:<58} {:>24} {:>24} {:>9} {:>24}",
+        "mode",
+        "forwarding rate X/A",
+        "DUT CPU per packet X/A",
+        "+ns/pkt",
+        format!("cost, {:.0}% trimmed, 95%", 100.0 * TRIM)
     );
     for mode in &MODES[1..] {
         let i = *mode as usize;
@@ -422,12 +458,22 @@ fn run() -> Result<(), String> {
         let (_, rm, rlo, rhi) = summary(&rate);
         let (_, cm, clo, chi) = summary(&cpu);
         let (_, em, _, _) = summary(&extra);
+        // The cost as a share of the DUT's maximum rate, per round.
+        let cost: Vec<f64> = results
+            .iter()
+            .map(|r| 100.0 * (1.0 - r[0].ns_per_packet / r[i].ns_per_packet))
+            .collect();
+        let trimmed = napilab_core::uncertainty::trimmed_mean_interval(&cost, TRIM, 0.95)
+            .map_or("- (too few rounds)".to_string(), |(m, ci)| {
+                format!("{m:+.1}% [{:+.1}, {:+.1}]", ci.low, ci.high)
+            });
         println!(
-            "{:<58} {:>24} {:>24} {:>9.0}",
+            "{:<58} {:>24} {:>24} {:>9.0} {:>24}",
             mode.label(),
             format!("{rm:.3} ({rlo:.3}..{rhi:.3})"),
             format!("{cm:.3} ({clo:.3}..{chi:.3})"),
-            em
+            em,
+            trimmed
         );
     }
     println!(

@@ -59,18 +59,29 @@ impl FloorProbe {
         })
     }
 
-    /// One empty program on `tracepoint`, attached for `plan.window` of every
-    /// `plan.period` by the thread that drives the tiers' tracing windows: on a
+    /// One empty program on `tracepoint`, attached `links` times for `plan.window` of
+    /// every `plan.period` by the thread that drives the tiers' tracing windows: on a
     /// tracepoint that does not fire (e.g. `mark_victim`, an OOM kill), what the
     /// windows cost by attaching and detaching alone (patching the kernel's text,
-    /// which on a VM means IPIs to every CPU), apart from any program run.
-    pub fn windowed_on(tracepoint: &str, plan: Windows) -> Result<FloorProbe, StartError> {
+    /// which on a VM means IPIs to every CPU), apart from any program run. `links` is
+    /// how many programs the windows being measured attach at each opening (one for
+    /// the always-on tier's `softirq_raise`, the per-packet tier's stage programs).
+    pub fn windowed_on(
+        tracepoint: &str,
+        links: usize,
+        plan: Windows,
+    ) -> Result<FloorProbe, StartError> {
         use std::os::fd::AsFd as _;
         plan.validate().map_err(StartError::Load)?;
         let skel = load(&[tracepoint], &[])?;
         let mut programs = Vec::new();
         for prog in skel.object().progs() {
-            if prog.autoload() {
+            if !prog.autoload() {
+                continue;
+            }
+            // Each copy is attached as a link of its own (the kernel registers a raw
+            // tracepoint's probe per link), as each stage program of a window is.
+            for _ in 0..links.max(1) {
                 let fd = prog.as_fd().try_clone_to_owned().map_err(|e| {
                     StartError::Load(format!("cannot duplicate {tracepoint}'s program fd: {e}"))
                 })?;

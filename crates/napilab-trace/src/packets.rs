@@ -591,6 +591,16 @@ impl PacketTrace {
         self.links.len() + self.window_programs
     }
 
+    /// How many stage programs each tracing window attaches and detaches (0 when
+    /// every packet is traced).
+    pub fn windowed_programs(&self) -> usize {
+        if self.windows.is_some() {
+            self.window_programs
+        } else {
+            0
+        }
+    }
+
     /// The tracing windows so far: (windows opened, ns with every stage program
     /// attached, ns spent attaching and detaching), or `None` when every packet is
     /// traced.
