@@ -76,12 +76,18 @@ pub fn measure(
 }
 
 /// Wake-ups per CPU, and the idle time before each, of the probe whose delays the twin
-/// draws from (napilab-sim `wake_up::MIN_SAMPLED_WAKE_UPS` asks for at least 1,000): a
-/// loaded NAPI kthread sleeps for tens to hundreds of microseconds between batches, and
-/// the rare long wake-ups of a halting vCPU (a few tenths of a percent on the project's
-/// VM) need thousands to show. About 0.4 s per CPU.
-pub const TAIL_WAKE_UPS: usize = 2000;
-pub const TAIL_IDLE: Duration = Duration::from_micros(100);
+/// draws from (napilab-sim `wake_up::MIN_SAMPLED_WAKE_UPS` asks for at least 1,000).
+/// A loaded NAPI kthread sleeps for microseconds to tens of microseconds between
+/// batches and is woken tens of thousands of times a second, so a tail of one
+/// wake-up in several thousand sets a threaded DUT's loss. On the family-26 AMD EPYC
+/// VM (2026-11-28, docs/lab.md "Wake-ups") the two-cpu/threaded router's kthread waited
+/// 256 us or more in 126 of 662,970 wake-ups (0.019%) and lost 0.17-0.34% at 300-850
+/// kpps; 2,000 probe wake-ups held none of that tail (expected: 0.4), 50,000 after 20
+/// us idle held 0.016% and 0.052% (CPU 0 and 1; 0.044% and 0.024% after 100 us).
+/// After 2 us to 1 ms idle the median was the same there (20-26 us), so 20 us keeps the
+/// probe short: about 3 s per CPU.
+pub const TAIL_WAKE_UPS: usize = 20_000;
+pub const TAIL_IDLE: Duration = Duration::from_micros(20);
 
 /// [`measure_each`] with [`TAIL_WAKE_UPS`] after [`TAIL_IDLE`] each.
 pub fn measure_tail_each(cpus: &[u32]) -> Vec<Result<WakeUpLatency, WakeUpError>> {
