@@ -275,13 +275,16 @@ fn wake_ups(
     if stop.load(std::sync::atomic::Ordering::Relaxed) {
         return;
     }
-    for probed in napilab_probe::wake_up_latency::measure_tail_each(&host.cpus) {
+    let probed = napilab_probe::wake_up_latency::measure_tail_each(&host.cpus);
+    // One notice per CPU: notices are kept once per heading.
+    for (cpu, probed) in host.cpus.clone().into_iter().zip(probed) {
+        let what = format!("wake-ups of CPU {cpu}");
         match probed {
             Ok(w) => {
-                notice(notices, "wake-ups", w.summary());
+                notice(notices, what, w.summary());
                 host.wake_up.push(w);
             }
-            Err(e) => notice(notices, "wake-ups", e.to_string()),
+            Err(e) => notice(notices, what, e.to_string()),
         }
     }
 }

@@ -19,15 +19,16 @@
 //! on the same tracepoint (the floor: what one program run per packet costs on this
 //! kernel), W D's windows alone (as many empty programs as D's windows attach, on
 //! `oom:mark_victim`, which does not fire, attached and detached in D's windows: what
-//! the window driver costs apart from any program run). The order rotates every round (and reverses on odd rounds) so a drift in
+//! the window driver costs apart from any program run; a round fails if its windows did
+//! not open). The order rotates every round (and reverses on odd rounds) so a drift in
 //! background load spreads over all modes. It prints every round, then per mode the
 //! median ratio to A of the forwarding rate and of the DUT kthread's CPU ns per
 //! forwarded packet (the figure to trust on a shared machine), and the cost as a share
 //! of the DUT's maximum rate as a 20% trimmed mean over the rounds with its 95%
-//! interval (Yuen's). A last round with the
-//! kernel's BPF run-time statistics on (kept out of the other rounds because they add
-//! two clock reads per program run) prints each per-packet program's runs per forwarded
-//! packet and ns per run. Needs root and two online CPUs.
+//! interval (Yuen's). A last round with the kernel's BPF run-time statistics on (kept
+//! out of the other rounds because they add two clock reads per program run) prints
+//! each per-packet program's runs per forwarded packet and ns per run. Needs root and
+//! two online CPUs.
 //!
 //!     cargo run --release -p napilab-trace --example packets-overhead -- [ROUNDS] [SECONDS] [SENDERS]
 
@@ -192,7 +193,7 @@ struct Tier {
     _always_on: Option<AlwaysOn>,
     packets: Option<PacketTrace>,
     _bpftrace: Option<Bpftrace>,
-    _floor: Option<FloorProbe>,
+    floor: Option<FloorProbe>,
 }
 
 /// Loads `mode`'s programs; `window_links` is how many stage programs D's windows
@@ -239,7 +240,7 @@ fn load(mode: Mode, window_links: usize) -> Result<Tier, String> {
         _always_on: always_on,
         packets,
         _bpftrace: bpftrace,
-        _floor: floor,
+        floor,
     })
 }
 
@@ -421,6 +422,17 @@ fn run() -> Result<(), String> {
         for mode in &order {
             let tier = load(*mode, window_links)?;
             let res = round(&router, senders, seconds)?;
+            // W measures its windows only if they opened: a failed attach would leave
+            // it untraced and look free.
+            if let Some((opened, failed)) = tier.floor.as_ref().and_then(FloorProbe::windows_opened)
+            {
+                if let Some(e) = failed {
+                    return Err(format!("mode W's window thread failed: {e}"));
+                }
+                if opened == 0 {
+                    return Err("mode W opened no tracing window in its round".into());
+                }
+            }
             drop(tier);
             row[*mode as usize] = res;
         }

@@ -90,6 +90,14 @@ fn a_short_mlrsearch_gives_bounded_answers_with_their_trials() {
             assert_eq!(delays.len(), napilab_probe::wake_up_latency::TAIL_WAKE_UPS);
             assert!(delays.iter().all(|d| d.as_f64().is_some_and(|d| d > 0.0)));
             assert_ne!(w["cpu"], w["waker_cpu"], "{}", w["cpu"]);
+            // Each CPU's probe is summed up in a notice of its own.
+            let what = format!("wake-ups of CPU {}", w["cpu"]);
+            assert!(
+                record["notices"]
+                    .as_array()
+                    .is_some_and(|n| n.iter().any(|n| n["what"] == what.as_str())),
+                "no notice {what:?}"
+            );
         }
     } else {
         println!("one CPU: no wake-up probe to check (nothing to wake it from)");
