@@ -26,6 +26,8 @@ const MOST_SPEED_SECONDS: f64 = 3600.0;
 /// --wake-up: wake-ups per CPU and gap, after a short sleep (a loaded NAPI kthread's
 /// between batches) and after a long one (a CPU that went deep idle); about 0.6 s per CPU.
 const WAKE_UPS: usize = 200;
+/// Most wake-ups `--wake-ups` may ask for per CPU and gap (about 4 minutes a CPU).
+const MOST_WAKE_UPS: usize = 1_000_000;
 const WAKE_UP_GAPS: [Duration; 2] = [Duration::from_micros(100), Duration::from_millis(2)];
 /// --timer: the probe timer's period, the shipped `deferral` profile's
 /// gro-flush-timeout.
@@ -51,6 +53,12 @@ pub struct HostArgs {
     /// idle vCPUs halt at once it is tens of microseconds. Needs two CPUs or more.
     #[arg(long)]
     wake_up: bool,
+    /// With --wake-up: how many wake-ups per CPU and idle gap (default 200). A tail of
+    /// one wake-up in several thousand, which is what sets a threaded DUT's loss on a
+    /// VM whose idle vCPUs halt (docs/lab.md, "Wake-ups"), needs tens of thousands to
+    /// show; each takes about 0.2 ms after 100 us idle and 2 ms after 2 ms.
+    #[arg(long, value_name = "N", requires = "wake_up")]
+    wake_ups: Option<usize>,
     /// Also measure what a kernel timer costs each online CPU: programming its timer
     /// device, and a 20 us timer re-armed as it fires (as `gro-flush-timeout` deferral
     /// does under load) against a thread spinning there, per expiry. On bare metal well
@@ -90,7 +98,7 @@ pub fn run(args: HostArgs) -> Result<()> {
     };
     let wake_up = if args.wake_up {
         let cpus = speed_cpus(args.cpus.as_deref())?;
-        Some(measure_wake_ups(&cpus)?)
+        Some(measure_wake_ups(&cpus, args.wake_ups.unwrap_or(WAKE_UPS))?)
     } else {
         None
     };
@@ -165,17 +173,20 @@ pub fn run(args: HostArgs) -> Result<()> {
     Ok(())
 }
 
-/// Each CPU woken from the next, after each gap of [`WAKE_UP_GAPS`].
-fn measure_wake_ups(cpus: &[u32]) -> Result<Vec<WakeUpLatency>> {
+/// Each CPU woken `count` times from the next, after each gap of [`WAKE_UP_GAPS`].
+fn measure_wake_ups(cpus: &[u32], count: usize) -> Result<Vec<WakeUpLatency>> {
     if cpus.len() < 2 {
         bail!("--wake-up needs two CPUs or more (one to wake the other), got {cpus:?}");
     }
+    if !(1..=MOST_WAKE_UPS).contains(&count) {
+        bail!("--wake-ups {count}: give between 1 and {MOST_WAKE_UPS} wake-ups per CPU and gap");
+    }
     eprintln!(
-        "napilab host: waking a thread on each of CPUs {cpus:?} {WAKE_UPS} times after each of {WAKE_UP_GAPS:?} idle"
+        "napilab host: waking a thread on each of CPUs {cpus:?} {count} times after each of {WAKE_UP_GAPS:?} idle"
     );
     let mut out = Vec::new();
     for gap in WAKE_UP_GAPS {
-        for r in napilab_probe::wake_up_latency::measure_each(cpus, WAKE_UPS, gap) {
+        for r in napilab_probe::wake_up_latency::measure_each(cpus, count, gap) {
             out.push(r?);
         }
     }

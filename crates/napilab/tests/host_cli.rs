@@ -177,6 +177,35 @@ fn wake_up_times_each_cpu_woken_from_the_next() {
     for w in v["wake_up"].as_array().expect("wake_up") {
         assert!(w["median_ns"].as_f64().expect("median") > 0.0, "{w}");
     }
+    // --wake-ups sets the count, bounded, and only with --wake-up.
+    let few = napilab(&[
+        "host",
+        "--json",
+        "--wake-up",
+        "--wake-ups",
+        "30",
+        "--cpus",
+        "0,1",
+    ]);
+    assert!(
+        few.status.success(),
+        "{}",
+        String::from_utf8_lossy(&few.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&few.stdout).expect("json");
+    let counts: Vec<usize> = v["wake_up"]
+        .as_array()
+        .expect("wake_up")
+        .iter()
+        .map(|w| w["samples"]["delays_ns"].as_array().map_or(0, Vec::len))
+        .collect();
+    assert_eq!(counts, [30, 30, 30, 30], "{counts:?}");
+    let none = napilab(&["host", "--wake-up", "--wake-ups", "0", "--cpus", "0,1"]);
+    assert!(!none.status.success());
+    let err = String::from_utf8_lossy(&none.stderr);
+    assert!(err.contains("--wake-ups 0: give between 1 and"), "{err}");
+    let without = napilab(&["host", "--wake-ups", "30"]);
+    assert!(!without.status.success());
     let one = napilab(&["host", "--wake-up", "--cpus", "1"]);
     assert!(!one.status.success());
     let err = String::from_utf8_lossy(&one.stderr);
