@@ -72,7 +72,7 @@ use napilab_trace::floor::FloorProbe;
 use napilab_trace::{AlwaysOn, RaiseTiming, TraceOptions};
 
 mod saturated_router;
-use saturated_router::{pin, Flood, Router, RouterNames, DUT_CPU, GEN_CPU};
+use saturated_router::{pin, Flood, Router, RouterNames, DUT_CPU, GEN_CPU, TRIM};
 
 /// This benchmark's router (the per-packet one uses others, so both can be built).
 const NAMES: RouterNames = RouterNames {
@@ -384,14 +384,6 @@ const SILENT_TRACEPOINT: &str = "mark_victim";
 /// within which a 1% cost can be told apart; rounds are added until it is reached.
 const CONTROL_HALF_WIDTH_POINTS: f64 = 0.3;
 
-/// The share of pairs left out at each end before the per-pair costs are averaged.
-/// Why not the plain mean: a window that lands in one of the VM's slow or fast spells
-/// (docs/lab.md, "Host speed") moves its pair by 10-25 points while most pairs move by
-/// 1-3, and those few set the mean's interval. The family-26 VM's 54 rounds of
-/// 2026-11-28 (docs/trace.md): the control's interval +-1.19 points over the mean of
-/// its pairs, +-0.44 over the 20% trimmed mean.
-const TRIM: f64 = 0.2;
-
 /// A round counts only when the DUT's ring refused at least this share of the offered
 /// frames in all its windows (the generator offered more than the DUT forwarded).
 const MIN_REFUSED_SHARE: f64 = 0.02;
@@ -673,8 +665,8 @@ fn run(rounds: usize, seconds: f64, senders: usize, nice: i32) -> Result<(), Str
             let sampler = switch_to(arm, &mut tracer, &mut floor, &hooks)?;
             std::thread::sleep(Duration::from_millis(20)); // let the switch settle
             got[k] = Some(window(&router, seconds)?);
-            if let Some((_, Some(e))) = floor.as_ref().and_then(|(_, f)| f.windows_opened()) {
-                return Err(format!("arm W's window thread failed: {e}"));
+            if let Some(e) = floor.as_ref().and_then(|(_, f)| f.windows_failure()) {
+                return Err(format!("arm W: {e}"));
             }
             drop(sampler);
         }

@@ -41,7 +41,7 @@ use napilab_trace::packets::packet_interval;
 use napilab_trace::{AlwaysOn, PacketOptions, PacketTrace, TraceOptions, Windows};
 
 mod saturated_router;
-use saturated_router::{pin, Flood, Router, RouterNames, DUT_CPU, GEN_CPU};
+use saturated_router::{pin, Flood, Router, RouterNames, DUT_CPU, GEN_CPU, TRIM};
 
 /// This benchmark's router (the always-on one uses others, so both can be built).
 const NAMES: RouterNames = RouterNames {
@@ -76,11 +76,6 @@ const MODES: [Mode; 7] = [
 /// The tracepoint of `Mode::WindowsAlone`: `oom:mark_victim` fires only when the OOM
 /// killer picks a victim (the always-on bench's arm W uses the same).
 const SILENT_TRACEPOINT: &str = "mark_victim";
-
-/// The share of rounds left out at each end of a mode's per-round costs before they
-/// are averaged (Yuen's trimmed mean, as the always-on bench): a round that lands in
-/// one of a VM's slow or fast spells moves by far more than the rest.
-const TRIM: f64 = 0.2;
 
 impl Mode {
     fn letter(self) -> &'static str {
@@ -424,14 +419,8 @@ fn run() -> Result<(), String> {
             let res = round(&router, senders, seconds)?;
             // W measures its windows only if they opened: a failed attach would leave
             // it untraced and look free.
-            if let Some((opened, failed)) = tier.floor.as_ref().and_then(FloorProbe::windows_opened)
-            {
-                if let Some(e) = failed {
-                    return Err(format!("mode W's window thread failed: {e}"));
-                }
-                if opened == 0 {
-                    return Err("mode W opened no tracing window in its round".into());
-                }
+            if let Some(e) = tier.floor.as_ref().and_then(FloorProbe::windows_failure) {
+                return Err(format!("mode W: {e}"));
             }
             drop(tier);
             row[*mode as usize] = res;

@@ -98,6 +98,17 @@ impl FloorProbe {
         })
     }
 
+    /// Why a windowed probe measured nothing: its window thread failed to attach, or
+    /// opened no window yet. `None` when windows opened (and for a probe without
+    /// windows).
+    pub fn windows_failure(&self) -> Option<String> {
+        match self.windows_opened()? {
+            (_, Some(e)) => Some(format!("its window thread failed: {e}")),
+            (0, None) => Some("it opened no tracing window".into()),
+            _ => None,
+        }
+    }
+
     /// Windows opened so far and the first attach error, for a windowed probe.
     pub fn windows_opened(&self) -> Option<(u64, Option<String>)> {
         self.windows.as_ref().map(|w| (w.windows(), w.error()))

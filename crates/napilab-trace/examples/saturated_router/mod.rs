@@ -28,6 +28,14 @@ use std::time::{Duration, Instant};
 /// CPU of the generator (and of the benchmark's own thread), and CPU of the DUT's NAPI
 /// kthread.
 pub const GEN_CPU: usize = 0;
+
+/// The share of rounds (or pairs of windows) both benches leave out at each end before
+/// averaging a cost (Yuen's trimmed mean). Why not the plain mean: a window that lands
+/// in one of the VM's slow or fast spells (docs/lab.md, "Host speed") moves by 10-25
+/// points while most move by 1-3, and those few set the mean's interval. The
+/// family-26 VM's 54 rounds of 2026-11-28 (docs/trace.md): the control's interval
+/// +-1.19 points over the mean of its pairs, +-0.44 over the 20% trimmed mean.
+pub const TRIM: f64 = 0.2;
 pub const DUT_CPU: usize = 1;
 /// Frames per `sendmmsg` call.
 const BATCH: usize = 64;
