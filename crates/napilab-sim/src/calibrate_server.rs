@@ -54,10 +54,16 @@ fn err(file: &str, field: &str, msg: impl Into<String>) -> ConfigError {
 struct ServerTable {
     app_user_cycles: f64,
     app_kernel_cycles: f64,
+    /// A cost per epoll return with events and per round of the generator's loop
+    /// (absent: 0, not charged; `napilab sim calibrate` does not fit them yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    epoll_return_cycles: Option<f64>,
     receive_cycles: f64,
     poll_cycles: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     client_cycles_per_request: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    client_round_cycles: Option<f64>,
     /// The share of the client's cycles spent sending, and the TCP/veth latency per
     /// request and its tail (ns); absent: the assumed ones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -100,6 +106,14 @@ impl ServerProfile {
                 for (field, x) in [
                     ("server.app_user_cycles", t.app_user_cycles),
                     ("server.app_kernel_cycles", t.app_kernel_cycles),
+                    (
+                        "server.epoll_return_cycles",
+                        t.epoll_return_cycles.unwrap_or(0.0),
+                    ),
+                    (
+                        "server.client_round_cycles",
+                        t.client_round_cycles.unwrap_or(0.0),
+                    ),
                     ("server.receive_cycles", t.receive_cycles),
                     ("server.poll_cycles", t.poll_cycles),
                     (
@@ -144,15 +158,44 @@ impl ServerProfile {
                         },
                     );
                 }
+                let given = [
+                    ("server.epoll_return_cycles", t.epoll_return_cycles),
+                    ("server.client_round_cycles", t.client_round_cycles),
+                ];
                 provenance.extend(t.provenance);
+                // A value given in the table without a fitted source is the table's
+                // (not the "0, not charged" that a fitted table's comments carry).
+                for (key, value) in given {
+                    let fitted = provenance
+                        .get(key)
+                        .is_some_and(|p| p.kind != SourceKind::Assumed);
+                    if let (Some(v), false) = (value, fitted) {
+                        provenance.insert(
+                            key.into(),
+                            ParamSource {
+                                kind: SourceKind::Assumed,
+                                reference: String::new(),
+                                detail: format!(
+                                    "{v}: given in the [server] table of {file}, which names no source for it"
+                                ),
+                            },
+                        );
+                    }
+                }
                 (
                     Some(ServerCosts {
                         app_user_cycles: t.app_user_cycles,
                         app_kernel_cycles: t.app_kernel_cycles,
+                        epoll_return_cycles: t
+                            .epoll_return_cycles
+                            .unwrap_or(assumed.epoll_return_cycles),
                         receive_cycles: t.receive_cycles,
                         poll_cycles: t.poll_cycles,
                         client_cycles: t.client_cycles_per_request.unwrap_or(assumed.client_cycles),
                         client_send_share: t.client_send_share.unwrap_or(assumed.client_send_share),
+                        client_round_cycles: t
+                            .client_round_cycles
+                            .unwrap_or(assumed.client_round_cycles),
                         path_ns: t.path_ns.unwrap_or(assumed.path_ns),
                         path_tail_ns: t.path_tail_ns.unwrap_or(assumed.path_tail_ns),
                         provenance,
@@ -1135,8 +1178,10 @@ impl ServerCalibration {
         let table = ServerTable {
             app_user_cycles: c.app_user_cycles,
             app_kernel_cycles: c.app_kernel_cycles,
+            epoll_return_cycles: (c.epoll_return_cycles > 0.0).then_some(c.epoll_return_cycles),
             receive_cycles: c.receive_cycles,
             poll_cycles: c.poll_cycles,
+            client_round_cycles: (c.client_round_cycles > 0.0).then_some(c.client_round_cycles),
             client_cycles_per_request: self.profile.client_cycles_per_request,
             client_send_share: Some(c.client_send_share),
             path_ns: Some(c.path_ns),

@@ -135,6 +135,11 @@ pub struct AppConfig {
     /// Kernel cycles per packet in the application's context (recv system call, copy).
     #[serde(default)]
     pub kernel_cycles_per_packet: f64,
+    /// Kernel cycles per return of `epoll_wait` with events, however many packets it
+    /// brings (the system call, and the switch back in after the thread slept): what
+    /// makes a server's CPU per request fall as its load batches requests.
+    #[serde(default)]
+    pub kernel_cycles_per_return: f64,
     /// The application's own cycles per packet (user time).
     pub user_cycles_per_packet: f64,
     /// Answer every request with a reply of this many bytes; absent: no reply.
@@ -685,6 +690,12 @@ pub struct ClientSide {
     pub send_cycles: f64,
     /// Cycles of the client thread per reply read (`epoll_wait`, `recv`, parsing).
     pub read_cycles: f64,
+    /// Cycles of the client thread per round of its loop (a burst of due sends, then
+    /// the replies that are in: the flush over its connections and the `epoll_wait`),
+    /// however many requests the round carries: what makes the generator's CPU per
+    /// request fall as its load batches them.
+    #[serde(default)]
+    pub round_cycles: f64,
     /// Fixed latency the model does not otherwise carry, ns: TCP on both sides and the
     /// reply's way to the client and its wake-up.
     #[serde(default)]

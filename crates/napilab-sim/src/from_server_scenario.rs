@@ -336,6 +336,7 @@ fn map_configuration(
             cpu: server_cpu(q),
             fifo_priority: None,
             kernel_cycles_per_packet: 0.0,
+            kernel_cycles_per_return: 0.0,
             user_cycles_per_packet: 0.0,
             reply_bytes: Some(reply_bytes),
             socket_limit: SOCKET_REQUESTS,
@@ -360,6 +361,7 @@ fn map_configuration(
                 cpu: client_cpu(q),
                 send_cycles: 0.0,
                 read_cycles: 0.0,
+                round_cycles: 0.0,
                 path_ns: 0,
                 path_tail_ns: 0,
                 connections: None,
@@ -471,6 +473,7 @@ impl ServerCosts {
         for a in &mut c.apps {
             a.user_cycles_per_packet = self.app_user_cycles;
             a.kernel_cycles_per_packet = self.app_kernel_cycles;
+            a.kernel_cycles_per_return = self.epoll_return_cycles;
         }
         let share = self.client_send_share.clamp(0.0, 1.0);
         for cl in c
@@ -481,6 +484,7 @@ impl ServerCosts {
         {
             cl.send_cycles = self.client_cycles * share;
             cl.read_cycles = self.client_cycles * (1.0 - share);
+            cl.round_cycles = self.client_round_cycles;
             cl.path_ns = self.path_ns.max(0.0).round() as u64;
             cl.path_tail_ns = self.path_tail_ns.max(0.0).round() as u64;
         }
@@ -597,6 +601,13 @@ pub fn request_point(
     {
         sum.add(c);
     }
+    let epoll_returns: f64 = m
+        .totals
+        .cpus
+        .iter()
+        .filter(|c| server_cpus.contains(&c.cpu))
+        .map(|c| c.epoll_returns_per_s * m.duration_s)
+        .sum();
     let mut polls = [0.0f64; 3];
     for c in &m.totals.cpus {
         polls[0] += c.polls_per_s - c.napi_thread_polls_per_s - c.busy_polls_per_s;
@@ -626,6 +637,7 @@ pub fn request_point(
         server: ServerSummary {
             requests: answered,
             cpu_busy: sum.worker,
+            epoll_returns_with_events: epoll_returns.round() as u64,
             ..ServerSummary::default()
         },
         cpu_per_request_us: (achieved > 0.0).then(|| sum.busy / achieved * 1e6),

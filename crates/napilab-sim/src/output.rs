@@ -133,6 +133,8 @@ pub struct CpuReport {
     /// Polls by threaded-NAPI kthreads and by busy polling (included in `polls_per_s`).
     pub napi_thread_polls_per_s: f64,
     pub busy_polls_per_s: f64,
+    /// Returns of the applications' `epoll_wait` with events on this CPU.
+    pub epoll_returns_per_s: f64,
     pub packets_per_poll: f64,
     pub full_budget_polls_per_s: f64,
     pub time_squeeze_per_s: f64,
@@ -245,6 +247,7 @@ fn cpu_report(sim: &Sim, c: usize, k: &Counts, t: &CpuTime, secs: f64) -> CpuRep
         polls_per_s: rate(cc.polls),
         napi_thread_polls_per_s: rate(cc.thread_polls),
         busy_polls_per_s: rate(cc.busy_polls),
+        epoll_returns_per_s: rate(cc.epoll_returns),
         packets_per_poll: if cc.polls > 0 {
             cc.poll_packets as f64 / cc.polls as f64
         } else {

@@ -116,6 +116,7 @@ pub fn config(delivery: Delivery, rate_pps: f64, duration_ms: f64) -> SimConfig 
             cpu: 1,
             fifo_priority: None,
             kernel_cycles_per_packet: APP_KERNEL_CYCLES,
+            kernel_cycles_per_return: 0.0,
             user_cycles_per_packet: APP_USER_CYCLES,
             reply_bytes: None,
             socket_limit: 1000,

@@ -19,6 +19,11 @@ pub const PATH_TAIL_NS: f64 = 11_000.0;
 pub const PATH_NS_WHY: &str = "read off by hand, not fitted by napilab sim calibrate: lab run 20261125-222032-e182 (docs/results/lab.md, server-modes, a quiet VM) has no-coalescing at p50 84 us, p99 134 us at 2,000 requests/s, the twin without this path 16 / 22 us; 60 us fixed plus the tail's median (0.69 x 11 us) makes up the p50 difference";
 pub const PATH_TAIL_NS_WHY: &str = "read off by hand, not fitted by napilab sim calibrate: the same point's p99 - p50 (50 us in the lab, 6 us in the twin without it) is ln(50) = 3.9 times an exponential's mean, so 11 us; one mode at one rate of one run";
 
+/// Why the costs per epoll return and per generator round are 0 unless a profile
+/// gives them (docs/sim.md, "Costs per wake-up and per round").
+pub const EPOLL_RETURN_WHY: &str = "0, not charged: napilab sim calibrate does not fit it yet. By hand on lab runs 20261128-195727-32e3 and 20261128-212107-bf57 (AMD EPYC family 26 VM), the no-coalescing worker's CPU against its requests and its epoll returns gives 3.4-5.1 us a return beside 3.3-4.1 us a request; fitted through the twin it does not hold, because the twin's server batches more requests per return than the lab's (docs/sim.md)";
+pub const CLIENT_ROUND_WHY: &str = "0, not charged: napilab sim calibrate does not fit it yet (the lab does not count its generator's rounds; a fit through the twin's rounds gave 0 a request and 5.6-6.0 us a round on two runs, which is not physical: docs/sim.md)";
+
 /// What a request costs the server, cycles at the profile's clock (veth-lab: 1 GHz,
 /// so cycles are ns), and where each number comes from.
 #[derive(Clone, Debug, PartialEq)]
@@ -29,6 +34,11 @@ pub struct ServerCosts {
     /// send of the reply and `veth_xmit`, and the client namespace's receive of the
     /// reply, which on veth runs in the server CPU's softirq at bh-enable.
     pub app_kernel_cycles: f64,
+    /// Kernel work per return of the server's `epoll_wait` with events, however many
+    /// requests it brings: the system call and, when the worker slept, its switch back
+    /// in. With it the server's CPU per request falls as load batches requests, as the
+    /// lab's does (docs/sim.md, "Costs per wake-up and per round").
+    pub epoll_return_cycles: f64,
     /// TCP receive of the request segment (`tcp_v4_rcv`, socket queue, the server's
     /// wake-up) beyond the profile's per-packet UDP forwarding stages; charged on the
     /// CPU that polls the request (the profile's `stage_cycles.unmapped`).
@@ -43,6 +53,9 @@ pub struct ServerCosts {
     pub client_cycles: f64,
     /// The part of `client_cycles` spent sending (the rest reads the reply).
     pub client_send_share: f64,
+    /// The load generator's CPU per round of its loop (a burst of sends, then the
+    /// replies that are in), however many requests the round carries.
+    pub client_round_cycles: f64,
     /// TCP/veth latency per request that the twin's packets do not carry (TCP on both
     /// sides, the reply's way to the client and its wake-up), ns, and the mean of an
     /// exponential addition to it (its tail).
@@ -72,6 +85,7 @@ impl ServerCosts {
             "server.app_kernel_cycles".into(),
             why("no lab fit yet: two thirds of that ~10 us (recv, TCP send, veth_xmit, and the client namespace's receive of the reply in the server CPU's softirq)"),
         );
+        provenance.insert("server.epoll_return_cycles".into(), why(EPOLL_RETURN_WHY));
         provenance.insert(
             "server.receive_cycles".into(),
             why("no lab fit yet: TCP receive of a request segment beyond the veth-lab profile's UDP forwarding stages, about 1.5 us on this VM"),
@@ -88,15 +102,18 @@ impl ServerCosts {
             "server.client_send_share".into(),
             why(CLIENT_SEND_SHARE_WHY),
         );
+        provenance.insert("server.client_round_cycles".into(), why(CLIENT_ROUND_WHY));
         provenance.insert("server.path_ns".into(), why(PATH_NS_WHY));
         provenance.insert("server.path_tail_ns".into(), why(PATH_TAIL_NS_WHY));
         ServerCosts {
             app_user_cycles: 3_000.0,
             app_kernel_cycles: 7_000.0,
+            epoll_return_cycles: 0.0,
             receive_cycles: 1_500.0,
             poll_cycles: 500.0,
             client_cycles: 10_000.0,
             client_send_share: CLIENT_SEND_SHARE,
+            client_round_cycles: 0.0,
             path_ns: PATH_NS,
             path_tail_ns: PATH_TAIL_NS,
             provenance,
@@ -108,10 +125,12 @@ impl ServerCosts {
         vec![
             ("server.app_user_cycles", self.app_user_cycles),
             ("server.app_kernel_cycles", self.app_kernel_cycles),
+            ("server.epoll_return_cycles", self.epoll_return_cycles),
             ("server.receive_cycles", self.receive_cycles),
             ("server.poll_cycles", self.poll_cycles),
             ("server.client_cycles", self.client_cycles),
             ("server.client_send_share", self.client_send_share),
+            ("server.client_round_cycles", self.client_round_cycles),
             ("server.path_ns", self.path_ns),
             ("server.path_tail_ns", self.path_tail_ns),
         ]

@@ -197,6 +197,56 @@ fn the_fitted_profile_round_trips_and_bad_values_are_named() {
     assert!(e.to_string().contains("server.poll_cycles"), "{e}");
 }
 
+/// The costs per epoll return and per generator round: absent from a `[server]` table,
+/// 0 (not charged, saying so); given, charged with the table named as their source;
+/// negative, refused by name.
+#[test]
+fn per_return_and_per_round_costs_come_from_the_server_table() {
+    let text = cal_text();
+    let absent =
+        ServerProfile::from_toml_str(&text, "fitted.toml").unwrap_or_else(|e| panic!("{e}"));
+    let c = absent.costs.expect("[server]");
+    assert_eq!((c.epoll_return_cycles, c.client_round_cycles), (0.0, 0.0));
+    assert!(
+        c.provenance["server.epoll_return_cycles"]
+            .detail
+            .contains("not charged"),
+        "{:?}",
+        c.provenance["server.epoll_return_cycles"]
+    );
+    let given = text.replace(
+        "\npoll_cycles = ",
+        "\nepoll_return_cycles = 2500.0\nclient_round_cycles = 1200.0\npoll_cycles = ",
+    );
+    assert_ne!(given, text, "the poll_cycles line is in the file");
+    let c = ServerProfile::from_toml_str(&given, "given.toml")
+        .unwrap_or_else(|e| panic!("{e}"))
+        .costs
+        .expect("[server]");
+    assert_eq!(
+        (c.epoll_return_cycles, c.client_round_cycles),
+        (2500.0, 1200.0)
+    );
+    assert!(
+        c.provenance["server.client_round_cycles"]
+            .detail
+            .contains("given.toml"),
+        "{:?}",
+        c.provenance["server.client_round_cycles"]
+    );
+    let bad = given.replace("epoll_return_cycles = 2500.0", "epoll_return_cycles = -1.0");
+    let e = ServerProfile::from_toml_str(&bad, "bad.toml").expect_err("negative");
+    assert!(e.to_string().contains("server.epoll_return_cycles"), "{e}");
+    assert!(e.to_string().contains("bad.toml"), "{e}");
+}
+
+fn cal_text() -> String {
+    let r = record();
+    let cal = calibrate_server::calibrate(&r, FIXTURE_NAME, &base(), "test")
+        .unwrap_or_else(|e| panic!("{e}"));
+    cal.to_toml("test", &r, &[])
+}
+
 /// The shipped veth-lab-server profile has fitted server costs.
 #[test]
 fn the_shipped_server_profile_has_fitted_costs() {

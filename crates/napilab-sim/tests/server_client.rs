@@ -234,3 +234,61 @@ fn a_busy_wait_loop_that_finds_nothing_for_its_busy_poll_time_waits_for_the_time
     );
     assert!(high.p99_us < 500.0, "20,000/s: p99 {} us", high.p99_us);
 }
+
+/// A cost per return of the server's `epoll_wait` is charged once per return, however
+/// many requests it brings, and a cost per round of the generator's loop once per
+/// round: so each side's CPU per request falls as its load batches requests (docs/sim.md,
+/// "Costs per wake-up and per round"), as the lab's does.
+#[test]
+fn costs_per_epoll_return_and_per_round_fall_per_request_as_load_batches() {
+    // irq-suspend: the server's returns per request fall with the rate in the twin.
+    let p = plan(
+        "loads_qps = [2000, 100000]\nslo_p99_us = 100000\nsearch = false",
+        SHORT,
+        &["irq-suspend"],
+    );
+    let without = costs(&p);
+    let mut with = without.clone();
+    with.epoll_return_cycles = 5_000.0;
+    with.client_round_cycles = 3_000.0;
+    let (a, b) = (run_with(&p, 0, &without), run_with(&p, 0, &with));
+    assert_eq!(a.points.len(), 2, "{:?}", a.points);
+    let per_request = |cpu: f64, qps: f64| cpu / qps * 1e9;
+    let mut returns = Vec::new();
+    for (pa, pb) in a.points.iter().zip(&b.points) {
+        let r = pb.server.epoll_returns_with_events as f64 / pb.server.requests.max(1) as f64;
+        let extra = per_request(pb.server.cpu_busy, pb.achieved_qps)
+            - per_request(pa.server.cpu_busy, pa.achieved_qps);
+        // Each return costs 5,000 cycles (1 GHz: ns); the twin's own timing moves a little.
+        assert!(
+            (extra - 5_000.0 * r).abs() <= 0.15 * 5_000.0 * r + 100.0,
+            "at {} requests/s: {r:.2} returns a request, the server's CPU rose by {extra:.0} ns a request",
+            pb.requested_qps
+        );
+        returns.push(r);
+    }
+    assert!(
+        returns[1] < 0.8 * returns[0],
+        "returns per request {returns:?}: the load batches requests"
+    );
+    // The generator at 2,000 requests/s: a round to send each request and one to read
+    // its reply; at 100,000/s rounds carry several.
+    let client_extra: Vec<f64> = a
+        .points
+        .iter()
+        .zip(&b.points)
+        .map(|(pa, pb)| {
+            per_request(pb.client_cpu_busy, pb.achieved_qps)
+                - per_request(pa.client_cpu_busy, pa.achieved_qps)
+        })
+        .collect();
+    assert!(
+        (client_extra[0] - 6_000.0).abs() <= 0.15 * 6_000.0,
+        "the generator's CPU rose by {:.0} ns a request at 2,000/s (two rounds of 3,000)",
+        client_extra[0]
+    );
+    assert!(
+        client_extra[1] < 0.8 * client_extra[0],
+        "the generator's extra CPU per request {client_extra:?}: rounds carry more requests at the higher rate"
+    );
+}

@@ -150,7 +150,9 @@ impl Sim<'_> {
         }
         self.suspend_irqs(a);
         let (start, pen) = self.begin(c, false);
-        let mut tt = start + pen;
+        // One return of epoll_wait with events: its own cost, whatever it brings.
+        let mut tt = start + pen + self.apps[a].return_ns;
+        self.count(start, |k| k.cpus[c].epoll_returns += 1);
         let mut user = 0;
         for _ in 0..ready {
             let Some((_, p)) = self.apps[a].socket.pop_front() else {

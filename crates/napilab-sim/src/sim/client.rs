@@ -22,6 +22,9 @@ pub(crate) struct Client {
     ring: usize,
     send_ns: Nanos,
     read_ns: Nanos,
+    round_ns: Nanos,
+    /// The current round of the loop has paid its `round_ns`.
+    round_open: bool,
     path_ns: Nanos,
     tail_ns: f64,
     rng: Rng,
@@ -74,6 +77,8 @@ impl Client {
             ring,
             send_ns: profile.ns(cs.send_cycles),
             read_ns: profile.ns(cs.read_cycles),
+            round_ns: profile.ns(cs.round_cycles),
+            round_open: false,
             path_ns: cs.path_ns,
             tail_ns: cs.path_tail_ns as f64,
             rng,
@@ -101,6 +106,15 @@ impl Client {
         }
         let next = t + (self.rng.exp(gap) as Nanos).max(1);
         (next < end).then_some(next)
+    }
+
+    /// The cost of the loop's round if this step opens one (0 if it is already open).
+    fn open_round(&mut self) -> Nanos {
+        if self.round_open {
+            return 0;
+        }
+        self.round_open = true;
+        self.round_ns
     }
 
     /// The intended time of the next due send, if any.
@@ -184,15 +198,21 @@ impl Sim<'_> {
         // A burst ends when nothing is due or it is full; the thread then reads every
         // reply that is in before it sends again, so an overloaded client still reads.
         let cl = &mut self.clients[k];
+        let was_reading = cl.burst.is_none();
         cl.burst = match cl.burst {
             Some(n) if due.is_some() && n < SEND_BURST => Some(n),
             _ if ready => None,
             _ => Some(0),
         };
+        // A burst after the reads is the loop's next round.
+        if was_reading && cl.burst.is_some() {
+            cl.round_open = false;
+        }
         if let (Some(intended), Some(n)) = (due, cl.burst) {
             cl.burst = Some(n + 1);
+            let round = self.clients[k].open_round();
             let (start, pen) = self.begin(c, false);
-            let t0 = start + pen;
+            let t0 = start + pen + round;
             let sent_at = t0 + self.clients[k].send_ns;
             let in_window = intended >= self.start && intended < end;
             let cl = &mut self.clients[k];
@@ -236,8 +256,9 @@ impl Sim<'_> {
         }
         if let Some(&(_, seq)) = self.clients[k].replies.front().filter(|r| r.0 <= now) {
             self.clients[k].replies.pop_front();
+            let round = self.clients[k].open_round();
             let (start, pen) = self.begin(c, false);
-            let done = start + pen + self.clients[k].read_ns;
+            let done = start + pen + round + self.clients[k].read_ns;
             let cl = &mut self.clients[k];
             // Requests ahead of this one that were dropped were never answered.
             while cl.outstanding.front().is_some_and(|o| o.0 != seq) {
@@ -257,6 +278,7 @@ impl Sim<'_> {
             return true;
         }
         self.threads[t].runnable = false;
+        self.clients[k].round_open = false;
         let next = [
             self.clients[k].next_send(),
             self.clients[k].replies.front().map(|r| r.0),

@@ -362,6 +362,7 @@ impl Parts {
                 limit: a.socket_limit as usize,
                 kernel_ns: ns(profile, a.kernel_cycles_per_packet),
                 user_ns: ns(profile, a.user_cycles_per_packet),
+                return_ns: ns(profile, a.kernel_cycles_per_return),
                 reply_bytes: a.reply_bytes,
                 wake_pending: false,
                 busy: a.busy_poll.map(|b| BusyState {

@@ -83,6 +83,8 @@ pub(crate) struct App {
     limit: usize,
     kernel_ns: Nanos,
     user_ns: Nanos,
+    /// Kernel time per return of `epoll_wait` with events ([`AppConfig::kernel_cycles_per_return`]).
+    return_ns: Nanos,
     reply_bytes: Option<u32>,
     /// A wake-up is already on its way.
     wake_pending: bool,
@@ -196,6 +198,9 @@ pub(crate) struct CpuCount {
     /// Polls run by threaded-NAPI kthreads and by busy polling (part of `polls`).
     pub thread_polls: u64,
     pub busy_polls: u64,
+    /// Application steps that took requests off their socket: each is one return of
+    /// `epoll_wait` with events (the lab server's `epoll_returns_with_events`).
+    pub epoll_returns: u64,
     /// Polls by execution context (`napilab_core::trace::ExecContext::ALL` order:
     /// softirq after a hard IRQ, at bh-enable, in ksoftirqd, NAPI thread or worker,
     /// busy poll): polls, packets, polls that found nothing, polls that used the
@@ -248,6 +253,7 @@ impl CpuCount {
         self.socket_drops += o.socket_drops;
         self.thread_polls += o.thread_polls;
         self.busy_polls += o.busy_polls;
+        self.epoll_returns += o.epoll_returns;
         for i in 0..5 {
             self.ctx_polls[i] += o.ctx_polls[i];
             self.ctx_packets[i] += o.ctx_packets[i];
