@@ -61,6 +61,8 @@ struct ServerTable {
     receive_cycles: f64,
     poll_cycles: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    kthread_poll_cycles: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     client_cycles_per_request: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     client_round_cycles: Option<f64>,
@@ -115,6 +117,10 @@ impl ServerProfile {
                         t.client_round_cycles.unwrap_or(0.0),
                     ),
                     ("server.receive_cycles", t.receive_cycles),
+                    (
+                        "server.kthread_poll_cycles",
+                        t.kthread_poll_cycles.unwrap_or(0.0),
+                    ),
                     ("server.poll_cycles", t.poll_cycles),
                     (
                         "server.client_cycles_per_request",
@@ -162,14 +168,15 @@ impl ServerProfile {
                     ("server.epoll_return_cycles", t.epoll_return_cycles),
                     ("server.client_round_cycles", t.client_round_cycles),
                 ];
+                // A value given in the table without a source of its own there is the
+                // table's (not the assumed cost's "0, not charged").
+                let given: Vec<(&str, Option<f64>, bool)> = given
+                    .into_iter()
+                    .map(|(k, v)| (k, v, t.provenance.contains_key(k)))
+                    .collect();
                 provenance.extend(t.provenance);
-                // A value given in the table without a fitted source is the table's
-                // (not the "0, not charged" that a fitted table's comments carry).
-                for (key, value) in given {
-                    let fitted = provenance
-                        .get(key)
-                        .is_some_and(|p| p.kind != SourceKind::Assumed);
-                    if let (Some(v), false) = (value, fitted) {
+                for (key, value, sourced) in given {
+                    if let (Some(v), false) = (value, sourced) {
                         provenance.insert(
                             key.into(),
                             ParamSource {
@@ -191,6 +198,9 @@ impl ServerProfile {
                             .unwrap_or(assumed.epoll_return_cycles),
                         receive_cycles: t.receive_cycles,
                         poll_cycles: t.poll_cycles,
+                        kthread_poll_cycles: t
+                            .kthread_poll_cycles
+                            .unwrap_or(assumed.kthread_poll_cycles),
                         client_cycles: t.client_cycles_per_request.unwrap_or(assumed.client_cycles),
                         client_send_share: t.client_send_share.unwrap_or(assumed.client_send_share),
                         client_round_cycles: t
@@ -285,43 +295,48 @@ impl ModeRun<'_> {
 /// time of the server's CPUs: on a shared machine that counts every other task there.
 /// The twin's side: its workers, its NAPI kthreads and its softirq at bh-enable.
 fn server_work(p: &RequestPointResult, side: &Side) -> f64 {
-    let entry = |name: &str| {
-        p.cpu
-            .iter()
-            .find(|(k, _)| k == name)
-            .map_or(0.0, |(_, v)| *v)
+    p.server.cpu_busy
+        + napi_kthreads(p, side)
+        + match side {
+            Side::Lab { .. } => 0.0,
+            Side::Twin => cpu_entry(p, "softirq at bh-enable (model)"),
+        }
+}
+
+fn cpu_entry(p: &RequestPointResult, name: &str) -> f64 {
+    p.cpu
+        .iter()
+        .find(|(k, _)| k == name)
+        .map_or(0.0, |(_, v)| *v)
+}
+
+/// The server device's NAPI kthreads' CPU, a share of a CPU: the lab's from the
+/// Observation's `napi/<device>-*` threads, the twin's from its own accounting.
+fn napi_kthreads(p: &RequestPointResult, side: &Side) -> f64 {
+    let Side::Lab { device } = side else {
+        return cpu_entry(p, "napi kthread (model)");
     };
-    match side {
-        Side::Lab { device } => {
-            let kthreads = p.observation.as_ref().map_or(0.0, |o| {
-                let secs: f64 = o.intervals.iter().map(|i| i.duration_s).sum();
-                let prefix = format!("napi/{device}-");
-                let busy: f64 = o
-                    .intervals
-                    .iter()
-                    .map(|i| {
-                        i.duration_s
-                            * i.threads
-                                .iter()
-                                .filter(|t| t.name.starts_with(&prefix))
-                                .filter_map(|t| t.cpu.as_ref().map(|m| m.value))
-                                .sum::<f64>()
-                    })
-                    .sum();
-                if secs > 0.0 {
-                    busy / secs
-                } else {
-                    0.0
-                }
-            });
-            p.server.cpu_busy + kthreads
+    p.observation.as_ref().map_or(0.0, |o| {
+        let secs: f64 = o.intervals.iter().map(|i| i.duration_s).sum();
+        let prefix = format!("napi/{device}-");
+        let busy: f64 = o
+            .intervals
+            .iter()
+            .map(|i| {
+                i.duration_s
+                    * i.threads
+                        .iter()
+                        .filter(|t| t.name.starts_with(&prefix))
+                        .filter_map(|t| t.cpu.as_ref().map(|m| m.value))
+                        .sum::<f64>()
+            })
+            .sum();
+        if secs > 0.0 {
+            busy / secs
+        } else {
+            0.0
         }
-        Side::Twin => {
-            p.server.cpu_busy
-                + entry("napi kthread (model)")
-                + entry("softirq at bh-enable (model)")
-        }
-    }
+    })
 }
 
 /// Which record a point comes from: the lab's (its server device, whose NAPI
@@ -477,6 +492,66 @@ fn least_squares_root(a: &(f64, Vec<f64>), b: &(f64, Vec<f64>), targets: &[f64])
     }
     let scale = a.1.iter().chain(&b.1).map(|v| v.abs()).fold(0.0, f64::max);
     (den > (1e-9 * scale / dx.abs()).powi(2) && num.is_finite()).then(|| num / den)
+}
+
+/// The most a cost per epoll return or per NAPI kthread poll may be, ns: longer
+/// would be a stall, not a cost.
+const STALL_NS: f64 = 100_000.0;
+/// The receive fit leaves out rates below this share of the highest (see
+/// `ServerFit::receive`).
+const LOW_RATE_SHARE: f64 = 0.1;
+
+/// The solution of the 2x2 normal equations `[a11 a12; a12 a22] (x, y) = (b1, b2)`;
+/// `None` when the two columns are (nearly) collinear, |correlation| above 0.9995, so
+/// that their coefficients cannot be told apart.
+fn normal_equations(a11: f64, a12: f64, a22: f64, b1: f64, b2: f64) -> Option<(f64, f64)> {
+    let det = a11 * a22 - a12 * a12;
+    (det.is_finite() && det > 1e-3 * a11 * a22)
+        .then(|| ((b1 * a22 - b2 * a12) / det, (a11 * b2 - a12 * b1) / det))
+}
+
+/// Least squares through the origin of `z` on two regressors `(x, y, z)`: the
+/// coefficients of `x` and `y`.
+fn regress_pair(points: impl Iterator<Item = (f64, f64, f64)>) -> Option<(f64, f64)> {
+    let (mut a11, mut a12, mut a22, mut b1, mut b2) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for (x, y, z) in points {
+        a11 += x * x;
+        a12 += x * y;
+        a22 += y * y;
+        b1 += x * z;
+        b2 += y * z;
+    }
+    normal_equations(a11, a12, a22, b1, b2)
+}
+
+/// The lab's mean of `value` over `run`'s usable points at each of its rates
+/// ([`ModeRun::rates`] order), and the points' count.
+fn lab_by_rate(run: &ModeRun<'_>, value: impl Fn(&RequestPointResult) -> f64) -> Vec<f64> {
+    run.rates()
+        .iter()
+        .map(|&r| {
+            let at: Vec<f64> = run
+                .points
+                .iter()
+                .filter(|p| p.requested_qps == r)
+                .map(|p| value(p))
+                .collect();
+            at.iter().sum::<f64>() / at.len().max(1) as f64
+        })
+        .collect()
+}
+
+/// The twin's `value` at each of `rates` in configuration `index` with `costs`.
+fn twin_by_rate(
+    plan: &TwinPlan,
+    index: usize,
+    base: &LabProfile,
+    costs: &ServerCosts,
+    rates: &[f64],
+    value: impl Fn(&RequestPointResult) -> f64,
+) -> Result<Vec<f64>, ConfigError> {
+    let pts = twin_points(plan, index, base, costs, rates)?;
+    Ok(pts.iter().map(value).collect())
 }
 
 /// Notes a fitted cost (`key` = `value`, how) and records its provenance.
@@ -645,8 +720,10 @@ pub fn calibrate(
     base: &LabProfile,
     command: &str,
 ) -> Result<ServerCalibration, ConfigError> {
+    let plan = server_plan(record, file)?;
     let mut fit = ServerFit {
-        plan: server_plan(record, file)?,
+        idle_polling: idle_polling_share(&plan, record),
+        plan,
         record,
         base,
         ghz: base.profile.cpu_ghz,
@@ -655,10 +732,23 @@ pub fn calibrate(
         notes: Vec::new(),
         unfixed: Vec::new(),
     };
-    let app_runs = fit.app()?;
-    let low = fit.poll()?;
-    let receive_runs = fit.receive()?;
-    let client = fit.client();
+    // The client first: in no-coalescing the requests' receive runs on its CPU, so
+    // with a client costlier than the lab's the twin's server never sees the rates
+    // the app's costs are fitted at.
+    // The costs are coupled (every poll call costs poll_cycles, also the requests'
+    // polls on the client's CPU; the busy-poll pass holds the epoll returns), so the
+    // steps run twice, the second from the first's values; its notes are the fit's.
+    let (mut client, mut receive_runs, mut app_runs, mut low) =
+        (None, Vec::new(), Vec::new(), None);
+    for _ in 0..2 {
+        fit.notes.clear();
+        fit.unfixed.clear();
+        client = fit.client()?;
+        receive_runs = fit.receive()?;
+        app_runs = fit.app()?;
+        low = fit.poll()?;
+        fit.kthread_poll();
+    }
     fit.mark_unfixed();
     let checks = fit.checks(&app_runs, &receive_runs, low.as_ref())?;
     let ServerFit {
@@ -686,6 +776,38 @@ pub fn calibrate(
     })
 }
 
+/// The share of its idle polling that the lab's generator counts as busy: its busy
+/// share at threaded's lowest rate that met the objective, where its work is about
+/// 1% of a CPU and no softirq runs on its CPU (threaded polls the requests in the
+/// server's NAPI kthread), so the rest is polling (run 20261128-195727-32e3: 0.12 at
+/// 2,000 requests/s, about 60 us a request); without threaded, the median of the
+/// other modes' lowest points. At most 0.5: more would not be bookkeeping.
+fn idle_polling_share(plan: &TwinPlan, record: &RunRecord) -> f64 {
+    let lowest_busy = |r: &ModeRun<'_>| {
+        r.points
+            .iter()
+            .min_by(|a, b| a.requested_qps.total_cmp(&b.requested_qps))
+            .map(|p| p.client_cpu_busy)
+    };
+    if let Some(b) = mode_runs(plan, record, ServerMode::Threaded)
+        .first()
+        .and_then(lowest_busy)
+    {
+        return b.clamp(0.0, 0.5);
+    }
+    let mut lowest: Vec<f64> = ServerMode::ALL
+        .iter()
+        .flat_map(|&m| mode_runs(plan, record, m))
+        .filter_map(|r| lowest_busy(&r))
+        .collect();
+    lowest.sort_by(f64::total_cmp);
+    lowest
+        .get(lowest.len() / 2)
+        .copied()
+        .unwrap_or(0.0)
+        .clamp(0.0, 0.5)
+}
+
 /// Busy-wait's run at its low rates: (run, requested rate, the lab's median CPU time
 /// per busy poll, points the median is over).
 type LowRates<'r> = (ModeRun<'r>, f64, f64, usize);
@@ -694,6 +816,9 @@ type LowRates<'r> = (ModeRun<'r>, f64, f64, usize);
 /// in order, on the costs the steps before it fitted.
 struct ServerFit<'r> {
     plan: TwinPlan,
+    /// The share of its idle polling that the lab's generator counts as busy
+    /// ([`idle_polling_share`]).
+    idle_polling: f64,
     record: &'r RunRecord,
     base: &'r LabProfile,
     ghz: f64,
@@ -707,6 +832,15 @@ struct ServerFit<'r> {
 impl<'r> ServerFit<'r> {
     fn cycles(&self, seconds: f64) -> f64 {
         seconds * 1e9 * self.ghz
+    }
+
+    /// The lab generator's own work, a share of a CPU, from its busy share: between
+    /// sends it polls without sleeping (SPIN_AHEAD_NS) and leaves `idle_polling` of
+    /// that polling counted as busy (the rounds' bookkeeping outside the idle time it
+    /// subtracts), so busy = work + idle_polling x (1 - work). The twin's generator
+    /// sleeps instead.
+    fn client_work(&self, busy: f64) -> f64 {
+        ((busy - self.idle_polling) / (1.0 - self.idle_polling)).max(0.0)
     }
 
     /// A cost per request on one CPU cannot exceed that CPU's time per request at the
@@ -742,52 +876,97 @@ impl<'r> ServerFit<'r> {
             / (self.costs.app_user_cycles + self.costs.app_kernel_cycles);
         match (why_not, app_runs.first()) {
             (None, Some(run)) => {
-                let lab = run.lab_slope().unwrap_or(0.0);
-                let solved = solve_linear(
-                |total| {
-                    let mut c = self.costs.clone();
-                    c.app_user_cycles = total * user_part;
-                    c.app_kernel_cycles = total * (1.0 - user_part);
-                    Ok(vec![twin_slope(&self.plan, run, self.base, &c)?])
-                },
-                &[lab],
-                (2_000.0, 12_000.0),
-                (
-                    (0.0, "a cost is not negative"),
+                // The cost per epoll return from the lab's own counts: its CPU against
+                // its requests and its returns (one a request at low rates, fewer as
+                // the load batches them). Not solved through the twin: while the
+                // twin's server keeps up with its requests each has a return of its
+                // own, and the two costs move its CPU alike.
+                let side = run.side();
+                let per_return = regress_pair(run.points.iter().map(|p| {
+                    let secs = p.duration_s.max(f64::MIN_POSITIVE);
                     (
-                        self.ceiling(std::slice::from_ref(run)),
-                        "a CPU cannot spend more per request than 1 / the highest rate it kept up with",
-                    ),
-                ),
-            )?;
-                match solved {
-                Some(s) => {
-                    self.costs.app_user_cycles = (s.value * user_part).round();
-                    self.costs.app_kernel_cycles = (s.value * (1.0 - user_part)).round();
-                    let detail = format!(
-                        "the server's CPU per request in {}: slope of its workers' CPU time (and NAPI kthreads') over the achieved rate at {} ({:.0} ns a request), where the requests' receive runs on the client's CPU; the twin's total solved to match it{}; the user/kernel split {:.0}/{:.0} is ASSUMED (the lab measures the worker's time as one number)",
-                        run.name,
-                        run.rates().iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join("/"),
-                        lab * 1e9,
-                        clamp_note(&s),
-                        user_part * 100.0,
-                        (1.0 - user_part) * 100.0
-                    );
-                    self.notes.push(format!(
-                        "server.app_user_cycles {:.0} + server.app_kernel_cycles {:.0}: {detail}",
-                        self.costs.app_user_cycles, self.costs.app_kernel_cycles
-                    ));
-                    for key in ["server.app_user_cycles", "server.app_kernel_cycles"] {
-                        self.costs
-                            .provenance
-                            .insert(key.into(), fitted(&self.reference, detail.clone()));
+                        p.achieved_qps,
+                        p.server.epoll_returns_with_events as f64 / secs,
+                        server_work(p, &side),
+                    )
+                }))
+                .map(|(_, w)| self.cycles(w))
+                .filter(|w| w.is_finite() && *w >= 0.0);
+                let returns_per_request = lab_by_rate(run, |p| {
+                    p.server.epoll_returns_with_events as f64 / p.server.requests.max(1) as f64
+                })
+                .iter()
+                .map(|t| format!("{t:.2}"))
+                .collect::<Vec<_>>()
+                .join("/");
+                match per_return {
+                    Some(w) => {
+                        self.costs.epoll_return_cycles =
+                            w.min(STALL_NS * self.ghz).round();
+                        let detail = format!(
+                            "the lab's server CPU in {} (workers and NAPI kthreads) against its requests and its epoll_wait returns with events a second, least squares through the origin over {} points (returns per request {returns_per_request} by rate); the coefficient of the returns",
+                            run.name,
+                            run.points.len(),
+                        );
+                        let value = self.costs.epoll_return_cycles;
+                        record_fit(&mut self.notes, &mut self.costs, &self.reference, "server.epoll_return_cycles", value, detail);
                     }
+                    None => self.unfixed.push(format!(
+                        "server.epoll_return_cycles kept ASSUMED ({:.0}): {}'s points do not tell a cost per epoll return from one per request (no returns counted, or as many as requests at every rate)",
+                        self.costs.epoll_return_cycles, run.name
+                    )),
                 }
-                None => self.unfixed.push(format!(
-                    "server.app_user_cycles, server.app_kernel_cycles kept ASSUMED: the twin's server CPU in {} does not move with them",
-                    run.name
-                )),
-            }
+                // Then the cost per request: the twin's server CPU at each rate matched
+                // to the lab's.
+                let targets = lab_by_rate(run, |p| server_work(p, &side));
+                let rates = run.rates();
+                let solved = solve_linear(
+                    |total| {
+                        let mut c = self.costs.clone();
+                        c.app_user_cycles = total * user_part;
+                        c.app_kernel_cycles = total * (1.0 - user_part);
+                        twin_by_rate(&self.plan, run.index, self.base, &c, &rates, |p| {
+                            server_work(p, &Side::Twin)
+                        })
+                    },
+                    &targets,
+                    (1_000.0, 4_000.0),
+                    (
+                        (0.0, "a cost is not negative"),
+                        (
+                            self.ceiling(std::slice::from_ref(run)),
+                            "a CPU cannot spend more per request than 1 / the highest rate it kept up with",
+                        ),
+                    ),
+                )?;
+                match solved {
+                    Some(s) => {
+                        self.costs.app_user_cycles = (s.value * user_part).round();
+                        self.costs.app_kernel_cycles = (s.value * (1.0 - user_part)).round();
+                        let detail = format!(
+                            "the server's CPU in {} (its workers' CPU time and NAPI kthreads', a share of a CPU: {} at {} requests/s), where the requests' receive runs on the client's CPU, the twin's matched by least squares beside server.epoll_return_cycles{}; the user/kernel split {:.0}/{:.0} is ASSUMED (the lab measures the worker's time as one number)",
+                            run.name,
+                            targets.iter().map(|t| format!("{t:.3}")).collect::<Vec<_>>().join("/"),
+                            rates.iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join("/"),
+                            clamp_note(&s),
+                            user_part * 100.0,
+                            (1.0 - user_part) * 100.0
+                        );
+                        self.notes.push(format!(
+                            "server.app_user_cycles {:.0} + server.app_kernel_cycles {:.0}: {detail}",
+                            self.costs.app_user_cycles, self.costs.app_kernel_cycles
+                        ));
+                        for key in ["server.app_user_cycles", "server.app_kernel_cycles"] {
+                            self.costs
+                                .provenance
+                                .insert(key.into(), fitted(&self.reference, detail.clone()));
+                        }
+                    }
+                    None => self.unfixed.push(format!(
+                        "server.app_user_cycles, server.app_kernel_cycles kept ASSUMED: the twin's server CPU in {} does not move with them",
+                        run.name
+                    )),
+                }
             }
             (why, _) => self.unfixed.push(format!(
                 "server.app_user_cycles, server.app_kernel_cycles kept ASSUMED ({:.0}, {:.0}): {}",
@@ -798,6 +977,64 @@ impl<'r> ServerFit<'r> {
         }
 
         Ok(app_runs)
+    }
+
+    /// The NAPI kthread's loop per poll: the lab's kthread CPU in threaded against its
+    /// requests (the receive) and its polls (each a wake-up at low rates), least
+    /// squares through the origin; the polls' coefficient less what the twin already
+    /// charges a kthread poll (the poll call and the switch in).
+    fn kthread_poll(&mut self) {
+        let (plan, record) = (&self.plan, self.record);
+        let runs = mode_runs(plan, record, ServerMode::Threaded);
+        let Some(run) = runs.first() else {
+            self.unfixed.push(format!(
+                "server.kthread_poll_cycles kept ASSUMED ({:.0}): the run has no configuration of napilab's server in mode threaded that met the objective",
+                self.costs.kthread_poll_cycles
+            ));
+            return;
+        };
+        let side = run.side();
+        let points: Vec<(f64, f64, f64)> = run
+            .points
+            .iter()
+            .filter_map(|p| {
+                let polls = p
+                    .napi_polls_per_s
+                    .iter()
+                    .find(|(k, _)| k == "napi kthread")
+                    .map(|(_, v)| *v)?;
+                Some((p.achieved_qps, polls, napi_kthreads(p, &side)))
+            })
+            .filter(|(_, polls, cpu)| *polls > 0.0 && *cpu > 0.0)
+            .collect();
+        let per_poll = regress_pair(points.iter().copied())
+            .map(|(_, b)| self.cycles(b))
+            .filter(|b| b.is_finite());
+        let Some(lab) = per_poll else {
+            self.unfixed.push(format!(
+                "server.kthread_poll_cycles kept ASSUMED ({:.0}): {}'s points do not tell the kthread's cost per poll from its cost per request (kthread polls counted at fewer than two rates, or as many as requests at every rate: measurement.trace = \"always\" counts them)",
+                self.costs.kthread_poll_cycles, run.name
+            ));
+            return;
+        };
+        let twin_own = self.costs.poll_cycles + self.base.profile.fixed_cycles.context_switch;
+        let value = (lab - twin_own).clamp(0.0, STALL_NS * self.ghz).round();
+        self.costs.kthread_poll_cycles = value;
+        let detail = format!(
+            "{}'s NAPI kthread CPU (napi/<device>-* in the Observation) against its requests and its kthread polls a second (trace tier), least squares through the origin over {} points: {:.0} ns a poll, less the {:.0} the twin already charges a kthread poll (server.poll_cycles and the profile's context switch)",
+            run.name,
+            points.len(),
+            lab,
+            twin_own
+        );
+        record_fit(
+            &mut self.notes,
+            &mut self.costs,
+            &self.reference,
+            "server.kthread_poll_cycles",
+            value,
+            detail,
+        );
     }
 
     /// Step 2: one pass of the busy-polling loop. Returns the low rates it was
@@ -880,103 +1117,165 @@ impl<'r> ServerFit<'r> {
     /// Step 3: the requests' receive. Returns the runs it was fitted on.
     fn receive(&mut self) -> Result<Vec<ModeRun<'r>>, ConfigError> {
         let (plan, record) = (&self.plan, self.record);
-        // The requests' receive where it runs on the server's CPU in a thread of its
-        // own: threaded (the NAPI kthread), else irq-suspend (the worker's busy polls; its
-        // timer-driven softirq polls are not in any thread's time and are left out).
-        let mut receive_runs = mode_runs(plan, record, ServerMode::Threaded);
+        // The requests' receive where the lab times it beside nothing else: on the
+        // client's CPU in no-coalescing (else deferral), in the softirq the client's
+        // send raises and runs at its bh-enable, which the kernel (no
+        // CONFIG_IRQ_TIME_ACCOUNTING) counts in the generator thread's runtime. The
+        // generator's own costs are fitted first (step 1), where the requests are polled
+        // on the server's CPU. Not in threaded: there the server's CPU also holds the
+        // NAPI kthread's wake-ups, which the twin charges only a context switch.
+        let mut receive_runs = mode_runs(plan, record, ServerMode::NoCoalescing);
         receive_runs.retain(|r| r.rates().len() >= 2);
         if receive_runs.is_empty() {
-            receive_runs = mode_runs(plan, record, ServerMode::IrqSuspend);
+            receive_runs = mode_runs(plan, record, ServerMode::Deferral);
             receive_runs.retain(|r| r.rates().len() >= 2);
         }
+        for r in &mut receive_runs {
+            let top = r.points.iter().map(|p| p.achieved_qps).fold(0.0, f64::max);
+            r.points.retain(|p| p.requested_qps >= LOW_RATE_SHARE * top);
+        }
+        receive_runs.retain(|r| r.rates().len() >= 2);
         if receive_runs.is_empty() {
             self.unfixed.push(format!(
-            "server.receive_cycles kept ASSUMED ({:.0}): neither threaded nor irq-suspend of napilab's server met the objective at two offered rates",
-            self.costs.receive_cycles
-        ));
-        } else {
-            let targets: Vec<f64> = receive_runs
-                .iter()
-                .map(|r| r.lab_slope().unwrap_or(0.0))
-                .collect();
-            let top = self.ceiling(&receive_runs);
-            let solved = solve_linear(
-                |x| {
-                    let mut c = self.costs.clone();
-                    c.receive_cycles = x;
-                    receive_runs
-                        .iter()
-                        .map(|r| twin_slope(&self.plan, r, self.base, &c))
-                        .collect()
-                },
-                &targets,
-                (500.0, 5_000.0),
+                "server.receive_cycles kept ASSUMED ({:.0}): neither no-coalescing nor deferral of napilab's server met the objective at two offered rates above a tenth of its highest",
+                self.costs.receive_cycles
+            ));
+            return Ok(receive_runs);
+        }
+        let targets: Vec<f64> = receive_runs
+            .iter()
+            .flat_map(|r| lab_by_rate(r, |p| self.client_work(p.client_cpu_busy)))
+            .collect();
+        let top = self.ceiling(&receive_runs);
+        let solved = solve_linear(
+            |x| {
+                let mut c = self.costs.clone();
+                c.receive_cycles = x;
+                let mut all = Vec::new();
+                for r in &receive_runs {
+                    all.extend(twin_by_rate(
+                        &self.plan,
+                        r.index,
+                        self.base,
+                        &c,
+                        &r.rates(),
+                        |p| p.client_cpu_busy,
+                    )?);
+                }
+                Ok(all)
+            },
+            &targets,
+            (500.0, 5_000.0),
+            (
+                (0.0, "a cost is not negative"),
                 (
-                    (0.0, "a cost is not negative"),
-                    (
-                        (top - self.costs.app_user_cycles - self.costs.app_kernel_cycles).max(0.0),
-                        "with the server's own cost it cannot exceed 1 / the highest rate served",
-                    ),
+                    (top - self.costs.client_cycles).max(0.0),
+                    "with the generator's own cost it cannot exceed 1 / the highest rate served",
                 ),
-            )?;
-            match solved {
+            ),
+        )?;
+        match solved {
             Some(s) => {
                 self.costs.receive_cycles = s.value.round();
                 let detail = format!(
-                    "the server's CPU per request in {} ({} ns), where the requests' receive runs on the server's CPU, beside the server's own cost; the twin's slope solved to match it (least squares){}",
+                    "the load generator thread's CPU in {} (a share of a CPU, with the softirqs at its bh-enable: {} at {} requests/s; rates below a tenth of the highest left out), where the requests' receive runs in the softirq its sends raise, beside its own costs; the twin's matched by least squares{}",
                     names(&receive_runs),
-                    targets.iter().map(|t| format!("{:.0}", t * 1e9)).collect::<Vec<_>>().join(" and "),
+                    targets.iter().map(|t| format!("{t:.3}")).collect::<Vec<_>>().join("/"),
+                    receive_runs.iter().flat_map(|r| r.rates()).map(|r| format!("{r:.0}")).collect::<Vec<_>>().join("/"),
                     clamp_note(&s)
                 );
                 let value = self.costs.receive_cycles;
                 record_fit(&mut self.notes, &mut self.costs, &self.reference, "server.receive_cycles", value, detail);
             }
             None => self.unfixed.push(format!(
-                "server.receive_cycles kept ASSUMED ({:.0}): the twin's server CPU in {} does not move with it",
+                "server.receive_cycles kept ASSUMED ({:.0}): the twin's generator CPU in {} does not move with it",
                 self.costs.receive_cycles,
                 names(&receive_runs)
             )),
         }
-        }
-
         Ok(receive_runs)
     }
 
-    /// Step 4: the client's cost per request (reported, not charged).
-    fn client(&mut self) -> Option<f64> {
+    /// Step 4: the load generator's cost per request and per round of its loop,
+    /// where the requests are not polled on its CPU. Returns the cost per request.
+    fn client(&mut self) -> Result<Option<f64>, ConfigError> {
         let (plan, record) = (&self.plan, self.record);
-        // 4. The client's cost per request, where the requests are not polled on its CPU.
+        // The modes that poll the requests on the server's CPU: the generator's CPU
+        // there is its own work (and, in busy-wait and irq-suspend at low rates, the
+        // requests' polls while the IRQ is not masked, which the twin puts on its CPU
+        // too). In threaded each send may also wake the NAPI kthread on the other CPU,
+        // an IPI the twin does not charge the sender (docs/sim.md).
         let mut client_runs = mode_runs(plan, record, ServerMode::Threaded);
         client_runs.extend(mode_runs(plan, record, ServerMode::BusyWait));
-        let client_points: Vec<&RequestPointResult> = client_runs
-            .iter()
-            .flat_map(|r| r.points.iter().copied())
-            .collect();
-        let client = slope(&client_points, |p| Some(p.client_cpu_busy)).filter(|s| *s > 0.0);
-        match client {
-        Some(s) => {
-            let detail = format!(
-                "client_cycles_per_request {:.0}: slope of the load generator thread's CPU over the achieved rate in {} (the requests are polled on the server's CPU there); charged to the twin's load generator thread, split between send and read by server.client_send_share",
-                self.cycles(s),
-                names(&client_runs)
+        client_runs.extend(mode_runs(plan, record, ServerMode::IrqSuspend));
+        client_runs.retain(|r| !r.points.is_empty());
+        let rates: usize = client_runs.iter().map(|r| r.rates().len()).sum();
+        if rates < 2 {
+            self.unfixed.push(
+                "server.client_cycles kept ASSUMED: threaded, busy-wait and irq-suspend of napilab's server met the objective at fewer than two offered rates".into(),
             );
-            self.costs.client_cycles = self.cycles(s).round();
-            self.costs.provenance.insert(
-                "server.client_cycles".into(),
-                ParamSource {
-                    kind: SourceKind::Fitted,
-                    reference: self.reference.clone(),
-                    detail: detail.clone(),
-                },
-            );
-            self.notes.push(detail);
+            return Ok(None);
         }
-        None => self.unfixed.push(
-            "client_cycles_per_request not fitted: neither threaded nor busy-wait of napilab's server met the objective at two offered rates".into(),
-        ),
-    }
-
-        client
+        let targets: Vec<f64> = client_runs
+            .iter()
+            .flat_map(|r| lab_by_rate(r, |p| self.client_work(p.client_cpu_busy)))
+            .collect();
+        let top = client_runs
+            .iter()
+            .flat_map(|r| r.points.iter().map(|p| p.achieved_qps))
+            .fold(0.0, f64::max);
+        let solved = solve_linear(
+            |per_request| {
+                let mut c = self.costs.clone();
+                c.client_cycles = per_request;
+                let mut all = Vec::new();
+                for r in &client_runs {
+                    all.extend(twin_by_rate(
+                        &self.plan,
+                        r.index,
+                        self.base,
+                        &c,
+                        &r.rates(),
+                        |p| p.client_cpu_busy,
+                    )?);
+                }
+                Ok(all)
+            },
+            &targets,
+            (2_000.0, 8_000.0),
+            (
+                (0.0, "a cost is not negative"),
+                (
+                    self.cycles(1.0 / top.max(1.0)),
+                    "a CPU cannot spend more per request than 1 / the highest rate it kept up with",
+                ),
+            ),
+        )?;
+        let Some(s) = solved else {
+            self.unfixed.push(format!(
+                "server.client_cycles kept ASSUMED: the twin's generator CPU in {} does not move with it",
+                names(&client_runs)
+            ));
+            return Ok(None);
+        };
+        self.costs.client_cycles = s.value.round();
+        let detail = format!(
+            "the load generator thread's CPU in {} (a share of a CPU less the {:.3} of its idle polling that the lab counts as busy: {} at {} requests/s; the requests are polled on the server's CPU there), the twin's matched by least squares; split between send and read by server.client_send_share{}",
+            names(&client_runs),
+            self.idle_polling,
+            targets.iter().map(|t| format!("{t:.3}")).collect::<Vec<_>>().join("/"),
+            client_runs.iter().flat_map(|r| r.rates()).map(|r| format!("{r:.0}")).collect::<Vec<_>>().join("/"),
+            clamp_note(&s)
+        );
+        self.costs.provenance.insert(
+            "server.client_cycles".into(),
+            fitted(&self.reference, detail.clone()),
+        );
+        self.notes.push(format!(
+            "client_cycles_per_request {:.0}: {detail}",
+            self.costs.client_cycles
+        ));
+        Ok(Some(s.value / (1e9 * self.ghz)))
     }
 
     fn mark_unfixed(&mut self) {
@@ -1178,10 +1477,11 @@ impl ServerCalibration {
         let table = ServerTable {
             app_user_cycles: c.app_user_cycles,
             app_kernel_cycles: c.app_kernel_cycles,
-            epoll_return_cycles: (c.epoll_return_cycles > 0.0).then_some(c.epoll_return_cycles),
+            epoll_return_cycles: Some(c.epoll_return_cycles),
             receive_cycles: c.receive_cycles,
             poll_cycles: c.poll_cycles,
-            client_round_cycles: (c.client_round_cycles > 0.0).then_some(c.client_round_cycles),
+            kthread_poll_cycles: Some(c.kthread_poll_cycles),
+            client_round_cycles: Some(c.client_round_cycles),
             client_cycles_per_request: self.profile.client_cycles_per_request,
             client_send_share: Some(c.client_send_share),
             path_ns: Some(c.path_ns),

@@ -497,6 +497,7 @@ impl ServerCosts {
         let mut p = base.clone();
         p.stage_cycles.unmapped += self.receive_cycles;
         p.fixed_cycles.poll = self.poll_cycles;
+        p.fixed_cycles.napi_thread_poll = self.kthread_poll_cycles;
         let mut source = |param: &str, key: &str, how: String| {
             let src = self.provenance.get(key);
             p.provenance.insert(
@@ -517,6 +518,14 @@ impl ServerCosts {
             format!(
                 "the base profile's {} plus server.receive_cycles {}, the TCP receive of a request",
                 base.stage_cycles.unmapped, self.receive_cycles
+            ),
+        );
+        source(
+            "fixed_cycles.napi_thread_poll",
+            "server.kthread_poll_cycles",
+            format!(
+                "server.kthread_poll_cycles {} replaces the base profile's {}",
+                self.kthread_poll_cycles, base.fixed_cycles.napi_thread_poll
             ),
         );
         source(

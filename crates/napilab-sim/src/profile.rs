@@ -163,6 +163,11 @@ pub struct FixedCycles {
     /// resumes after hard-IRQ or inline-softirq work interrupted it.
     #[serde(default)]
     pub after_interrupt: f64,
+    /// Per poll of a NAPI kthread, beyond the poll: its loop around the poll (the
+    /// wake-up, `schedule()` and the sleep after), which on a VM whose idle vCPUs halt
+    /// costs microseconds.
+    #[serde(default)]
+    pub napi_thread_poll: f64,
 }
 
 /// Delays that take time but no CPU.
@@ -297,6 +302,7 @@ impl Profile {
             ("fixed_cycles.context_switch", f.context_switch),
             ("fixed_cycles.idle_exit", f.idle_exit),
             ("fixed_cycles.after_interrupt", f.after_interrupt),
+            ("fixed_cycles.napi_thread_poll", f.napi_thread_poll),
             ("latency_ns.irq_delivery", l.irq_delivery as f64),
             ("latency_ns.idle_wakeup", l.idle_wakeup as f64),
             ("latency_ns.rx_dma", l.rx_dma as f64),

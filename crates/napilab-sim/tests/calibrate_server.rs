@@ -2,17 +2,21 @@
 //! crate::calibrate_server).
 //!
 //! Fixture `server-run-twin.json`: a run of scenarios/server-calibrate.toml made by
-//! the twin with known server costs (app_user 2,400 + app_kernel 5,600, receive 2,500,
-//! poll 800 cycles, on the veth-lab profile) and shaped like a lab record by
-//! `trim-server-run.py --from-twin` (kind "lab", the lab's `server_device` setting, the client's CPU
-//! at 4,000 ns a request, Observations cut to the NAPI kthread rows of threaded,
-//! latency histograms removed):
+//! the twin with known server costs (app_user 2,400 + app_kernel 5,600, epoll return
+//! 3,000, receive 2,500, poll 800, NAPI kthread poll 2,000 cycles; the client 4,000 a
+//! request, on the veth-lab profile) and shaped like a lab record by
+//! `trim-server-run.py --from-twin twin` (kind "lab", the lab's `server_device`
+//! setting, the twin's own client CPU with the softirqs on its CPU, Observations cut
+//! to the NAPI kthread rows of threaded, latency histograms removed):
 //!
 //! ```text
 //! napilab sim run scenarios/server-calibrate.toml --profile KNOWN.toml --json --no-report > twin.json
-//! python3 crates/napilab-sim/tests/fixtures/trim-server-run.py twin.json crates/napilab-sim/tests/fixtures/server-run-twin.json --from-twin 4000
+//! python3 crates/napilab-sim/tests/fixtures/trim-server-run.py twin.json crates/napilab-sim/tests/fixtures/server-run-twin.json --from-twin twin
 //! ```
-//! (KNOWN.toml: profiles/veth-lab.toml plus a `[server]` table with those costs.)
+//! (KNOWN.toml: profiles/veth-lab.toml plus a `[server]` table with those costs:
+//! `app_user_cycles = 2400.0`, `app_kernel_cycles = 5600.0`, `epoll_return_cycles =
+//! 3000.0`, `receive_cycles = 2500.0`, `poll_cycles = 800.0`, `kthread_poll_cycles =
+//! 2000.0`, `client_cycles_per_request = 4000.0`.)
 
 use napilab_core::{RunKind, RunRecord, TwinMaxQps};
 use napilab_sim::calibrate::LabProfile;
@@ -52,8 +56,10 @@ fn recovers_known_server_costs_from_a_twin_made_run() {
         8_000.0,
         0.03,
     );
+    within("epoll_return_cycles", c.epoll_return_cycles, 3_000.0, 0.10);
     within("receive_cycles", c.receive_cycles, 2_500.0, 0.10);
     within("poll_cycles", c.poll_cycles, 800.0, 0.05);
+    within("kthread_poll_cycles", c.kthread_poll_cycles, 2_000.0, 0.10);
     within(
         "client cycles per request",
         cal.profile.client_cycles_per_request.unwrap_or(0.0),
@@ -63,13 +69,16 @@ fn recovers_known_server_costs_from_a_twin_made_run() {
     for key in [
         "server.app_user_cycles",
         "server.app_kernel_cycles",
+        "server.epoll_return_cycles",
         "server.receive_cycles",
         "server.poll_cycles",
+        "server.kthread_poll_cycles",
+        "server.client_cycles",
     ] {
         let src = c.provenance.get(key).expect("provenance");
         assert_eq!(src.kind.as_str(), "fitted", "{key}: {src:?}");
         assert!(
-            src.reference.contains("20261128-201427-5257"),
+            src.reference.contains("20261129-021058-2a63"),
             "{key}: {src:?}"
         );
     }
@@ -109,16 +118,21 @@ fn a_run_missing_modes_says_which_costs_it_cannot_fix() {
             && text.contains("mode deferral"),
         "{text}"
     );
+    assert!(
+        text.contains("server.receive_cycles kept ASSUMED")
+            && text.contains("neither no-coalescing nor deferral"),
+        "{text}"
+    );
     assert_eq!(
         c.provenance["server.poll_cycles"].kind.as_str(),
         "assumed",
         "an unfitted cost keeps its assumed provenance"
     );
-    // threaded is still there: the receive cost is fitted.
-    assert_eq!(
-        c.provenance["server.receive_cycles"].kind.as_str(),
-        "fitted"
-    );
+    // threaded and irq-suspend are still there: the generator's costs and the NAPI
+    // kthread's are fitted.
+    for key in ["server.client_cycles", "server.kthread_poll_cycles"] {
+        assert_eq!(c.provenance[key].kind.as_str(), "fitted", "{key}");
+    }
 }
 
 /// Points that missed the objective (e.g. the client fell behind on a busy machine)
@@ -146,8 +160,9 @@ fn points_that_missed_the_objective_fix_nothing() {
         text.contains("server.receive_cycles kept ASSUMED"),
         "{text}"
     );
+    assert!(text.contains("server.client_cycles kept ASSUMED"), "{text}");
     assert!(
-        text.contains("client_cycles_per_request not fitted"),
+        text.contains("server.kthread_poll_cycles kept ASSUMED"),
         "{text}"
     );
 }
@@ -173,7 +188,7 @@ fn the_fitted_profile_round_trips_and_bad_values_are_named() {
         calibrate_server::calibrate(&r, FIXTURE_NAME, &base(), "napilab sim calibrate --lab x")
             .unwrap_or_else(|e| panic!("{e}"));
     let text = cal.to_toml("napilab sim calibrate --lab x", &r, &[]);
-    assert!(text.contains("# on lab run 20261128-201427-5257"), "{text}");
+    assert!(text.contains("# on lab run 20261129-021058-2a63"), "{text}");
     let back = ServerProfile::from_toml_str(&text, "fitted.toml").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(back.costs, cal.profile.costs);
     assert_eq!(
@@ -202,7 +217,11 @@ fn the_fitted_profile_round_trips_and_bad_values_are_named() {
 /// negative, refused by name.
 #[test]
 fn per_return_and_per_round_costs_come_from_the_server_table() {
-    let text = cal_text();
+    // A table written before these costs were fitted: without them.
+    let text = format!(
+        "{}\n[server]\napp_user_cycles = 2400.0\napp_kernel_cycles = 5600.0\nreceive_cycles = 2500.0\npoll_cycles = 800.0\n",
+        include_str!("../profiles/veth-lab.toml")
+    );
     let absent =
         ServerProfile::from_toml_str(&text, "fitted.toml").unwrap_or_else(|e| panic!("{e}"));
     let c = absent.costs.expect("[server]");
@@ -238,13 +257,6 @@ fn per_return_and_per_round_costs_come_from_the_server_table() {
     let e = ServerProfile::from_toml_str(&bad, "bad.toml").expect_err("negative");
     assert!(e.to_string().contains("server.epoll_return_cycles"), "{e}");
     assert!(e.to_string().contains("bad.toml"), "{e}");
-}
-
-fn cal_text() -> String {
-    let r = record();
-    let cal = calibrate_server::calibrate(&r, FIXTURE_NAME, &base(), "test")
-        .unwrap_or_else(|e| panic!("{e}"));
-    cal.to_toml("test", &r, &[])
 }
 
 /// The shipped veth-lab-server profile has fitted server costs.
@@ -329,7 +341,7 @@ fn a_lab_run_whose_client_fell_behind_fits_only_the_busy_poll_pass() {
     for cost in [
         "server.app_user_cycles",
         "server.receive_cycles",
-        "client_cycles_per_request",
+        "server.client_cycles",
     ] {
         assert!(
             text.contains(cost),

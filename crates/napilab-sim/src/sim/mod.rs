@@ -305,6 +305,8 @@ pub(crate) struct Costs {
     irq_thread: Nanos,
     idle_exit: Nanos,
     after_interrupt: Nanos,
+    /// A NAPI kthread's loop per poll, beyond the poll (not a busy-polling kthread's).
+    napi_thread_poll: Nanos,
     rx_poll: Nanos,
     ip: Nanos,
     rps: Nanos,

@@ -463,7 +463,7 @@ impl Sim<'_> {
                 let (end, passes) = if self.napis[n].threaded_busy_poll {
                     self.busy_pass_end(c, t, n, start + pen, end, work == 0 && !repoll)
                 } else {
-                    (end, 1)
+                    (end + self.costs.napi_thread_poll, 1)
                 };
                 self.commit(
                     c,
