@@ -44,7 +44,7 @@ pub fn calibrate(
         file,
         &cal.profile,
         "fitted on this run",
-        "fit on this run's CPU: costs from its CPU slopes, maxima not fitted",
+        "fit on this run's CPU: costs from its CPU at each rate, maxima not fitted",
     )
     .map_err(|e| anyhow::anyhow!("{e}"))?;
     if let Some(out) = out {
@@ -165,7 +165,7 @@ pub fn beside_lab(record: &mut RunRecord, file: &str) {
             file,
             &cal.profile,
             "fitted on this run",
-            "fit on this run's CPU: costs from its CPU slopes, maxima not fitted",
+            "fit on this run's CPU: costs from its CPU at each rate, maxima not fitted",
         )
     });
     match fitted {

@@ -38,9 +38,11 @@ enum SimCommand {
     /// generator- or sink-limited maxima only as "at least" constraints, every number
     /// within a physical range), with leave-one-out predictions; or, with --config,
     /// on one configuration (docs/sim.md, "Lab scenarios and the veth-lab profile"). On a
-    /// server-topology run: fit the server's costs per request (its CPU in no-coalescing
-    /// and threaded, busy-wait's pass) and set the twin's maximum per mode beside the
-    /// lab's (docs/sim.md, "Calibration from a server run").
+    /// server-topology run: fit the load generator's and the server's costs (the
+    /// generator's CPU per request, the requests' receive, the server's cost per request
+    /// and per epoll return, busy-wait's pass, the NAPI kthread's cost per poll) and set
+    /// the twin's maximum per mode beside the lab's (docs/sim.md, "Calibration from a
+    /// server run").
     Calibrate(CalibrateArgs),
     /// Advise settings from the studies' rules, checked on the twin.
     #[command(subcommand)]
