@@ -54,8 +54,9 @@ fn err(file: &str, field: &str, msg: impl Into<String>) -> ConfigError {
 struct ServerTable {
     app_user_cycles: f64,
     app_kernel_cycles: f64,
-    /// A cost per epoll return with events and per round of the generator's loop
-    /// (absent: 0, not charged; `napilab sim calibrate` does not fit them yet).
+    /// The costs per epoll return, per NAPI kthread poll and per round of the
+    /// generator's loop; absent (a table fitted before the twin charged them): 0, not
+    /// charged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     epoll_return_cycles: Option<f64>,
     receive_cycles: f64,
@@ -166,6 +167,7 @@ impl ServerProfile {
                 }
                 let given = [
                     ("server.epoll_return_cycles", t.epoll_return_cycles),
+                    ("server.kthread_poll_cycles", t.kthread_poll_cycles),
                     ("server.client_round_cycles", t.client_round_cycles),
                 ];
                 // A value given in the table without a source of its own there is the
@@ -279,13 +281,6 @@ impl ModeRun<'_> {
             device: self.device.clone(),
         }
     }
-
-    /// The lab's server CPU per request: the slope of [`server_work`] over the
-    /// achieved rate, seconds.
-    fn lab_slope(&self) -> Option<f64> {
-        let side = self.side();
-        slope(&self.points, |p| Some(server_work(p, &side)))
-    }
 }
 
 /// The CPU the server's work took, as a share of one CPU: its workers' own CPU time
@@ -358,18 +353,6 @@ fn busy_polls(p: &RequestPointResult) -> Option<f64> {
 /// The worker's CPU time per pass of its busy-polling loop, seconds.
 fn pass_time(p: &RequestPointResult) -> Option<f64> {
     busy_polls(p).map(|polls| p.server.cpu_busy / polls)
-}
-
-/// Least-squares slope of `value` over the achieved rate (seconds of CPU per request).
-fn slope(
-    points: &[&RequestPointResult],
-    value: impl Fn(&RequestPointResult) -> Option<f64>,
-) -> Option<f64> {
-    let xy: Vec<(f64, f64)> = points
-        .iter()
-        .filter_map(|p| Some((p.achieved_qps, value(p)?)))
-        .collect();
-    calibrate::line(&xy).map(|(s, _)| s)
 }
 
 /// The twin's points of configuration `index` at `rates` with `costs` (one run each,
@@ -683,21 +666,6 @@ fn too_few(runs: &[ModeRun<'_>], mode: ServerMode) -> Option<String> {
     None
 }
 
-/// The twin's server CPU per request (slope of [`server_work`] over the achieved
-/// rate, seconds) in `run`'s configuration at its rates, with `costs`.
-fn twin_slope(
-    plan: &TwinPlan,
-    run: &ModeRun<'_>,
-    base: &LabProfile,
-    costs: &ServerCosts,
-) -> Result<f64, ConfigError> {
-    let pts = twin_points(plan, run.index, base, costs, &run.rates())?;
-    Ok(slope(&pts.iter().collect::<Vec<_>>(), |p| {
-        Some(server_work(p, &Side::Twin))
-    })
-    .unwrap_or(0.0))
-}
-
 fn clamp_note(s: &Solved) -> String {
     s.clamped
         .as_deref()
@@ -832,6 +800,27 @@ struct ServerFit<'r> {
 impl<'r> ServerFit<'r> {
     fn cycles(&self, seconds: f64) -> f64 {
         seconds * 1e9 * self.ghz
+    }
+
+    /// The twin's generator CPU (with the softirqs on its CPU) at each rate of each of
+    /// `runs`, in order, with `costs`.
+    fn twin_client_cpu(
+        &self,
+        runs: &[ModeRun<'_>],
+        costs: &ServerCosts,
+    ) -> Result<Vec<f64>, ConfigError> {
+        let mut all = Vec::new();
+        for r in runs {
+            all.extend(twin_by_rate(
+                &self.plan,
+                r.index,
+                self.base,
+                costs,
+                &r.rates(),
+                |p| p.client_cpu_busy,
+            )?);
+        }
+        Ok(all)
     }
 
     /// The lab generator's own work, a share of a CPU, from its busy share: between
@@ -1151,18 +1140,7 @@ impl<'r> ServerFit<'r> {
             |x| {
                 let mut c = self.costs.clone();
                 c.receive_cycles = x;
-                let mut all = Vec::new();
-                for r in &receive_runs {
-                    all.extend(twin_by_rate(
-                        &self.plan,
-                        r.index,
-                        self.base,
-                        &c,
-                        &r.rates(),
-                        |p| p.client_cpu_busy,
-                    )?);
-                }
-                Ok(all)
+                self.twin_client_cpu(&receive_runs, &c)
             },
             &targets,
             (500.0, 5_000.0),
@@ -1220,33 +1198,19 @@ impl<'r> ServerFit<'r> {
             .iter()
             .flat_map(|r| lab_by_rate(r, |p| self.client_work(p.client_cpu_busy)))
             .collect();
-        let top = client_runs
-            .iter()
-            .flat_map(|r| r.points.iter().map(|p| p.achieved_qps))
-            .fold(0.0, f64::max);
+        let ceiling = self.ceiling(&client_runs);
         let solved = solve_linear(
             |per_request| {
                 let mut c = self.costs.clone();
                 c.client_cycles = per_request;
-                let mut all = Vec::new();
-                for r in &client_runs {
-                    all.extend(twin_by_rate(
-                        &self.plan,
-                        r.index,
-                        self.base,
-                        &c,
-                        &r.rates(),
-                        |p| p.client_cpu_busy,
-                    )?);
-                }
-                Ok(all)
+                self.twin_client_cpu(&client_runs, &c)
             },
             &targets,
             (2_000.0, 8_000.0),
             (
                 (0.0, "a cost is not negative"),
                 (
-                    self.cycles(1.0 / top.max(1.0)),
+                    ceiling,
                     "a CPU cannot spend more per request than 1 / the highest rate it kept up with",
                 ),
             ),
@@ -1299,13 +1263,35 @@ impl<'r> ServerFit<'r> {
         receive_runs: &[ModeRun<'r>],
         low: Option<&LowRates<'r>>,
     ) -> Result<Vec<FitCheck>, ConfigError> {
+        // In % of a CPU: the summary prints whole numbers.
+        let mean = |v: &[f64]| 100.0 * v.iter().sum::<f64>() / v.len().max(1) as f64;
         let mut checks = Vec::new();
-        for r in app_runs.iter().chain(receive_runs) {
+        for r in app_runs {
+            let side = r.side();
+            let twin = twin_by_rate(
+                &self.plan,
+                r.index,
+                self.base,
+                &self.costs,
+                &r.rates(),
+                |p| server_work(p, &Side::Twin),
+            )?;
             checks.push(FitCheck {
                 configuration: r.name.to_string(),
-                statistic: "server CPU per request, ns (slope of workers + NAPI kthreads)".into(),
-                lab: r.lab_slope().unwrap_or(0.0) * 1e9,
-                twin: twin_slope(&self.plan, r, self.base, &self.costs)? * 1e9,
+                statistic: "server CPU (workers + NAPI kthreads), mean % of a CPU over its rates"
+                    .into(),
+                lab: mean(&lab_by_rate(r, |p| server_work(p, &side))),
+                twin: mean(&twin),
+            });
+        }
+        for r in receive_runs {
+            checks.push(FitCheck {
+                configuration: r.name.to_string(),
+                statistic:
+                    "load generator CPU (less its idle polling), mean % of a CPU over its rates"
+                        .into(),
+                lab: mean(&lab_by_rate(r, |p| self.client_work(p.client_cpu_busy))),
+                twin: mean(&self.twin_client_cpu(std::slice::from_ref(r), &self.costs)?),
             });
         }
         if let Some(&(ref run, qps, lab_pass, _)) = low {

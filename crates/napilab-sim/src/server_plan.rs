@@ -21,8 +21,8 @@ pub const PATH_TAIL_NS_WHY: &str = "read off by hand, not fitted by napilab sim 
 
 /// Why the costs per epoll return and per generator round are 0 unless a profile
 /// gives them (docs/sim.md, "Costs per wake-up and per round").
-pub const EPOLL_RETURN_WHY: &str = "0, not charged: napilab sim calibrate does not fit it yet. By hand on lab runs 20261128-195727-32e3 and 20261128-212107-bf57 (AMD EPYC family 26 VM), the no-coalescing worker's CPU against its requests and its epoll returns gives 3.4-5.1 us a return beside 3.3-4.1 us a request; fitted through the twin it does not hold, because the twin's server batches more requests per return than the lab's (docs/sim.md)";
-pub const CLIENT_ROUND_WHY: &str = "0, not charged: napilab sim calibrate does not fit it yet (the lab does not count its generator's rounds; a fit through the twin's rounds gave 0 a request and 5.6-6.0 us a round on two runs, which is not physical: docs/sim.md)";
+pub const EPOLL_RETURN_WHY: &str = "0, not charged, until napilab sim calibrate fits it on a server run: the no-coalescing server's CPU against its requests and its epoll returns (3,381-5,132 ns a return on lab runs 20261128-212107-bf57 and 20261128-195727-32e3 of the AMD EPYC family-26 VM, docs/sim.md 'Costs per wake-up and per round')";
+pub const CLIENT_ROUND_WHY: &str = "0, not charged: napilab sim calibrate does not fit it (through the twin a cost a round and one a request move its generator's CPU almost alike: the recovery fixture gave 731-1,315 a round for 1,500; docs/sim.md 'Costs per wake-up and per round')";
 
 /// What a request costs the server, cycles at the profile's clock (veth-lab: 1 GHz,
 /// so cycles are ns), and where each number comes from.
