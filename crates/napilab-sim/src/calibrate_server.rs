@@ -484,17 +484,9 @@ const STALL_NS: f64 = 100_000.0;
 /// `ServerFit::receive`).
 const LOW_RATE_SHARE: f64 = 0.1;
 
-/// The solution of the 2x2 normal equations `[a11 a12; a12 a22] (x, y) = (b1, b2)`;
-/// `None` when the two columns are (nearly) collinear, |correlation| above 0.9995, so
-/// that their coefficients cannot be told apart.
-fn normal_equations(a11: f64, a12: f64, a22: f64, b1: f64, b2: f64) -> Option<(f64, f64)> {
-    let det = a11 * a22 - a12 * a12;
-    (det.is_finite() && det > 1e-3 * a11 * a22)
-        .then(|| ((b1 * a22 - b2 * a12) / det, (a11 * b2 - a12 * b1) / det))
-}
-
 /// Least squares through the origin of `z` on two regressors `(x, y, z)`: the
-/// coefficients of `x` and `y`.
+/// coefficients of `x` and `y`; `None` when the two regressors are (nearly) collinear,
+/// |correlation| above 0.9995, so that their coefficients cannot be told apart.
 fn regress_pair(points: impl Iterator<Item = (f64, f64, f64)>) -> Option<(f64, f64)> {
     let (mut a11, mut a12, mut a22, mut b1, mut b2) = (0.0, 0.0, 0.0, 0.0, 0.0);
     for (x, y, z) in points {
@@ -504,7 +496,9 @@ fn regress_pair(points: impl Iterator<Item = (f64, f64, f64)>) -> Option<(f64, f
         b1 += x * z;
         b2 += y * z;
     }
-    normal_equations(a11, a12, a22, b1, b2)
+    let det = a11 * a22 - a12 * a12;
+    (det.is_finite() && det > 1e-3 * a11 * a22)
+        .then(|| ((b1 * a22 - b2 * a12) / det, (a11 * b2 - a12 * b1) / det))
 }
 
 /// The lab's mean of `value` over `run`'s usable points at each of its rates

@@ -610,13 +610,6 @@ pub fn request_point(
     {
         sum.add(c);
     }
-    let epoll_returns: f64 = m
-        .totals
-        .cpus
-        .iter()
-        .filter(|c| server_cpus.contains(&c.cpu))
-        .map(|c| c.epoll_returns_per_s * m.duration_s)
-        .sum();
     let mut polls = [0.0f64; 3];
     for c in &m.totals.cpus {
         polls[0] += c.polls_per_s - c.napi_thread_polls_per_s - c.busy_polls_per_s;
@@ -646,7 +639,7 @@ pub fn request_point(
         server: ServerSummary {
             requests: answered,
             cpu_busy: sum.worker,
-            epoll_returns_with_events: epoll_returns.round() as u64,
+            epoll_returns_with_events: (sum.epoll_returns_per_s * m.duration_s).round() as u64,
             ..ServerSummary::default()
         },
         cpu_per_request_us: (achieved > 0.0).then(|| sum.busy / achieved * 1e6),
@@ -708,6 +701,8 @@ struct CpuSums {
     busy: f64,
     /// The server's workers: user, system calls, busy polling, context switches.
     worker: f64,
+    /// Their returns of `epoll_wait` with events.
+    epoll_returns_per_s: f64,
 }
 
 impl CpuSums {
@@ -724,6 +719,7 @@ impl CpuSums {
         self.hardirq += c.hardirq;
         self.busy += c.busy;
         self.worker += c.user + c.app_system + c.busy_poll + other;
+        self.epoll_returns_per_s += c.epoll_returns_per_s;
     }
 
     fn split(&self) -> Vec<(String, f64)> {
