@@ -46,6 +46,9 @@ pub struct Thread {
     pub runnable: bool,
     /// Runtime so far (ns), the fair scheduler's key.
     pub vruntime: Nanos,
+    /// Switched in and not yet stepped: its next step starts a run (a NAPI kthread
+    /// pays the cost of a run then).
+    pub switched_in: bool,
 }
 
 /// CFS-like constants (defaults of sched_min_granularity / wakeup_granularity on a
@@ -179,6 +182,7 @@ mod tests {
             pinned: true,
             runnable: true,
             vruntime: vr,
+            switched_in: false,
         }
     }
 

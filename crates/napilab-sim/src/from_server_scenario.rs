@@ -497,7 +497,7 @@ impl ServerCosts {
         let mut p = base.clone();
         p.stage_cycles.unmapped += self.receive_cycles;
         p.fixed_cycles.poll = self.poll_cycles;
-        p.fixed_cycles.napi_thread_poll = self.kthread_poll_cycles;
+        p.fixed_cycles.napi_thread_run = self.kthread_run_cycles;
         let mut source = |param: &str, key: &str, how: String| {
             let src = self.provenance.get(key);
             p.provenance.insert(
@@ -521,11 +521,11 @@ impl ServerCosts {
             ),
         );
         source(
-            "fixed_cycles.napi_thread_poll",
-            "server.kthread_poll_cycles",
+            "fixed_cycles.napi_thread_run",
+            "server.kthread_run_cycles",
             format!(
-                "server.kthread_poll_cycles {} replaces the base profile's {}",
-                self.kthread_poll_cycles, base.fixed_cycles.napi_thread_poll
+                "server.kthread_run_cycles {} replaces the base profile's {}",
+                self.kthread_run_cycles, base.fixed_cycles.napi_thread_run
             ),
         );
         source(

@@ -48,9 +48,10 @@ pub struct ServerCosts {
     /// ring. It is also the length of one pass of a busy-polling loop that finds
     /// nothing, so it must not be 0 (a busy-wait server would loop in zero time).
     pub poll_cycles: f64,
-    /// A NAPI kthread's loop per poll beyond the poll (the profile's
-    /// `fixed_cycles.napi_thread_poll`): its wake-up, `schedule()` and the sleep after.
-    pub kthread_poll_cycles: f64,
+    /// A NAPI kthread's run beyond its polls (the profile's
+    /// `fixed_cycles.napi_thread_run`, charged when it is switched in): its wake-up,
+    /// `schedule()` and the sleep after.
+    pub kthread_run_cycles: f64,
     /// The load generator's CPU per request, send and reply read together (cycles of
     /// its thread on `generator_cpus`).
     pub client_cycles: f64,
@@ -90,8 +91,8 @@ impl ServerCosts {
         );
         provenance.insert("server.epoll_return_cycles".into(), why(EPOLL_RETURN_WHY));
         provenance.insert(
-            "server.kthread_poll_cycles".into(),
-            why("no lab fit yet: 0, a NAPI kthread's poll costs only the poll; napilab sim calibrate on a server run fits it from threaded's NAPI kthread CPU against its requests and its polls"),
+            "server.kthread_run_cycles".into(),
+            why("no lab fit yet: 0, a NAPI kthread's run costs only its polls; napilab sim calibrate on a server run fits it on threaded's NAPI kthread CPU at each rate"),
         );
         provenance.insert(
             "server.receive_cycles".into(),
@@ -118,7 +119,7 @@ impl ServerCosts {
             epoll_return_cycles: 0.0,
             receive_cycles: 1_500.0,
             poll_cycles: 500.0,
-            kthread_poll_cycles: 0.0,
+            kthread_run_cycles: 0.0,
             client_cycles: 10_000.0,
             client_send_share: CLIENT_SEND_SHARE,
             client_round_cycles: 0.0,
@@ -136,7 +137,7 @@ impl ServerCosts {
             ("server.epoll_return_cycles", self.epoll_return_cycles),
             ("server.receive_cycles", self.receive_cycles),
             ("server.poll_cycles", self.poll_cycles),
-            ("server.kthread_poll_cycles", self.kthread_poll_cycles),
+            ("server.kthread_run_cycles", self.kthread_run_cycles),
             ("server.client_cycles", self.client_cycles),
             ("server.client_send_share", self.client_send_share),
             ("server.client_round_cycles", self.client_round_cycles),

@@ -3,8 +3,9 @@
 //!
 //! Fixture `server-run-twin.json`: a run of scenarios/server-calibrate.toml made by
 //! the twin with known server costs (app_user 2,400 + app_kernel 5,600, epoll return
-//! 3,000, receive 2,500, poll 800, NAPI kthread poll 2,000 cycles; the client 4,000 a
-//! request, on the veth-lab profile) and shaped like a lab record by
+//! 3,000, receive 2,500, poll 800, NAPI kthread run 2,000 cycles; the client 4,000 a
+//! request; the path the assumed 60 us with an exponential tail of mean 11 us; on the
+//! veth-lab profile) and shaped like a lab record by
 //! `trim-server-run.py --from-twin twin` (kind "lab", the lab's `server_device`
 //! setting, the twin's own client CPU with the softirqs on its CPU, Observations cut
 //! to the NAPI kthread rows of threaded, latency histograms removed):
@@ -15,7 +16,7 @@
 //! ```
 //! (KNOWN.toml: profiles/veth-lab.toml plus a `[server]` table with those costs:
 //! `app_user_cycles = 2400.0`, `app_kernel_cycles = 5600.0`, `epoll_return_cycles =
-//! 3000.0`, `receive_cycles = 2500.0`, `poll_cycles = 800.0`, `kthread_poll_cycles =
+//! 3000.0`, `receive_cycles = 2500.0`, `poll_cycles = 800.0`, `kthread_run_cycles =
 //! 2000.0`, `client_cycles_per_request = 4000.0`.)
 
 use napilab_core::{RunKind, RunRecord, TwinMaxQps};
@@ -59,7 +60,11 @@ fn recovers_known_server_costs_from_a_twin_made_run() {
     within("epoll_return_cycles", c.epoll_return_cycles, 3_000.0, 0.10);
     within("receive_cycles", c.receive_cycles, 2_500.0, 0.10);
     within("poll_cycles", c.poll_cycles, 800.0, 0.05);
-    within("kthread_poll_cycles", c.kthread_poll_cycles, 2_000.0, 0.10);
+    within("kthread_run_cycles", c.kthread_run_cycles, 2_000.0, 0.10);
+    // The path from each mode's p50 and p99 at its lowest rate (3,000 requests: the
+    // p99 is 30 of them, so the tail is the looser).
+    within("path_ns", c.path_ns, 60_000.0, 0.10);
+    within("path_tail_ns", c.path_tail_ns, 11_000.0, 0.25);
     within(
         "client cycles per request",
         cal.profile.client_cycles_per_request.unwrap_or(0.0),
@@ -72,23 +77,27 @@ fn recovers_known_server_costs_from_a_twin_made_run() {
         "server.epoll_return_cycles",
         "server.receive_cycles",
         "server.poll_cycles",
-        "server.kthread_poll_cycles",
+        "server.kthread_run_cycles",
         "server.client_cycles",
+        "server.path_ns",
+        "server.path_tail_ns",
     ] {
         let src = c.provenance.get(key).expect("provenance");
         assert_eq!(src.kind.as_str(), "fitted", "{key}: {src:?}");
         assert!(
-            src.reference.contains("20261129-021058-2a63"),
+            src.reference.contains("20261129-041716-50c1"),
             "{key}: {src:?}"
         );
     }
-    // Every statistic the fit matched, the twin now reproduces.
+    // Every statistic the fit matched, the twin now reproduces: CPU and polls within
+    // 2%, latency within 10% (a p99 of 3,000 requests moves with the seed).
     for check in &cal.checks {
+        let latency = check.statistic.contains("latency");
         within(
             &format!("{} {}", check.configuration, check.statistic),
             check.twin,
             check.lab,
-            0.02,
+            if latency { 0.10 } else { 0.02 },
         );
     }
 }
@@ -130,7 +139,7 @@ fn a_run_missing_modes_says_which_costs_it_cannot_fix() {
     );
     // threaded and irq-suspend are still there: the generator's costs and the NAPI
     // kthread's are fitted.
-    for key in ["server.client_cycles", "server.kthread_poll_cycles"] {
+    for key in ["server.client_cycles", "server.kthread_run_cycles"] {
         assert_eq!(c.provenance[key].kind.as_str(), "fitted", "{key}");
     }
 }
@@ -162,7 +171,7 @@ fn points_that_missed_the_objective_fix_nothing() {
     );
     assert!(text.contains("server.client_cycles kept ASSUMED"), "{text}");
     assert!(
-        text.contains("server.kthread_poll_cycles kept ASSUMED"),
+        text.contains("server.kthread_run_cycles kept ASSUMED"),
         "{text}"
     );
 }
@@ -188,7 +197,7 @@ fn the_fitted_profile_round_trips_and_bad_values_are_named() {
         calibrate_server::calibrate(&r, FIXTURE_NAME, &base(), "napilab sim calibrate --lab x")
             .unwrap_or_else(|e| panic!("{e}"));
     let text = cal.to_toml("napilab sim calibrate --lab x", &r, &[]);
-    assert!(text.contains("# on lab run 20261129-021058-2a63"), "{text}");
+    assert!(text.contains("# on lab run 20261129-041716-50c1"), "{text}");
     let back = ServerProfile::from_toml_str(&text, "fitted.toml").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(back.costs, cal.profile.costs);
     assert_eq!(
@@ -360,5 +369,53 @@ fn a_lab_run_whose_client_fell_behind_fits_only_the_busy_poll_pass() {
             "{name}: {}",
             t.verdict()
         );
+    }
+}
+
+/// A probe whose wake-ups are longer than the run's path (the probe's thread is woken
+/// from user space): the twin drawing them is slower than the lab at every mode's
+/// lowest rate, so the fit shortens the wake-ups by the excess instead of adding a
+/// path, the profile keeps the shortened ones and says so, and the twin's medians at
+/// those rates come back to the lab's.
+#[test]
+fn wake_ups_longer_than_the_path_are_shortened_by_the_excess() {
+    let mut r = record();
+    // A probe that saw 150 us on the server's CPU, 1,000 times. The run was made
+    // with a 60 us path: at the lowest rate a wake-up and the path add up (one of
+    // each a request), so the twin's medians meet the lab's with the wake-ups 90 us
+    // shorter and no path, which the fit finds (a path cannot be negative).
+    r.host.wake_up = vec![napilab_core::WakeUpLatency {
+        cpu: 1,
+        waker_cpu: 0,
+        idle_us: 100.0,
+        delays_ns: (0..1000).map(|i| 150_000.0 + f64::from(i % 10)).collect(),
+    }];
+    let cal = calibrate_server::calibrate(&r, FIXTURE_NAME, &base(), "test")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let lat = &cal.profile.lab.profile.latency_ns;
+    assert_eq!(
+        lat.wake_up_samples.len(),
+        1000,
+        "the profile keeps the probe's wake-ups"
+    );
+    let shortened = 150_000.0 - lat.wake_up_samples[0] as f64;
+    assert!(
+        (80_000.0..=100_000.0).contains(&shortened),
+        "shortened by {shortened:.0} ns"
+    );
+    let c = cal.profile.costs.as_ref().expect("costs");
+    let why = &c.provenance["server.path_ns"].detail;
+    assert!(why.contains("its wake-ups shortened by"), "{why}");
+    let src = &cal.profile.lab.profile.provenance["latency_ns.irq_delivery"];
+    assert!(src.detail.contains("each delay less"), "{src:?}");
+    for check in cal.checks.iter().filter(|c| c.statistic.starts_with("p50")) {
+        if check.configuration != "threaded" {
+            within(
+                &format!("{} {}", check.configuration, check.statistic),
+                check.twin,
+                check.lab,
+                0.25,
+            );
+        }
     }
 }

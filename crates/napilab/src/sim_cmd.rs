@@ -40,7 +40,8 @@ enum SimCommand {
     /// on one configuration (docs/sim.md, "Lab scenarios and the veth-lab profile"). On a
     /// server-topology run: fit the load generator's and the server's costs (the
     /// generator's CPU per request, the requests' receive, the server's cost per request
-    /// and per epoll return, busy-wait's pass, the NAPI kthread's cost per poll) and set
+    /// and per epoll return, busy-wait's pass, the NAPI kthread's cost per run, the
+    /// request path's latency and tail, this path's wake-ups against the probe's) and set
     /// the twin's maximum per mode beside the lab's (docs/sim.md, "Calibration from a
     /// server run").
     Calibrate(CalibrateArgs),

@@ -2,16 +2,17 @@
 //! fitted (the order and the reasons in [`super::calibrate`]).
 
 use napilab_core::scenario::ServerMode;
-use napilab_core::RunRecord;
+use napilab_core::{RequestPointResult, RunRecord};
 
 use crate::calibrate::LabProfile;
 use crate::from_server_scenario::ServerCosts;
 use crate::profile::SourceKind;
+use crate::wake_up::WakeUp;
 use crate::{ConfigError, TwinPlan};
 
 use super::points::{
-    lab_by_rate, mode_runs, names, napi_kthreads, pass_time, server_work, too_few, twin_by_rate,
-    twin_points, ModeRun, Side,
+    kthread_polls, lab_by_rate, mode_runs, names, napi_kthreads, pass_time, server_work, too_few,
+    twin_by_rate, twin_points, ModeRun, Side,
 };
 use super::solve::{
     clamp_note, fitted, record_fit, regress_pair, solve_linear, LOW_RATE_SHARE, STALL_NS,
@@ -62,7 +63,14 @@ pub(super) struct ServerFit<'r> {
     /// ([`idle_polling_share`]).
     pub(super) idle_polling: f64,
     pub(super) record: &'r RunRecord,
-    pub(super) base: &'r LabProfile,
+    /// The platform the fit's twin runs on: the base profile, its wake-ups drawn from
+    /// the run's probe, less `wake_up_shift_ns` (`ServerFit::shift_wake_ups`).
+    pub(super) base: LabProfile,
+    /// The run's wake-up probe on the server's CPUs, when it measured enough there.
+    pub(super) probe: Option<WakeUp>,
+    /// How much shorter this path's wake-ups are than the probe's, ns (fitted with
+    /// the path, `ServerFit::path`).
+    pub(super) wake_up_shift_ns: f64,
     pub(super) ghz: f64,
     /// Names the run and the command in the provenance.
     pub(super) reference: String,
@@ -88,7 +96,7 @@ impl<'r> ServerFit<'r> {
             all.extend(twin_by_rate(
                 &self.plan,
                 r.index,
-                self.base,
+                &self.base,
                 costs,
                 &r.rates(),
                 |p| p.client_cpu_busy,
@@ -188,7 +196,7 @@ impl<'r> ServerFit<'r> {
                         let mut c = self.costs.clone();
                         c.app_user_cycles = total * user_part;
                         c.app_kernel_cycles = total * (1.0 - user_part);
-                        twin_by_rate(&self.plan, run.index, self.base, &c, &rates, |p| {
+                        twin_by_rate(&self.plan, run.index, &self.base, &c, &rates, |p| {
                             server_work(p, &Side::Twin)
                         })
                     },
@@ -242,62 +250,67 @@ impl<'r> ServerFit<'r> {
         Ok(app_runs)
     }
 
-    /// The NAPI kthread's loop per poll: the lab's kthread CPU in threaded against its
-    /// requests (the receive) and its polls (each a wake-up at low rates), least
-    /// squares through the origin; the polls' coefficient less what the twin already
-    /// charges a kthread poll (the poll call and the switch in).
-    pub(super) fn kthread_poll(&mut self) {
+    /// The NAPI kthread's loop beyond its poll (its wake-up, the scheduler's work
+    /// around it): the twin's kthread CPU at threaded's rates matched to the lab's by
+    /// least squares, with the receive, the poll call and the switch the twin already
+    /// charges, and its wake-ups drawn from the run's probe, so that the twin polls
+    /// about as often as the lab. Returns the run it was fitted on.
+    pub(super) fn kthread_run(&mut self) -> Result<Option<ModeRun<'r>>, ConfigError> {
         let (plan, record) = (&self.plan, self.record);
         let runs = mode_runs(plan, record, ServerMode::Threaded);
-        let Some(run) = runs.first() else {
+        if let Some(why) = too_few(&runs, ServerMode::Threaded) {
             self.unfixed.push(format!(
-                "server.kthread_poll_cycles kept ASSUMED ({:.0}): the run has no configuration of napilab's server in mode threaded that met the objective",
-                self.costs.kthread_poll_cycles
+                "server.kthread_run_cycles kept ASSUMED ({:.0}): {why}",
+                self.costs.kthread_run_cycles
             ));
-            return;
+            return Ok(None);
+        }
+        let Some(run) = runs.into_iter().find(|r| r.rates().len() >= 2) else {
+            return Ok(None);
         };
         let side = run.side();
-        let points: Vec<(f64, f64, f64)> = run
-            .points
-            .iter()
-            .filter_map(|p| {
-                let polls = p
-                    .napi_polls_per_s
-                    .iter()
-                    .find(|(k, _)| k == "napi kthread")
-                    .map(|(_, v)| *v)?;
-                Some((p.achieved_qps, polls, napi_kthreads(p, &side)))
-            })
-            .filter(|(_, polls, cpu)| *polls > 0.0 && *cpu > 0.0)
-            .collect();
-        let per_poll = regress_pair(points.iter().copied())
-            .map(|(_, b)| self.cycles(b))
-            .filter(|b| b.is_finite());
-        let Some(lab) = per_poll else {
+        let targets = lab_by_rate(&run, |p| napi_kthreads(p, &side));
+        let rates = run.rates();
+        let solved = solve_linear(
+            |k| {
+                let mut c = self.costs.clone();
+                c.kthread_run_cycles = k;
+                twin_by_rate(&self.plan, run.index, &self.base, &c, &rates, |p| {
+                    napi_kthreads(p, &Side::Twin)
+                })
+            },
+            &targets,
+            (0.0, 5_000.0),
+            (
+                (0.0, "a cost is not negative"),
+                (STALL_NS * self.ghz, "longer would be a stall, not a cost"),
+            ),
+        )?;
+        let Some(s) = solved else {
             self.unfixed.push(format!(
-                "server.kthread_poll_cycles kept ASSUMED ({:.0}): {}'s points do not tell the kthread's cost per poll from its cost per request (kthread polls counted at fewer than two rates, or as many as requests at every rate: measurement.trace = \"always\" counts them)",
-                self.costs.kthread_poll_cycles, run.name
+                "server.kthread_run_cycles kept ASSUMED ({:.0}): the twin's NAPI kthread CPU in {} does not move with it",
+                self.costs.kthread_run_cycles, run.name
             ));
-            return;
+            return Ok(Some(run));
         };
-        let twin_own = self.costs.poll_cycles + self.base.profile.fixed_cycles.context_switch;
-        let value = (lab - twin_own).clamp(0.0, STALL_NS * self.ghz).round();
-        self.costs.kthread_poll_cycles = value;
+        let value = s.value.round();
+        self.costs.kthread_run_cycles = value;
         let detail = format!(
-            "{}'s NAPI kthread CPU (napi/<device>-* in the Observation) against its requests and its kthread polls a second (trace tier), least squares through the origin over {} points: {:.0} ns a poll, less the {:.0} the twin already charges a kthread poll (server.poll_cycles and the profile's context switch)",
+            "{}'s NAPI kthread CPU (napi/<device>-* in the Observation, a share of a CPU: {} at {} requests/s), the twin's matched by least squares with its wake-ups drawn from the run's probe, beside what it already charges a kthread poll (the requests' receive, server.poll_cycles, the context switch){}",
             run.name,
-            points.len(),
-            lab,
-            twin_own
+            targets.iter().map(|t| format!("{t:.3}")).collect::<Vec<_>>().join("/"),
+            rates.iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join("/"),
+            clamp_note(&s),
         );
         record_fit(
             &mut self.notes,
             &mut self.costs,
             &self.reference,
-            "server.kthread_poll_cycles",
+            "server.kthread_run_cycles",
             value,
             detail,
         );
+        Ok(Some(run))
     }
 
     /// Step 2: one pass of the busy-polling loop. Returns the low rates it was
@@ -343,7 +356,7 @@ impl<'r> ServerFit<'r> {
                 |x| {
                     let mut c = self.costs.clone();
                     c.poll_cycles = x;
-                    let pts = twin_points(&self.plan, run.index, self.base, &c, &[qps])?;
+                    let pts = twin_points(&self.plan, run.index, &self.base, &c, &[qps])?;
                     Ok(vec![pts.first().and_then(pass_time).unwrap_or(0.0)])
                 },
                 &[lab_pass],
@@ -536,6 +549,7 @@ impl<'r> ServerFit<'r> {
         app_runs: &[ModeRun<'r>],
         receive_runs: &[ModeRun<'r>],
         low: Option<&LowRates<'r>>,
+        kthread_run: Option<&ModeRun<'r>>,
     ) -> Result<Vec<FitCheck>, ConfigError> {
         // In % of a CPU: the summary prints whole numbers.
         let mean = |v: &[f64]| 100.0 * v.iter().sum::<f64>() / v.len().max(1) as f64;
@@ -545,7 +559,7 @@ impl<'r> ServerFit<'r> {
             let twin = twin_by_rate(
                 &self.plan,
                 r.index,
-                self.base,
+                &self.base,
                 &self.costs,
                 &r.rates(),
                 |p| server_work(p, &Side::Twin),
@@ -568,8 +582,27 @@ impl<'r> ServerFit<'r> {
                 twin: mean(&self.twin_client_cpu(std::slice::from_ref(r), &self.costs)?),
             });
         }
+        if let Some(r) = kthread_run {
+            let side = r.side();
+            let twin = twin_points(&self.plan, r.index, &self.base, &self.costs, &r.rates())?;
+            let per_rate = |v: &dyn Fn(&RequestPointResult) -> f64| -> Vec<f64> {
+                twin.iter().map(v).collect()
+            };
+            checks.push(FitCheck {
+                configuration: r.name.to_string(),
+                statistic: "NAPI kthread CPU, mean % of a CPU over its rates".into(),
+                lab: mean(&lab_by_rate(r, |p| napi_kthreads(p, &side))),
+                twin: mean(&per_rate(&|p| napi_kthreads(p, &Side::Twin))),
+            });
+            checks.push(FitCheck {
+                configuration: r.name.to_string(),
+                statistic: "NAPI kthread polls a second, mean over its rates".into(),
+                lab: mean(&lab_by_rate(r, kthread_polls)) / 100.0,
+                twin: mean(&per_rate(&kthread_polls)) / 100.0,
+            });
+        }
         if let Some(&(ref run, qps, lab_pass, _)) = low {
-            let pts = twin_points(&self.plan, run.index, self.base, &self.costs, &[qps])?;
+            let pts = twin_points(&self.plan, run.index, &self.base, &self.costs, &[qps])?;
             checks.push(FitCheck {
                 configuration: run.name.to_string(),
                 statistic: format!("worker CPU per busy poll at {qps:.0} requests/s, ns"),

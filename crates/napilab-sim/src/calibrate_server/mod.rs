@@ -2,30 +2,24 @@
 //! (`napilab sim calibrate --lab RUN.json` when the run's topology is `server`;
 //! docs/sim.md, "The server topology on the twin").
 //!
-//! The four costs the twin charges a request ([`ServerCosts`]) are fitted from the CPU
-//! time of the server's own threads (its workers and its device's NAPI kthreads: not
+//! The costs the twin charges a request ([`ServerCosts`]) are fitted from the CPU time
+//! of the server's own threads (its workers and its device's NAPI kthreads: not
 //! /proc/stat's busy time of its CPU, which on a shared machine counts every other
-//! task), each against the twin's own figure for the same statistic at the same
-//! offered rates (so what the twin adds by itself, such as context switches or polls,
-//! is not counted twice), from the points that met the objective:
-//! 1. `app_user_cycles + app_kernel_cycles`: the slope of that CPU over the achieved
-//!    rate in `no-coalescing` (else `deferral`), where the requests' receive runs on
-//!    the client's CPU (veth polls in the sender's softirq) and the server's CPU does
-//!    the server's work and the replies' receive. The user/kernel split stays assumed
-//!    (the lab measures a worker's time as one number).
-//! 2. `poll_cycles`: the worker's CPU time per busy poll (trace tier) at busy-wait's
-//!    low rates, against the twin's pass.
-//! 3. `receive_cycles`: the same slope in `threaded` (else `irq-suspend`), where the
-//!    requests' receive moves onto the server's CPU.
-//! 4. The client's cost per request: the slope of the load generator's CPU over the
-//!    achieved rate in the modes that poll on the server's CPU. The twin's client is
-//!    ideal: the number is reported, not modelled (its maxima are upper bounds where
-//!    the lab's client is the limit).
+//! task) and of the load generator, each against the twin's own figure for the same
+//! statistic at the same offered rates (so what the twin adds by itself, such as
+//! context switches or polls, is not counted twice), from the points that met the
+//! objective, in this order (`fit.rs`, the reasons in docs/sim.md "Calibration from a
+//! server run"): the generator's cost a request; the requests' receive (no-coalescing's
+//! generator CPU); the cost an epoll return and a request (no-coalescing's server);
+//! busy-wait's pass; the NAPI kthread's cost a run (threaded's kthread); then the
+//! request path's latency and tail, and how much shorter than the probe's this path's
+//! wake-ups are (`path.rs`, each mode's lowest rate). The steps run twice; the twin
+//! wakes its threads as the run's probe measured throughout.
 //!
 //! Each twin statistic is taken as linear in its cost: the twin is run at two values,
 //! the line solved for the lab's figure and refined by secant steps, then clamped to
-//! physical bounds (with the reason). A cost the run cannot fix (its mode is missing,
-//! too few points met the objective) keeps its assumed value and says why.
+//! physical bounds (with the reason, `solve.rs`). A cost the run cannot fix (its mode
+//! is missing, too few points met the objective) keeps its assumed value and says why.
 
 use std::collections::BTreeMap;
 
@@ -38,9 +32,11 @@ use crate::profile::{ParamSource, SourceKind};
 use crate::{ConfigError, TwinPlan};
 
 mod fit;
-use fit::{idle_polling_share, ServerFit};
+mod path;
 mod points;
 mod solve;
+
+use fit::{idle_polling_share, ServerFit};
 
 /// The shipped profile of this machine's veth lab with server costs fitted on a
 /// server run (the veth-lab platform costs plus a `[server]` table).
@@ -58,7 +54,7 @@ fn err(file: &str, field: &str, msg: impl Into<String>) -> ConfigError {
 struct ServerTable {
     app_user_cycles: f64,
     app_kernel_cycles: f64,
-    /// The costs per epoll return, per NAPI kthread poll and per round of the
+    /// The costs per epoll return, per NAPI kthread run and per round of the
     /// generator's loop; absent (a table fitted before the twin charged them): 0, not
     /// charged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -66,7 +62,7 @@ struct ServerTable {
     receive_cycles: f64,
     poll_cycles: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    kthread_poll_cycles: Option<f64>,
+    kthread_run_cycles: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     client_cycles_per_request: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -123,8 +119,8 @@ impl ServerProfile {
                     ),
                     ("server.receive_cycles", t.receive_cycles),
                     (
-                        "server.kthread_poll_cycles",
-                        t.kthread_poll_cycles.unwrap_or(0.0),
+                        "server.kthread_run_cycles",
+                        t.kthread_run_cycles.unwrap_or(0.0),
                     ),
                     ("server.poll_cycles", t.poll_cycles),
                     (
@@ -171,7 +167,7 @@ impl ServerProfile {
                 }
                 let given = [
                     ("server.epoll_return_cycles", t.epoll_return_cycles),
-                    ("server.kthread_poll_cycles", t.kthread_poll_cycles),
+                    ("server.kthread_run_cycles", t.kthread_run_cycles),
                     ("server.client_round_cycles", t.client_round_cycles),
                 ];
                 // A value given in the table without a source of its own there is the
@@ -204,9 +200,9 @@ impl ServerProfile {
                             .unwrap_or(assumed.epoll_return_cycles),
                         receive_cycles: t.receive_cycles,
                         poll_cycles: t.poll_cycles,
-                        kthread_poll_cycles: t
-                            .kthread_poll_cycles
-                            .unwrap_or(assumed.kthread_poll_cycles),
+                        kthread_run_cycles: t
+                            .kthread_run_cycles
+                            .unwrap_or(assumed.kthread_run_cycles),
                         client_cycles: t.client_cycles_per_request.unwrap_or(assumed.client_cycles),
                         client_send_share: t.client_send_share.unwrap_or(assumed.client_send_share),
                         client_round_cycles: t
@@ -314,11 +310,19 @@ pub fn calibrate(
     command: &str,
 ) -> Result<ServerCalibration, ConfigError> {
     let plan = server_plan(record, file)?;
+    let probe = crate::wake_up::probed_wake_ups(&record.host.wake_up, &server_cpus(&plan));
     let mut fit = ServerFit {
         idle_polling: idle_polling_share(&plan, record),
         plan,
         record,
-        base,
+        base: base.clone(),
+        // The fit's twin wakes its threads as the run's probe measured (shifted to
+        // this path's, see `ServerFit::path`), as the twin's maximum beside the lab's
+        // does, and the profile keeps those wake-ups: fitted with one delay and run
+        // with another, the NAPI kthread's runs (and so its cost a run) would not be
+        // the lab's.
+        probe,
+        wake_up_shift_ns: 0.0,
         ghz: base.profile.cpu_ghz,
         reference: format!("lab run {} by {command}", record.run_id),
         costs: ServerCosts::assumed(),
@@ -331,8 +335,10 @@ pub fn calibrate(
     // The costs are coupled (every poll call costs poll_cycles, also the requests'
     // polls on the client's CPU; the busy-poll pass holds the epoll returns), so the
     // steps run twice, the second from the first's values; its notes are the fit's.
-    let (mut client, mut receive_runs, mut app_runs, mut low) =
-        (None, Vec::new(), Vec::new(), None);
+    fit.shift_wake_ups(0.0);
+    let (mut client, mut receive_runs, mut app_runs, mut low, mut kthread_run) =
+        (None, Vec::new(), Vec::new(), None, None);
+    let mut path_checks = Vec::new();
     for _ in 0..2 {
         fit.notes.clear();
         fit.unfixed.clear();
@@ -340,18 +346,23 @@ pub fn calibrate(
         receive_runs = fit.receive()?;
         app_runs = fit.app()?;
         low = fit.poll()?;
-        fit.kthread_poll();
+        kthread_run = fit.kthread_run()?;
+        // Last: the path adds latency, not CPU, but its wake-ups move the CPU costs
+        // of the next pass (a shorter wake-up, smaller batches).
+        path_checks = fit.path()?;
     }
     fit.mark_unfixed();
-    let checks = fit.checks(&app_runs, &receive_runs, low.as_ref())?;
+    let mut checks = fit.checks(&app_runs, &receive_runs, low.as_ref(), kthread_run.as_ref())?;
+    checks.extend(path_checks);
     let ServerFit {
         costs,
         notes,
         unfixed,
+        base: twin_base,
         ..
     } = fit;
     let cycles = |seconds: f64| seconds * 1e9 * base.profile.cpu_ghz;
-    let mut lab = base.clone();
+    let mut lab = twin_base;
     lab.profile.name = VETH_LAB_SERVER_NAME.into();
     lab.profile.description = format!(
         "veth lab of this machine ({}) with server costs fitted on lab run {}",
@@ -432,11 +443,20 @@ pub fn predict(
             .as_ref()
             .and_then(|sp| sp.configurations.get(index))
             .map_or(&[][..], |s| &s.server_cpus[..]);
-        let wake_ups = crate::wake_up::probed_wake_ups(&record.host.wake_up, server_cpus);
+        // A profile with wake-ups of its own (fitted on a run, shifted to the
+        // server's path) keeps them; one without draws them from this run's probe.
+        let wake_ups = if p.latency_ns.wake_up_samples.is_empty() {
+            crate::wake_up::probed_wake_ups(&record.host.wake_up, server_cpus)
+        } else {
+            None
+        };
         let basis = match &wake_ups {
             Some(w) => {
                 draw_wake_ups_from(&mut p, w);
                 format!("{basis}; wake-ups drawn from this run's probe")
+            }
+            None if !p.latency_ns.wake_up_samples.is_empty() => {
+                format!("{basis}; wake-ups the profile's")
             }
             None => basis.to_string(),
         };
@@ -463,6 +483,19 @@ pub fn predict(
         ));
     }
     Ok(out)
+}
+
+/// Every CPU a configuration of `plan` runs its server on, each once.
+fn server_cpus(plan: &TwinPlan) -> Vec<u32> {
+    let mut cpus: Vec<u32> = plan
+        .requests
+        .iter()
+        .flat_map(|sp| sp.configurations.iter())
+        .flat_map(|s| s.server_cpus.iter().copied())
+        .collect();
+    cpus.sort_unstable();
+    cpus.dedup();
+    cpus
 }
 
 /// The twin's remote wake-ups of an idle CPU on `p` drawn from the probe's `w` (the
@@ -528,7 +561,7 @@ impl ServerCalibration {
             epoll_return_cycles: Some(c.epoll_return_cycles),
             receive_cycles: c.receive_cycles,
             poll_cycles: c.poll_cycles,
-            kthread_poll_cycles: Some(c.kthread_poll_cycles),
+            kthread_run_cycles: Some(c.kthread_run_cycles),
             client_round_cycles: Some(c.client_round_cycles),
             client_cycles_per_request: self.profile.client_cycles_per_request,
             client_send_share: Some(c.client_send_share),

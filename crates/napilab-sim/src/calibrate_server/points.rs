@@ -111,6 +111,14 @@ pub(super) fn busy_polls(p: &RequestPointResult) -> Option<f64> {
         .filter(|v| *v > 0.0)
 }
 
+/// Polls a second by the server's NAPI kthreads (trace tier; the twin's own).
+pub(super) fn kthread_polls(p: &RequestPointResult) -> f64 {
+    p.napi_polls_per_s
+        .iter()
+        .find(|(k, _)| k == "napi kthread")
+        .map_or(0.0, |(_, v)| *v)
+}
+
 /// The worker's CPU time per pass of its busy-polling loop, seconds.
 pub(super) fn pass_time(p: &RequestPointResult) -> Option<f64> {
     busy_polls(p).map(|polls| p.server.cpu_busy / polls)

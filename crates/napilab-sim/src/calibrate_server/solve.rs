@@ -87,7 +87,7 @@ pub(super) fn least_squares_root(
     (den > (1e-9 * scale / dx.abs()).powi(2) && num.is_finite()).then(|| num / den)
 }
 
-/// The most a cost per epoll return or per NAPI kthread poll may be, ns: longer
+/// The most a cost per epoll return or per NAPI kthread run may be, ns: longer
 /// would be a stall, not a cost.
 pub(super) const STALL_NS: f64 = 100_000.0;
 /// The receive fit leaves out rates below this share of the highest (see

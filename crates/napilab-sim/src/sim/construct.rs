@@ -79,7 +79,7 @@ impl Costs {
             switch: ns(profile, f.context_switch),
             idle_exit: ns(profile, f.idle_exit),
             after_interrupt: ns(profile, f.after_interrupt),
-            napi_thread_poll: ns(profile, f.napi_thread_poll),
+            napi_thread_run: ns(profile, f.napi_thread_run),
             irq_thread: profile
                 .irq_thread
                 .as_ref()
@@ -113,6 +113,7 @@ fn thread(
         pinned,
         runnable: false,
         vruntime: 0,
+        switched_in: false,
     }
 }
 

@@ -305,8 +305,9 @@ pub(crate) struct Costs {
     irq_thread: Nanos,
     idle_exit: Nanos,
     after_interrupt: Nanos,
-    /// A NAPI kthread's loop per poll, beyond the poll (not a busy-polling kthread's).
-    napi_thread_poll: Nanos,
+    /// A NAPI kthread's run (from its switch-in to its sleep), beyond its polls (not
+    /// a busy-polling kthread's).
+    napi_thread_run: Nanos,
     rx_poll: Nanos,
     ip: Nanos,
     rps: Nanos,

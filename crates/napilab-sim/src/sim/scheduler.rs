@@ -387,6 +387,7 @@ impl Sim<'_> {
                         // schedule() switches: the request for it is served.
                         self.need_resched[c] = false;
                         self.cpus[c].current = Some(t);
+                        self.threads[t].switched_in = true;
                         self.cpus[c].slice_start = now;
                         self.cpus[c].interrupted = false;
                         let (start, pen) = self.begin(c, false);
@@ -460,10 +461,13 @@ impl Sim<'_> {
                 }
                 let (start, pen) = self.begin(c, false);
                 let (end, work, repoll) = self.poll(c, n, start + pen, self.weight);
+                let run_starts = std::mem::take(&mut self.threads[t].switched_in);
                 let (end, passes) = if self.napis[n].threaded_busy_poll {
                     self.busy_pass_end(c, t, n, start + pen, end, work == 0 && !repoll)
+                } else if run_starts {
+                    (end + self.costs.napi_thread_run, 1)
                 } else {
-                    (end + self.costs.napi_thread_poll, 1)
+                    (end, 1)
                 };
                 self.commit(
                     c,

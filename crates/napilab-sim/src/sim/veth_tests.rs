@@ -155,3 +155,40 @@ fn a_rare_long_wake_up_loses_what_its_ring_cannot_hold_and_a_median_does_not_sho
     let slow = threaded_loss(23_000.0, tail);
     assert!(slow < 1e-4, "23 kpps with the tail: lost {slow}");
 }
+
+/// (share of CPU 0 in its NAPI kthread, kthread polls a second) of a threaded veth
+/// fed at `rate_pps` (Poisson), with `run_cycles` charged per run of the kthread.
+fn kthread_share(rate_pps: f64, run_cycles: f64) -> (f64, f64) {
+    let mut cfg = ingress_config(true, "threaded", rate_pps);
+    cfg.traffic.pattern = crate::config::Pattern::Poisson;
+    let mut p = profile(20_000);
+    p.fixed_cycles.napi_thread_run = run_cycles;
+    let r = crate::run(&cfg, &p, 1);
+    let cpu = &r.model.totals.cpus[0];
+    (cpu.napi_thread, cpu.napi_thread_polls_per_s)
+}
+
+#[test]
+fn a_napi_kthread_pays_its_run_cost_once_a_run_not_once_a_poll() {
+    // The cost of a run (the wake-up, the scheduler around it) is charged when the
+    // kthread is switched in. Packets 50 us apart on average: the kthread sleeps
+    // after nearly every poll, so each poll pays it.
+    let cycles = 10_000.0;
+    let ns = cycles / profile(0).cpu_ghz;
+    let (without, polls) = kthread_share(20_000.0, 0.0);
+    let (with, _) = kthread_share(20_000.0, cycles);
+    let per_poll = (with - without) / polls * 1e9;
+    assert!(
+        per_poll > 0.8 * ns && per_poll <= 1.05 * ns,
+        "{per_poll:.0} ns a poll added by a {ns:.0} ns run cost at 20 kpps"
+    );
+    // At 600 kpps it polls on while packets keep coming, several polls a run: the
+    // run cost adds far less than its cost times the polls.
+    let (without, polls) = kthread_share(600_000.0, 0.0);
+    let (with, _) = kthread_share(600_000.0, cycles);
+    let per_poll = (with - without) / polls * 1e9;
+    assert!(
+        per_poll < 0.5 * ns,
+        "{per_poll:.0} ns a poll added by a {ns:.0} ns run cost at 600 kpps"
+    );
+}
