@@ -30,6 +30,52 @@ pub struct CpuStalls {
 }
 
 impl CpuStalls {
+    /// One line: the share lost, how often, the typical and longest stall, beside the
+    /// steal /proc/stat counted.
+    pub fn summary(&self) -> String {
+        let typical = self.typical_ns().map_or(String::new(), |(lo, hi)| {
+            format!(
+                ", most of it in stalls of {:.0}-{:.0} us",
+                lo as f64 / 1e3,
+                hi as f64 / 1e3
+            )
+        });
+        format!(
+            "CPU {}: a spinning thread did not get {:.2}% of {:.1} s, in {:.0} stalls a second{typical}, the longest {:.0} us; /proc/stat counted {:.2}% steal",
+            self.cpu,
+            self.stalled_share * 100.0,
+            self.seconds,
+            self.per_s,
+            self.longest_ns as f64 / 1e3,
+            self.steal_share * 100.0
+        )
+    }
+
+    /// This probe and `other` (the same CPU, another stretch of time) as one.
+    pub fn merged(&self, other: &CpuStalls) -> CpuStalls {
+        let seconds = self.seconds + other.seconds;
+        let weighted = |a: f64, b: f64| {
+            if seconds > 0.0 {
+                (a * self.seconds + b * other.seconds) / seconds
+            } else {
+                0.0
+            }
+        };
+        let n = self.counts.len().max(other.counts.len());
+        let at = |v: &[u64], i: usize| v.get(i).copied().unwrap_or(0);
+        CpuStalls {
+            cpu: self.cpu,
+            seconds,
+            per_s: weighted(self.per_s, other.per_s),
+            stalled_share: weighted(self.stalled_share, other.stalled_share),
+            steal_share: weighted(self.steal_share, other.steal_share),
+            longest_ns: self.longest_ns.max(other.longest_ns),
+            counts: (0..n)
+                .map(|i| at(&self.counts, i) + at(&other.counts, i))
+                .collect(),
+        }
+    }
+
     /// The lengths with most of the stalled time: the range of log2 buckets, from the
     /// largest, that holds at least half of it; (low, high) ns. None without stalls.
     pub fn typical_ns(&self) -> Option<(u64, u64)> {
@@ -80,5 +126,34 @@ mod tests {
             ..s
         };
         assert_eq!(none.typical_ns(), None);
+    }
+
+    #[test]
+    fn merged_probes_add_their_stalls_and_weigh_their_rates_by_time() {
+        let a = CpuStalls {
+            cpu: 1,
+            seconds: 1.0,
+            per_s: 10.0,
+            stalled_share: 0.01,
+            steal_share: 0.0,
+            longest_ns: 2_000_000,
+            counts: vec![0, 4, 6],
+        };
+        let b = CpuStalls {
+            seconds: 3.0,
+            per_s: 30.0,
+            stalled_share: 0.05,
+            steal_share: 0.02,
+            longest_ns: 1_000_000,
+            counts: vec![1, 89],
+            ..a.clone()
+        };
+        let m = a.merged(&b);
+        assert_eq!(m.seconds, 4.0);
+        assert_eq!(m.counts, vec![1, 93, 6]);
+        assert_eq!(m.longest_ns, 2_000_000);
+        assert!((m.per_s - 25.0).abs() < 1e-9, "{}", m.per_s);
+        assert!((m.stalled_share - 0.04).abs() < 1e-9);
+        assert!((m.steal_share - 0.015).abs() < 1e-9);
     }
 }

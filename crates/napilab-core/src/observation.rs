@@ -97,6 +97,11 @@ pub struct HostFacts {
     /// --predict` measures it for profiles that defer; docs/tune.md); empty elsewhere.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub timer: Vec<crate::timer_cost::TimerCost>,
+    /// How much of each CPU a spinning thread did not get, in what pieces (lab runs of
+    /// the server topology measure it at their start, docs/lab.md "Host stalls"; a
+    /// twin profile can replay it); empty elsewhere.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stalls: Vec<crate::cpu_stalls::CpuStalls>,
 }
 
 impl HostFacts {
@@ -116,6 +121,7 @@ impl HostFacts {
             speed: Vec::new(),
             wake_up: Vec::new(),
             timer: Vec::new(),
+            stalls: Vec::new(),
         }
     }
 }

@@ -141,9 +141,13 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
     } else if scenario.requests.as_ref().is_some_and(|r| r.search) {
         // The server's thread is woken from the client's CPU for each request: the
         // twin beside the lab draws those wake-ups from this probe (docs/lab.md,
-        // "Wake-ups"). The server runner classes no trials disturbed, so no noise probes.
+        // "Wake-ups"); the host's stalls of each CPU are kept beside them (they set the
+        // requests' tail; a twin profile can replay them, docs/sim.md "Host stalls").
+        // The server runner classes no trials disturbed, so no other noise probes.
         ctx.bar.set_message("wake-ups of idle CPUs");
         wake_ups(&mut host, &mut ctx.notices, &opts.stop);
+        ctx.bar.set_message("the host's stalls of each CPU");
+        stalls(&mut host, &mut ctx.notices, &opts.stop);
     }
     if let Some(why) = idle_vcpus_halt_at_once(&host) {
         notice(&mut ctx.notices, "idle vCPUs", why);
@@ -285,6 +289,63 @@ fn wake_ups(
                 host.wake_up.push(w);
             }
             Err(e) => notice(notices, what, e.to_string()),
+        }
+    }
+}
+
+/// How long the stall probe spins on every CPU at once at a server run's start, in
+/// pieces of [`STALL_PIECE`] (a stop is noticed between them): on the project's VM the
+/// host took the generator's CPU for 2-10 ms about once a second (2026-11-29, docs/lab.md
+/// "Host stalls"), so a few seconds hold a few of those.
+const STALL_PROBE: std::time::Duration = std::time::Duration::from_secs(8);
+const STALL_PIECE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The host's stalls of each CPU (napilab-probe `stalls`), every CPU spun at once, so
+/// that what the host runs cannot move to an idle one; a twin profile's `[[stalls]]`
+/// replays them (docs/sim.md, "Host stalls"). Skipped when a stop was asked for; a CPU the probe
+/// fails on is a notice.
+fn stalls(
+    host: &mut napilab_core::HostFacts,
+    notices: &mut Vec<napilab_core::Notice>,
+    stop: &std::sync::atomic::AtomicBool,
+) {
+    let cpus = host.cpus.clone();
+    let mut merged: Vec<Option<napilab_core::CpuStalls>> = vec![None; cpus.len()];
+    let mut failed: Vec<Option<String>> = vec![None; cpus.len()];
+    let pieces = STALL_PROBE.as_secs_f64() / STALL_PIECE.as_secs_f64();
+    for _ in 0..pieces.round() as usize {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let results: Vec<_> = std::thread::scope(|s| {
+            let handles: Vec<_> = cpus
+                .iter()
+                .map(|&cpu| s.spawn(move || napilab_probe::stalls::measure(cpu, STALL_PIECE)))
+                .collect();
+            handles.into_iter().map(|h| h.join()).collect()
+        });
+        for (k, r) in results.into_iter().enumerate() {
+            match r {
+                Ok(Ok(piece)) => {
+                    merged[k] = Some(match &merged[k] {
+                        Some(m) => m.merged(&piece),
+                        None => piece,
+                    });
+                }
+                Ok(Err(e)) => failed[k] = Some(e.to_string()),
+                Err(_) => failed[k] = Some("the probe's thread panicked".into()),
+            }
+        }
+    }
+    for ((cpu, m), f) in cpus.iter().zip(merged).zip(failed) {
+        let what = format!("stalls of CPU {cpu}");
+        match (m, f) {
+            (_, Some(why)) => notice(notices, what, why),
+            (Some(m), None) => {
+                notice(notices, what, m.summary());
+                host.stalls.push(m);
+            }
+            (None, None) => {}
         }
     }
 }

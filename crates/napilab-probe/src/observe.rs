@@ -91,6 +91,7 @@ pub fn describe_host(root: &Path, use_netlink: bool) -> RecordingHeader {
             speed: Vec::new(),
             wake_up: Vec::new(),
             timer: Vec::new(),
+            stalls: Vec::new(),
         },
         online_cpus,
         settings,

@@ -31,6 +31,9 @@ pub enum ThreadKind {
     /// The `irq/N-<dev>` thread of a threaded IRQ line (index into the simulator's
     /// IRQ lines).
     Irq(usize),
+    /// The host's other work on this CPU (the profile's `stalls`, replayed as a
+    /// thread that competes for the CPU like any other, `sim::host_stalls`).
+    HostWork,
 }
 
 #[derive(Debug)]

@@ -189,6 +189,7 @@ pub fn ideal_profile(service_ns: f64) -> Profile {
         provenance: Default::default(),
         host: None,
         nic: None,
+        stalls: Vec::new(),
     }
 }
 

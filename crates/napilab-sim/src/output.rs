@@ -119,6 +119,9 @@ pub struct CpuReport {
     pub app_system: f64,
     pub idle: f64,
     pub busy: f64,
+    /// Of `busy` (in `kthread`), the share the host's other work took (the profile's
+    /// `stalls`, replayed).
+    pub stalled: f64,
     /// What /proc/stat would show (shares of the sum of its columns, as mpstat does).
     pub tick_irq: f64,
     pub tick_softirq: f64,
@@ -193,6 +196,7 @@ fn cpu_report(sim: &Sim, c: usize, k: &Counts, t: &CpuTime, secs: f64) -> CpuRep
     let f = |ctx: Ctx| t.busy_ns[ctx as usize] as f64 / window;
     let busy_ns: u64 = t.busy_ns.iter().sum();
     let busy = busy_ns as f64 / window;
+    let stalled = k.cpus[c].stalled_ns as f64 / window;
     // /proc/stat columns in ns: sampled ticks, plus (NOHZ) measured idle sleep.
     let tick_ns = sim.acct.tick_ns() as f64;
     let col = |x: Column| t.ticks[x as usize] as f64 * tick_ns;
@@ -235,6 +239,7 @@ fn cpu_report(sim: &Sim, c: usize, k: &Counts, t: &CpuTime, secs: f64) -> CpuRep
         app_system: f(Ctx::AppKernel),
         idle: 1.0 - busy,
         busy,
+        stalled,
         tick_irq: share(irq),
         tick_softirq: share(sirq),
         tick_system: share(sys),
@@ -372,6 +377,7 @@ pub(crate) fn build(sim: &Sim) -> SimResult {
             speed: Vec::new(),
             wake_up: Vec::new(),
             timer: Vec::new(),
+            stalls: Vec::new(),
             ..Default::default()
         },
         settings: Settings {
@@ -810,7 +816,7 @@ fn thread_intervals(sim: &Sim, k: &Counts, secs: f64) -> Vec<ThreadInterval> {
                 },
                 // The Observation has no role for workqueue workers; their time is the
                 // CPUs' system time.
-                ThreadKind::Worker(_) => return None,
+                ThreadKind::Worker(_) | ThreadKind::HostWork => return None,
                 // Nor for IRQ threads (system time of their CPU, as in /proc/stat).
                 ThreadKind::Irq(_) => return None,
             };

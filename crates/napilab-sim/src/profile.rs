@@ -38,6 +38,12 @@ pub struct Profile {
     pub host: Option<HostHardware>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nic: Option<NicHardware>,
+    /// The host's stalls of each CPU, as a thread spinning there measured them
+    /// (napilab-core `CpuStalls`, a lab run's `host.stalls`): the twin replays them
+    /// on the CPU of the same number (docs/sim.md, "Host stalls"). Empty: a host that
+    /// never takes a CPU away.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stalls: Vec<napilab_core::CpuStalls>,
 }
 
 /// The source of one profile parameter, machine-readable (docs/sim.md, "Profiles...").
@@ -196,6 +202,9 @@ pub struct LatencyNs {
     pub tx_dma: u64,
 }
 
+/// Most log2 buckets a `[[stalls]]` table may have: bucket 62 is 4.6e18 ns already.
+const MAX_STALL_BUCKETS: usize = 63;
+
 include!(concat!(env!("OUT_DIR"), "/profiles.rs"));
 
 /// The plain profiles shipped with the crate, by name: every file under profiles/
@@ -266,6 +275,32 @@ impl Profile {
         }
         if let Some(h) = &self.host {
             h.validate(file)?;
+        }
+        for (i, st) in self.stalls.iter().enumerate() {
+            let field = |what: &str| format!("stalls[{i}].{what}");
+            if !(st.per_s.is_finite() && st.per_s >= 0.0) {
+                return Err(ConfigError::new(
+                    file,
+                    &field("per_s"),
+                    "must be a finite number >= 0 (stalls a second)",
+                ));
+            }
+            if st.counts.len() > MAX_STALL_BUCKETS {
+                return Err(ConfigError::new(
+                    file,
+                    &field("counts"),
+                    format!(
+                        "at most {MAX_STALL_BUCKETS} log2 buckets (the stall probe keeps 25): paste `counts` from a run's host.stalls"
+                    ),
+                ));
+            }
+            if self.stalls[..i].iter().any(|o| o.cpu == st.cpu) {
+                return Err(ConfigError::new(
+                    file,
+                    &field("cpu"),
+                    format!("CPU {} has stalls twice: one table per CPU", st.cpu),
+                ));
+            }
         }
         match (&self.host, &self.nic) {
             (Some(h), Some(n)) => n.validate(h, file)?,
@@ -478,6 +513,35 @@ mod tests {
             src.reference.clear();
         }
         assert!(p.validate("p").is_err());
+    }
+
+    #[test]
+    fn stalls_round_trip_and_bad_ones_are_named() {
+        let mut p = Profile::builtin("router-e3-1230-ixgbe").expect("profile");
+        p.stalls = vec![napilab_core::CpuStalls {
+            cpu: 1,
+            seconds: 8.0,
+            per_s: 400.0,
+            stalled_share: 0.01,
+            steal_share: 0.0,
+            longest_ns: 4_000_000,
+            counts: vec![0, 0, 3, 1],
+        }];
+        let text = toml::to_string(&p).expect("serializes");
+        let back = Profile::from_toml_str(&text, "p.toml").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back.stalls, p.stalls);
+        let mut bad = p.clone();
+        bad.stalls[0].per_s = -1.0;
+        let e = bad.validate("p.toml").expect_err("negative rate");
+        assert_eq!(e.field, "stalls[0].per_s", "{e:?}");
+        let mut bad = p.clone();
+        bad.stalls[0].counts = vec![1; 64];
+        let e = bad.validate("p.toml").expect_err("too many buckets");
+        assert_eq!(e.field, "stalls[0].counts", "{e:?}");
+        let mut bad = p;
+        bad.stalls.push(bad.stalls[0].clone());
+        let e = bad.validate("p.toml").expect_err("a CPU twice");
+        assert_eq!(e.field, "stalls[1].cpu", "{e:?}");
     }
 
     #[test]

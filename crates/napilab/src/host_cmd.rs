@@ -167,7 +167,7 @@ pub fn run(args: HostArgs) -> Result<()> {
             println!("timer: {}", timer_summary(t));
         }
         for st in stalls.iter().flatten() {
-            println!("stalls: {}", stalls_summary(st));
+            println!("stalls: {}", st.summary());
         }
     }
     Ok(())
@@ -217,25 +217,6 @@ fn measure_stalls(seconds: f64, cpus: &[u32]) -> Result<Vec<CpuStalls>> {
                 .map_err(anyhow::Error::from)
         })
         .collect()
-}
-
-fn stalls_summary(s: &CpuStalls) -> String {
-    let typical = s.typical_ns().map_or(String::new(), |(lo, hi)| {
-        format!(
-            ", most of it in stalls of {:.0}-{:.0} us",
-            lo as f64 / 1e3,
-            hi as f64 / 1e3
-        )
-    });
-    format!(
-        "CPU {}: a spinning thread did not get {:.2}% of {:.1} s, in {:.0} stalls a second{typical}, the longest {:.0} us; /proc/stat counted {:.2}% steal",
-        s.cpu,
-        s.stalled_share * 100.0,
-        s.seconds,
-        s.per_s,
-        s.longest_ns as f64 / 1e3,
-        s.steal_share * 100.0
-    )
 }
 
 fn timer_summary(t: &TimerCost) -> String {

@@ -461,6 +461,7 @@ fn run_twin(args: &RunArgs) -> Result<()> {
             speed: Vec::new(),
             wake_up: Vec::new(),
             timer: Vec::new(),
+            stalls: Vec::new(),
         });
     if host.cpus.is_empty() {
         // The twin's Observation names CPUs per interval only; the run lists them all.
@@ -717,6 +718,7 @@ fn run_scenario(args: &RunArgs, text: &str) -> Result<()> {
             speed: Vec::new(),
             wake_up: Vec::new(),
             timer: Vec::new(),
+            stalls: Vec::new(),
         });
     if host.cpus.is_empty() {
         host.cpus = (0..cpus).collect();

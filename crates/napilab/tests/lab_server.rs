@@ -66,6 +66,12 @@ fn a_server_scenario_runs_every_mode_end_to_end_and_leaves_nothing() {
     } else {
         println!("one CPU: no wake-up probe to check (nothing to wake it from)");
     }
+    // And the host's stalls of every CPU (kept for the twin: a profile replays them).
+    let stalls = record["host"]["stalls"].as_array().expect("host.stalls");
+    assert_eq!(stalls.len(), cpus, "{stalls:?}");
+    for s in stalls {
+        assert!(s["seconds"].as_f64().is_some_and(|t| t >= 7.0), "{s}");
+    }
     for c in confs {
         let name = c["name"].as_str().unwrap_or("?");
         let q = &c["requests"];

@@ -354,6 +354,9 @@ pub fn calibrate(
     fit.mark_unfixed();
     let mut checks = fit.checks(&app_runs, &receive_runs, low.as_ref(), kthread_run.as_ref())?;
     checks.extend(path_checks);
+    // The run's stalls are not replayed: with them the twin's generator fell behind
+    // at half the lab's maxima (docs/sim.md, "Host stalls"); a profile that carries
+    // `[[stalls]]` replays its own.
     let ServerFit {
         costs,
         notes,
@@ -456,9 +459,22 @@ pub fn predict(
                 format!("{basis}; wake-ups drawn from this run's probe")
             }
             None if !p.latency_ns.wake_up_samples.is_empty() => {
-                format!("{basis}; wake-ups the profile's")
+                let fitted_here = p
+                    .provenance
+                    .get("latency_ns.irq_delivery")
+                    .is_some_and(|s| s.reference.contains(&record.run_id));
+                if fitted_here {
+                    format!("{basis}; wake-ups drawn from this run's probe, fitted to its path")
+                } else {
+                    format!("{basis}; wake-ups drawn from the profile's")
+                }
             }
             None => basis.to_string(),
+        };
+        let basis = if p.stalls.is_empty() {
+            basis
+        } else {
+            format!("{basis}; the host's stalls the profile's")
         };
         let twin = from_server_scenario::run_configuration(&plan, index, &mut |batch| {
             batch

@@ -177,6 +177,26 @@ fn ring_configs(cfg: &SimConfig, qc: &crate::config::RxQueueConfig) -> Vec<(Stri
 }
 
 impl Parts {
+    /// A thread of the host's other work on each CPU the profile measured stalls on
+    /// (`host_stalls`); per CPU, its index.
+    fn host_work(&mut self, profile: &Profile, ncpu: usize) -> Vec<Option<usize>> {
+        (0..ncpu)
+            .map(|c| {
+                profile.stalls.iter().any(|s| s.cpu as usize == c).then(|| {
+                    self.threads.push(thread(
+                        900 + c as u32,
+                        format!("host-work/{c}"),
+                        c,
+                        ThreadKind::HostWork,
+                        None,
+                        true,
+                    ));
+                    self.threads.len() - 1
+                })
+            })
+            .collect()
+    }
+
     /// Each CPU's ksoftirqd.
     fn ksoftirqd(&mut self, cpus: &mut [Cpu]) {
         for (c, cpu) in cpus.iter_mut().enumerate() {
@@ -601,6 +621,8 @@ impl<'a> Sim<'a> {
         let tunnel = parts.tunnel(cfg, profile, ncpu, seed);
         let (workers, crypt_worker) = parts.workers(ncpu, tunnel.is_some());
         parts.irq_threads(cfg);
+        // Last, so that every other thread keeps its number with or without them.
+        let host_work = parts.host_work(profile, ncpu);
         for (t, th) in parts.threads.iter().enumerate() {
             cpus[th.cpu].threads.push(t);
         }
@@ -719,6 +741,17 @@ impl<'a> Sim<'a> {
             tunnel,
             clients,
             class_client,
+            stall_sources: (0..ncpu)
+                .map(|c| {
+                    profile
+                        .stalls
+                        .iter()
+                        .find(|s| s.cpu as usize == c)
+                        .and_then(|s| super::host_stalls::StallSource::new(s, seed))
+                })
+                .collect(),
+            pending_stall: vec![0; ncpu],
+            host_work,
             coalesce_idle_passes: true,
         }
     }

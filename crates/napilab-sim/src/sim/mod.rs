@@ -19,6 +19,7 @@ mod apps;
 mod client;
 mod construct;
 mod gro_batch;
+mod host_stalls;
 mod interrupts;
 mod irq_thread;
 mod napi_poll;
@@ -73,6 +74,8 @@ pub(crate) enum Ev {
     /// A threaded IRQ's thread becomes runnable (`irq_thread.wakeup_ns` after its
     /// hard handler woke it).
     IrqThreadWake(usize),
+    /// The host stalls this CPU (`host_stalls`).
+    Stall(usize),
 }
 
 /// An application and its socket.
@@ -201,6 +204,8 @@ pub(crate) struct CpuCount {
     /// Application steps that took requests off their socket: each is one return of
     /// `epoll_wait` with events (the lab server's `epoll_returns_with_events`).
     pub epoll_returns: u64,
+    /// Time the host's stalls took the CPU, ns (`host_stalls`).
+    pub stalled_ns: u64,
     /// Polls by execution context (`napilab_core::trace::ExecContext::ALL` order:
     /// softirq after a hard IRQ, at bh-enable, in ksoftirqd, NAPI thread or worker,
     /// busy poll): polls, packets, polls that found nothing, polls that used the
@@ -254,6 +259,7 @@ impl CpuCount {
         self.thread_polls += o.thread_polls;
         self.busy_polls += o.busy_polls;
         self.epoll_returns += o.epoll_returns;
+        self.stalled_ns += o.stalled_ns;
         for i in 0..5 {
             self.ctx_polls[i] += o.ctx_polls[i];
             self.ctx_packets[i] += o.ctx_packets[i];
@@ -417,6 +423,11 @@ pub(crate) struct Sim<'a> {
     /// requests appear on the ring by themselves).
     pub(crate) clients: Vec<client::Client>,
     class_client: Vec<Option<usize>>,
+    /// Per CPU: the host's stalls replayed there (`host_stalls`), the work of them
+    /// not yet done, ns, and the thread that does it.
+    stall_sources: Vec<Option<host_stalls::StallSource>>,
+    pending_stall: Vec<Nanos>,
+    host_work: Vec<Option<usize>>,
     /// Simulate a busy-polling kthread's uninterruptible empty passes as one batch
     /// (`threaded_busy_poll::idle_passes`); off only in the test that shows it changes
     /// nothing.
@@ -459,6 +470,7 @@ impl<'a> Sim<'a> {
                 }
             }
             Ev::ClientWake(k) => self.client_wakes(k),
+            Ev::Stall(c) => self.stall_due(c),
             Ev::IrqThreadWake(t) => {
                 self.irq_thread_wake(t);
                 let c = self.threads[t].cpu;
@@ -498,6 +510,7 @@ impl<'a> Sim<'a> {
             self.closed[ci] = Some((cl, rng));
         }
         self.start_clients();
+        self.start_stalls();
         let now = 0;
         for l in 0..self.lines.len() {
             self.arm_line(l, now);

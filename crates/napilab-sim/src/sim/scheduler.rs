@@ -402,7 +402,9 @@ impl Sim<'_> {
                             ThreadKind::App(_) | ThreadKind::Client(_) => Ctx::User,
                             ThreadKind::Ksoftirqd => Ctx::Ksoftirqd,
                             ThreadKind::Napi(_) => Ctx::NapiThread,
-                            ThreadKind::Worker(_) | ThreadKind::Irq(_) => Ctx::KThread,
+                            ThreadKind::Worker(_) | ThreadKind::Irq(_) | ThreadKind::HostWork => {
+                                Ctx::KThread
+                            }
                         };
                         let end = now + self.costs.after_interrupt;
                         self.commit(c, now, end, ctx, Finish::Nothing);
@@ -454,6 +456,7 @@ impl Sim<'_> {
             ThreadKind::Client(k) => self.client_step(c, t, k),
             ThreadKind::Worker(w) => self.worker_step(w, t),
             ThreadKind::Irq(l) => self.irq_thread_step(c, t, l),
+            ThreadKind::HostWork => self.host_work_step(c, t),
             ThreadKind::Napi(n) => {
                 if !self.napis[n].scheduled {
                     self.threads[t].runnable = false;
