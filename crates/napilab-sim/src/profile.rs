@@ -281,14 +281,14 @@ impl Profile {
             if !(st.per_s.is_finite() && st.per_s >= 0.0) {
                 return Err(ConfigError::new(
                     file,
-                    &field("per_s"),
+                    field("per_s"),
                     "must be a finite number >= 0 (stalls a second)",
                 ));
             }
             if st.counts.len() > MAX_STALL_BUCKETS {
                 return Err(ConfigError::new(
                     file,
-                    &field("counts"),
+                    field("counts"),
                     format!(
                         "at most {MAX_STALL_BUCKETS} log2 buckets (the stall probe keeps 25): paste `counts` from a run's host.stalls"
                     ),
@@ -297,7 +297,7 @@ impl Profile {
             if self.stalls[..i].iter().any(|o| o.cpu == st.cpu) {
                 return Err(ConfigError::new(
                     file,
-                    &field("cpu"),
+                    field("cpu"),
                     format!("CPU {} has stalls twice: one table per CPU", st.cpu),
                 ));
             }

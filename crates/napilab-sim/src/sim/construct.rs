@@ -176,6 +176,15 @@ fn ring_configs(cfg: &SimConfig, qc: &crate::config::RxQueueConfig) -> Vec<(Stri
         .collect()
 }
 
+/// Each ingress queue's RPS CPUs.
+fn rps_cpus_of(cfg: &SimConfig) -> Vec<Vec<usize>> {
+    cfg.ingress
+        .queues
+        .iter()
+        .map(|q| q.rps_cpus.iter().map(|&c| c as usize).collect())
+        .collect()
+}
+
 impl Parts {
     /// A thread of the host's other work on each CPU the profile measured stalls on
     /// (`host_stalls`); per CPU, its index.
@@ -609,12 +618,7 @@ impl<'a> Sim<'a> {
         parts.ksoftirqd(&mut cpus);
         parts.ingress(cfg, seed);
         parts.egress(cfg, ncpu);
-        let rps_cpus: Vec<Vec<usize>> = cfg
-            .ingress
-            .queues
-            .iter()
-            .map(|q| q.rps_cpus.iter().map(|&c| c as usize).collect())
-            .collect();
+        let rps_cpus = rps_cpus_of(cfg);
         parts.backlogs(&rps_cpus, ncpu);
         parts.apps(cfg, profile);
         parts.clients(cfg, profile, seed);
@@ -741,17 +745,7 @@ impl<'a> Sim<'a> {
             tunnel,
             clients,
             class_client,
-            stall_sources: (0..ncpu)
-                .map(|c| {
-                    profile
-                        .stalls
-                        .iter()
-                        .find(|s| s.cpu as usize == c)
-                        .and_then(|s| super::host_stalls::StallSource::new(s, seed))
-                })
-                .collect(),
-            pending_stall: vec![0; ncpu],
-            host_work,
+            host_stalls: super::host_stalls::HostStalls::new(profile, seed, host_work),
             coalesce_idle_passes: true,
         }
     }

@@ -21,8 +21,34 @@ use super::*;
 /// milliseconds, long beside the twin's batches.
 const HOST_WORK_PIECE_NS: Nanos = 50_000;
 
+/// Per CPU: its stall stream (None: no stalls there), the work of its stalls not yet
+/// done, ns, and the thread that does it.
+pub(crate) struct HostStalls {
+    sources: Vec<Option<StallSource>>,
+    pending: Vec<Nanos>,
+    threads: Vec<Option<usize>>,
+}
+
+impl HostStalls {
+    /// The profile's stalls on each CPU that has a host-work thread (`threads`, per
+    /// CPU).
+    pub(crate) fn new(profile: &Profile, seed: u64, threads: Vec<Option<usize>>) -> HostStalls {
+        let sources = (0..threads.len())
+            .map(|c| {
+                let measured = profile.stalls.iter().find(|s| s.cpu as usize == c);
+                measured.and_then(|s| StallSource::new(s, seed))
+            })
+            .collect();
+        HostStalls {
+            sources,
+            pending: vec![0; threads.len()],
+            threads,
+        }
+    }
+}
+
 /// One CPU's stall stream.
-pub(crate) struct StallSource {
+struct StallSource {
     /// Stalls a second.
     per_s: f64,
     /// (cumulative share of the stalls, shortest, longest) per length bucket.
@@ -32,7 +58,7 @@ pub(crate) struct StallSource {
 
 impl StallSource {
     /// The stream measured by `s`, or None when it saw no stall.
-    pub(crate) fn new(s: &CpuStalls, seed: u64) -> Option<StallSource> {
+    fn new(s: &CpuStalls, seed: u64) -> Option<StallSource> {
         let total: u64 = s.counts.iter().sum();
         if total == 0 || !s.per_s.is_finite() || s.per_s <= 0.0 {
             return None;
@@ -87,8 +113,8 @@ impl StallSource {
 impl Sim<'_> {
     /// The first stall of every CPU with a stream.
     pub(super) fn start_stalls(&mut self) {
-        for c in 0..self.stall_sources.len() {
-            if let Some(s) = self.stall_sources[c].as_mut() {
+        for c in 0..self.host_stalls.sources.len() {
+            if let Some(s) = self.host_stalls.sources[c].as_mut() {
                 let at = s.gap();
                 self.q.schedule(at, Ev::Stall(c));
             }
@@ -99,13 +125,14 @@ impl Sim<'_> {
     /// left to do, the thread wakes (on its own CPU, as a timer would wake it), and
     /// the next stall is scheduled.
     pub(super) fn stall_due(&mut self, c: usize) {
-        let (Some(s), Some(t)) = (self.stall_sources[c].as_mut(), self.host_work[c]) else {
+        let hs = &mut self.host_stalls;
+        let (Some(s), Some(t)) = (hs.sources[c].as_mut(), hs.threads[c]) else {
             return;
         };
         let (length, gap) = (s.length(), s.gap());
         let now = self.q.now();
         self.q.schedule(now + gap, Ev::Stall(c));
-        self.pending_stall[c] += length;
+        self.host_stalls.pending[c] += length;
         self.wake_thread(t);
         if !self.cpus[c].busy {
             self.dispatch(c);
@@ -116,12 +143,12 @@ impl Sim<'_> {
     /// looks again between pieces, so a woken thread that CFS prefers gets the CPU);
     /// false when it has none left (it then sleeps).
     pub(super) fn host_work_step(&mut self, c: usize, t: usize) -> bool {
-        let piece = self.pending_stall[c].min(HOST_WORK_PIECE_NS);
+        let piece = self.host_stalls.pending[c].min(HOST_WORK_PIECE_NS);
         if piece == 0 {
             self.threads[t].runnable = false;
             return false;
         }
-        self.pending_stall[c] -= piece;
+        self.host_stalls.pending[c] -= piece;
         let (start, pen) = self.begin(c, false);
         self.count(start, |k| k.cpus[c].stalled_ns += piece);
         self.commit(c, start, start + pen + piece, Ctx::KThread, Finish::Nothing);

@@ -423,11 +423,8 @@ pub(crate) struct Sim<'a> {
     /// requests appear on the ring by themselves).
     pub(crate) clients: Vec<client::Client>,
     class_client: Vec<Option<usize>>,
-    /// Per CPU: the host's stalls replayed there (`host_stalls`), the work of them
-    /// not yet done, ns, and the thread that does it.
-    stall_sources: Vec<Option<host_stalls::StallSource>>,
-    pending_stall: Vec<Nanos>,
-    host_work: Vec<Option<usize>>,
+    /// The host's stalls replayed on each CPU.
+    host_stalls: host_stalls::HostStalls,
     /// Simulate a busy-polling kthread's uninterruptible empty passes as one batch
     /// (`threaded_busy_poll::idle_passes`); off only in the test that shows it changes
     /// nothing.
