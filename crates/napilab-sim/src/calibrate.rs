@@ -367,6 +367,27 @@ fn distinct(names: impl Iterator<Item = String>) -> Vec<String> {
     out
 }
 
+/// Least squares through the origin of `z` on two regressors `(x, y, z)`: the
+/// coefficients of `x` and `y`; `None` when the regressors are collinear within
+/// `min_det_share` (the determinant at most that share of the product of their sums of
+/// squares: 1 - correlation squared), so that their coefficients cannot be told apart.
+pub(crate) fn regress_pair(
+    points: impl Iterator<Item = (f64, f64, f64)>,
+    min_det_share: f64,
+) -> Option<(f64, f64)> {
+    let (mut a11, mut a12, mut a22, mut b1, mut b2) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for (x, y, z) in points {
+        a11 += x * x;
+        a12 += x * y;
+        a22 += y * y;
+        b1 += x * z;
+        b2 += y * z;
+    }
+    let det = a11 * a22 - a12 * a12;
+    (det.is_finite() && det > min_det_share * a11 * a22)
+        .then(|| ((b1 * a22 - b2 * a12) / det, (a11 * b2 - a12 * b1) / det))
+}
+
 /// The generator's cost per frame where it paces in the kernel (one long call, the
 /// program sending a frame when one is due and dropping the run otherwise): its
 /// thread's CPU is `a` per frame sent plus `b` per idle run (`idle_runs_in_window`),
@@ -391,19 +412,10 @@ fn generator_paced_cost(record: &RunRecord, engine: &str) -> Option<(f64, Vec<St
             ))
         })
         .collect();
-    let (mut sxx, mut syy, mut sxy, mut sxz, mut syz) = (0.0, 0.0, 0.0, 0.0, 0.0);
-    for &(_, x, y, z) in &pts {
-        sxx += x * x;
-        syy += y * y;
-        sxy += x * y;
-        sxz += x * z;
-        syz += y * z;
-    }
-    let det = sxx * syy - sxy * sxy;
-    if pts.len() < 3 || det.abs() <= 1e-9 * sxx * syy {
+    if pts.len() < 3 {
         return None;
     }
-    let per_frame = (sxz * syy - syz * sxy) / det;
+    let (per_frame, _) = regress_pair(pts.iter().map(|&(_, x, y, z)| (x, y, z)), 1e-9)?;
     let used = distinct(pts.iter().map(|p| p.0.to_string()));
     (per_frame > 0.0).then_some((per_frame * 1e9, used))
 }

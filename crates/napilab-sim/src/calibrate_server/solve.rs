@@ -94,21 +94,10 @@ pub(super) const STALL_NS: f64 = 100_000.0;
 /// `ServerFit::receive`).
 pub(super) const LOW_RATE_SHARE: f64 = 0.1;
 
-/// Least squares through the origin of `z` on two regressors `(x, y, z)`: the
-/// coefficients of `x` and `y`; `None` when the two regressors are (nearly) collinear,
-/// |correlation| above 0.9995, so that their coefficients cannot be told apart.
+/// [`crate::calibrate::regress_pair`] refusing regressors with |correlation| above
+/// 0.9995, whose coefficients the lab's noise would swap.
 pub(super) fn regress_pair(points: impl Iterator<Item = (f64, f64, f64)>) -> Option<(f64, f64)> {
-    let (mut a11, mut a12, mut a22, mut b1, mut b2) = (0.0, 0.0, 0.0, 0.0, 0.0);
-    for (x, y, z) in points {
-        a11 += x * x;
-        a12 += x * y;
-        a22 += y * y;
-        b1 += x * z;
-        b2 += y * z;
-    }
-    let det = a11 * a22 - a12 * a12;
-    (det.is_finite() && det > 1e-3 * a11 * a22)
-        .then(|| ((b1 * a22 - b2 * a12) / det, (a11 * b2 - a12 * b1) / det))
+    crate::calibrate::regress_pair(points, 1e-3)
 }
 
 /// Notes a fitted cost (`key` = `value`, how) and records its provenance.
