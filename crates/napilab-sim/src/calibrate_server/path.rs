@@ -90,10 +90,10 @@ impl ServerFit<'_> {
 
     /// The last step: `server.path_tail_ns`, the mean of the exponential that widens
     /// the twin's p99 - p50 at each mode's lowest rate to the lab's, and `server.path_ns`,
-    /// what then separates the two medians, each the median over the modes (never
-    /// below 0: a twin already slower than the lab at its lowest rate gets no path).
-    /// Returns the checks: each mode's p50 and p99 there, lab against the twin with
-    /// the fitted path.
+    /// what then separates the two medians, each the median over the modes. A path is
+    /// never below 0: when the twin is the slower there, its wake-ups are shortened by
+    /// the excess instead ([`ServerFit::shift_wake_ups`]). Returns the checks: each
+    /// mode's p50 and p99 there, lab against the twin with the fitted path.
     pub(super) fn path(&mut self) -> Result<Vec<FitCheck>, ConfigError> {
         let mut costs = self.costs.clone();
         costs.path_ns = 0.0;
@@ -140,9 +140,11 @@ impl ServerFit<'_> {
                 .collect(),
         );
         // A twin slower than the lab at its lowest rate waits too long for its
-        // wake-ups (one a request there): the probe's thread is woken from user
-        // space, this path's by the kernel. They are shortened by the excess, on top
-        // of any earlier shift; a twin faster than the lab gets the difference as path.
+        // wake-ups (one a request there): the probe's thread is parked on a futex and
+        // woken by another thread, the server's by the kernel's receive path, and on
+        // the project's VM the probe's took 10-21 us longer. They are shortened by the
+        // excess, on top of any earlier shift; a twin faster than the lab gets the
+        // difference as path.
         let (path_us, shift_us) = if self.probe.is_some() {
             let shift = self.wake_up_shift_ns / 1e3 - gap_us;
             (((-shift).max(0.0)), shift.max(0.0))

@@ -1,6 +1,6 @@
-//! The host's stalls of each CPU: on a virtual machine the hypervisor takes a vCPU away
-//! for microseconds to milliseconds (its own work, other guests), and the guest's
-//! interrupts take their share too. A thread spinning on the CPU sees them as gaps
+//! The host's stalls of each CPU: the machine's other tasks, its interrupts and, on a
+//! virtual machine, the hypervisor take a CPU away for microseconds to milliseconds.
+//! A thread spinning on the CPU sees them as gaps
 //! (napilab-core `CpuStalls`, measured at a lab run's start), and so does every
 //! request that was due on that CPU meanwhile. The twin replays them: per CPU, stalls
 //! arrive as a Poisson stream at the measured rate, each as long as one drawn from the
