@@ -55,6 +55,15 @@ pub(super) fn idle_polling_share(plan: &TwinPlan, record: &RunRecord) -> f64 {
 /// per busy poll, points the median is over).
 pub(super) type LowRates<'r> = (ModeRun<'r>, f64, f64, usize);
 
+/// `values` as the notes list them: "0.570/0.600/..." with `decimals` decimals.
+fn slash_list(values: &[f64], decimals: usize) -> String {
+    values
+        .iter()
+        .map(|v| format!("{v:.decimals$}"))
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
 /// The server fit's inputs and what it has fitted so far; each step fits one cost,
 /// in order, on the costs the steps before it fitted.
 pub(super) struct ServerFit<'r> {
@@ -217,8 +226,8 @@ impl<'r> ServerFit<'r> {
                         let detail = format!(
                             "the server's CPU in {} (its workers' CPU time and NAPI kthreads', a share of a CPU: {} at {} requests/s), where the requests' receive runs on the client's CPU, the twin's matched by least squares beside server.epoll_return_cycles{}; the user/kernel split {:.0}/{:.0} is ASSUMED (the lab measures the worker's time as one number)",
                             run.name,
-                            targets.iter().map(|t| format!("{t:.3}")).collect::<Vec<_>>().join("/"),
-                            rates.iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join("/"),
+                            slash_list(&targets, 3),
+                            slash_list(&rates, 0),
                             clamp_note(&s),
                             user_part * 100.0,
                             (1.0 - user_part) * 100.0
@@ -298,8 +307,8 @@ impl<'r> ServerFit<'r> {
         let detail = format!(
             "{}'s NAPI kthread CPU (napi/<device>-* in the Observation, a share of a CPU: {} at {} requests/s), the twin's matched by least squares with its wake-ups drawn from the run's probe, beside what it already charges a kthread poll (the requests' receive, server.poll_cycles, the context switch){}",
             run.name,
-            targets.iter().map(|t| format!("{t:.3}")).collect::<Vec<_>>().join("/"),
-            rates.iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join("/"),
+            slash_list(&targets, 3),
+            slash_list(&rates, 0),
             clamp_note(&s),
         );
         record_fit(
@@ -445,8 +454,8 @@ impl<'r> ServerFit<'r> {
                 let detail = format!(
                     "the load generator thread's CPU in {} (a share of a CPU, with the softirqs at its bh-enable: {} at {} requests/s; rates below a tenth of the highest left out), where the requests' receive runs in the softirq its sends raise, beside its own costs; the twin's matched by least squares{}",
                     names(&receive_runs),
-                    targets.iter().map(|t| format!("{t:.3}")).collect::<Vec<_>>().join("/"),
-                    receive_runs.iter().flat_map(|r| r.rates()).map(|r| format!("{r:.0}")).collect::<Vec<_>>().join("/"),
+                    slash_list(&targets, 3),
+                    slash_list(&receive_runs.iter().flat_map(|r| r.rates()).collect::<Vec<_>>(), 0),
                     clamp_note(&s)
                 );
                 let value = self.costs.receive_cycles;
@@ -514,8 +523,8 @@ impl<'r> ServerFit<'r> {
             "the load generator thread's CPU in {} (a share of a CPU less the {:.3} of its idle polling that the lab counts as busy: {} at {} requests/s; the requests are polled on the server's CPU there), the twin's matched by least squares; split between send and read by server.client_send_share{}",
             names(&client_runs),
             self.idle_polling,
-            targets.iter().map(|t| format!("{t:.3}")).collect::<Vec<_>>().join("/"),
-            client_runs.iter().flat_map(|r| r.rates()).map(|r| format!("{r:.0}")).collect::<Vec<_>>().join("/"),
+            slash_list(&targets, 3),
+            slash_list(&client_runs.iter().flat_map(|r| r.rates()).collect::<Vec<_>>(), 0),
             clamp_note(&s)
         );
         self.costs.provenance.insert(
