@@ -52,6 +52,8 @@ pub struct Thread {
     /// Switched in and not yet stepped: its next step starts a run (a NAPI kthread
     /// pays the cost of a run then).
     pub switched_in: bool,
+    /// Runnable without a CPU since (None: running or asleep), for its run delay.
+    pub waiting_since: Option<Nanos>,
 }
 
 /// CFS-like constants (defaults of sched_min_granularity / wakeup_granularity on a
@@ -186,6 +188,7 @@ mod tests {
             runnable: true,
             vruntime: vr,
             switched_in: false,
+            waiting_since: None,
         }
     }
 

@@ -498,6 +498,7 @@ impl ServerCosts {
         p.stage_cycles.unmapped += self.receive_cycles;
         p.fixed_cycles.poll = self.poll_cycles;
         p.fixed_cycles.napi_thread_run = self.kthread_run_cycles;
+        p.fixed_cycles.napi_thread_packet = self.kthread_packet_cycles;
         let mut source = |param: &str, key: &str, how: String| {
             let src = self.provenance.get(key);
             p.provenance.insert(
@@ -526,6 +527,14 @@ impl ServerCosts {
             format!(
                 "server.kthread_run_cycles {} replaces the base profile's {}",
                 self.kthread_run_cycles, base.fixed_cycles.napi_thread_run
+            ),
+        );
+        source(
+            "fixed_cycles.napi_thread_packet",
+            "server.kthread_packet_cycles",
+            format!(
+                "server.kthread_packet_cycles {} replaces the base profile's {}",
+                self.kthread_packet_cycles, base.fixed_cycles.napi_thread_packet
             ),
         );
         source(

@@ -176,6 +176,7 @@ pub fn ideal_profile(service_ns: f64) -> Profile {
             idle_exit: 0.0,
             after_interrupt: 0.0,
             napi_thread_run: 0.0,
+            napi_thread_packet: 0.0,
         },
         latency_ns: LatencyNs {
             irq_delivery: 0,

@@ -826,7 +826,14 @@ fn thread_intervals(sim: &Sim, k: &Counts, secs: f64) -> Vec<ThreadInterval> {
                 role,
                 last_cpu: Some(th.cpu as u32),
                 cpu: Some(m(k.thread_ns[t] as f64 / (secs * 1e9), Unit::CpuFraction)),
-                sched: None,
+                // Its schedstat as the lab reads it, but the run delay counts from the
+                // wake-up, with the IPI's delay to an idle CPU (the kernel's from the
+                // enqueue on that CPU, after the IPI).
+                sched: Some(napilab_core::SchedDelta {
+                    on_cpu_ns: k.thread_ns[t],
+                    run_delay_ns: k.thread_wait_ns[t],
+                    runs: k.thread_runs[t],
+                }),
             })
         })
         .collect()

@@ -177,6 +177,15 @@ pub struct FixedCycles {
     /// its polls a run rise from 1 to 1.9.
     #[serde(default)]
     pub napi_thread_run: f64,
+    /// Per packet a NAPI kthread polls, beyond the packet's stages: what the kthread's
+    /// time grows by with each request it receives that a softirq's poll of the same
+    /// packet does not cost. The lab's threaded kthread grows by about 3.6 us a
+    /// request a run (12.2 us a run at 1.1 requests a run, 20.9 at 3.6; run
+    /// 20261129-045430-9bc5) where the twin's, with the stages alone, grew by 0.6;
+    /// fitted with `napi_thread_run` (the server topology's
+    /// `server.kthread_packet_cycles`), not explained by a mechanism the twin has.
+    #[serde(default)]
+    pub napi_thread_packet: f64,
 }
 
 /// Delays that take time but no CPU.
@@ -341,6 +350,7 @@ impl Profile {
             ("fixed_cycles.idle_exit", f.idle_exit),
             ("fixed_cycles.after_interrupt", f.after_interrupt),
             ("fixed_cycles.napi_thread_run", f.napi_thread_run),
+            ("fixed_cycles.napi_thread_packet", f.napi_thread_packet),
             ("latency_ns.irq_delivery", l.irq_delivery as f64),
             ("latency_ns.idle_wakeup", l.idle_wakeup as f64),
             ("latency_ns.rx_dma", l.rx_dma as f64),

@@ -52,6 +52,10 @@ pub struct ServerCosts {
     /// `fixed_cycles.napi_thread_run`, charged when it is switched in): its wake-up,
     /// `schedule()` and the sleep after.
     pub kthread_run_cycles: f64,
+    /// Per request a NAPI kthread polls, beyond the request's receive (the profile's
+    /// `fixed_cycles.napi_thread_packet`): fitted with `kthread_run_cycles` on
+    /// threaded's kthread CPU, whose two parts the kthread's batching tells apart.
+    pub kthread_packet_cycles: f64,
     /// The load generator's CPU per request, send and reply read together (cycles of
     /// its thread on `generator_cpus`).
     pub client_cycles: f64,
@@ -95,6 +99,10 @@ impl ServerCosts {
             why("no lab fit yet: 0, a NAPI kthread's run costs only its polls; napilab sim calibrate on a server run fits it on threaded's NAPI kthread CPU at each rate"),
         );
         provenance.insert(
+            "server.kthread_packet_cycles".into(),
+            why("no lab fit yet: 0, a request polled by a NAPI kthread costs what its softirq poll does; napilab sim calibrate on a server run fits it with server.kthread_run_cycles"),
+        );
+        provenance.insert(
             "server.receive_cycles".into(),
             why("no lab fit yet: TCP receive of a request segment beyond the veth-lab profile's UDP forwarding stages, about 1.5 us on this VM"),
         );
@@ -120,6 +128,7 @@ impl ServerCosts {
             receive_cycles: 1_500.0,
             poll_cycles: 500.0,
             kthread_run_cycles: 0.0,
+            kthread_packet_cycles: 0.0,
             client_cycles: 10_000.0,
             client_send_share: CLIENT_SEND_SHARE,
             client_round_cycles: 0.0,
@@ -138,6 +147,7 @@ impl ServerCosts {
             ("server.receive_cycles", self.receive_cycles),
             ("server.poll_cycles", self.poll_cycles),
             ("server.kthread_run_cycles", self.kthread_run_cycles),
+            ("server.kthread_packet_cycles", self.kthread_packet_cycles),
             ("server.client_cycles", self.client_cycles),
             ("server.client_send_share", self.client_send_share),
             ("server.client_round_cycles", self.client_round_cycles),

@@ -3,7 +3,8 @@
 //!
 //! Fixture `server-run-twin.json`: a run of scenarios/server-calibrate.toml made by
 //! the twin with known server costs (app_user 2,400 + app_kernel 5,600, epoll return
-//! 3,000, receive 2,500, poll 800, NAPI kthread run 2,000 cycles; the client 4,000 a
+//! 3,000, receive 2,500, poll 800, NAPI kthread run 2,000 and packet 1,500 cycles;
+//! the client 4,000 a
 //! request; the path the assumed 60 us with an exponential tail of mean 11 us; on the
 //! veth-lab profile) and shaped like a lab record by
 //! `trim-server-run.py --from-twin twin` (kind "lab", the lab's `server_device`
@@ -17,7 +18,7 @@
 //! (KNOWN.toml: profiles/veth-lab.toml plus a `[server]` table with those costs:
 //! `app_user_cycles = 2400.0`, `app_kernel_cycles = 5600.0`, `epoll_return_cycles =
 //! 3000.0`, `receive_cycles = 2500.0`, `poll_cycles = 800.0`, `kthread_run_cycles =
-//! 2000.0`, `client_cycles_per_request = 4000.0`.)
+//! 2000.0`, `kthread_packet_cycles = 1500.0`, `client_cycles_per_request = 4000.0`.)
 
 use napilab_core::{RunKind, RunRecord, TwinMaxQps};
 use napilab_sim::calibrate::LabProfile;
@@ -61,6 +62,12 @@ fn recovers_known_server_costs_from_a_twin_made_run() {
     within("receive_cycles", c.receive_cycles, 2_500.0, 0.10);
     within("poll_cycles", c.poll_cycles, 800.0, 0.05);
     within("kthread_run_cycles", c.kthread_run_cycles, 2_000.0, 0.10);
+    within(
+        "kthread_packet_cycles",
+        c.kthread_packet_cycles,
+        1_500.0,
+        0.10,
+    );
     // The path from each mode's p50 and p99 at its lowest rate (3,000 requests: the
     // p99 is 30 of them, so the tail is the looser).
     within("path_ns", c.path_ns, 60_000.0, 0.10);
@@ -78,6 +85,7 @@ fn recovers_known_server_costs_from_a_twin_made_run() {
         "server.receive_cycles",
         "server.poll_cycles",
         "server.kthread_run_cycles",
+        "server.kthread_packet_cycles",
         "server.client_cycles",
         "server.path_ns",
         "server.path_tail_ns",
@@ -85,7 +93,7 @@ fn recovers_known_server_costs_from_a_twin_made_run() {
         let src = c.provenance.get(key).expect("provenance");
         assert_eq!(src.kind.as_str(), "fitted", "{key}: {src:?}");
         assert!(
-            src.reference.contains("20261129-041716-50c1"),
+            src.reference.contains("20261129-071620-2797"),
             "{key}: {src:?}"
         );
     }
@@ -197,7 +205,7 @@ fn the_fitted_profile_round_trips_and_bad_values_are_named() {
         calibrate_server::calibrate(&r, FIXTURE_NAME, &base(), "napilab sim calibrate --lab x")
             .unwrap_or_else(|e| panic!("{e}"));
     let text = cal.to_toml("napilab sim calibrate --lab x", &r, &[]);
-    assert!(text.contains("# on lab run 20261129-041716-50c1"), "{text}");
+    assert!(text.contains("# on lab run 20261129-071620-2797"), "{text}");
     let back = ServerProfile::from_toml_str(&text, "fitted.toml").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(back.costs, cal.profile.costs);
     assert_eq!(

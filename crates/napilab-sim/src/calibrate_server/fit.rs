@@ -15,7 +15,8 @@ use super::points::{
     twin_by_rate, twin_points, ModeRun, Side,
 };
 use super::solve::{
-    clamp_note, fitted, record_fit, regress_pair, solve_linear, LOW_RATE_SHARE, STALL_NS,
+    clamp_note, fitted, record_fit, regress_pair, solve_linear, solve_pair, LOW_RATE_SHARE,
+    STALL_NS,
 };
 use super::FitCheck;
 
@@ -259,11 +260,18 @@ impl<'r> ServerFit<'r> {
         Ok(app_runs)
     }
 
-    /// The NAPI kthread's loop beyond its poll (its wake-up, the scheduler's work
-    /// around it): the twin's kthread CPU at threaded's rates matched to the lab's by
-    /// least squares, with the receive, the poll call and the switch the twin already
-    /// charges, and its wake-ups drawn from the run's probe, so that the twin polls
-    /// about as often as the lab. Returns the run it was fitted on.
+    /// The NAPI kthread's cost a run (its wake-up, the scheduler's work around it)
+    /// and a request it polls beyond the request's receive: the twin's kthread CPU at
+    /// threaded's rates matched to the lab's by least squares, with the poll call and
+    /// the switch the twin already charges, and its wake-ups drawn from the run's
+    /// probe, so that the twin polls about as often as the lab. The two are solved
+    /// together: the kthread batches more requests a run the higher the rate (the
+    /// lab's on 2026-11-29: 1.1 requests a run at 2,000/s, 3.6 at 88,000/s), so its
+    /// time a run grows with its requests a run, and a cost a run alone, fitted
+    /// where the kthread also received, made the twin's kthread cheaper a request the
+    /// more it batched (its maximum 60-80% above the lab's). With fewer than three
+    /// rates (two unknowns need more), the cost a run alone. Returns the run it was
+    /// fitted on.
     pub(super) fn kthread_run(&mut self) -> Result<Option<ModeRun<'r>>, ConfigError> {
         let (plan, record) = (&self.plan, self.record);
         let runs = mode_runs(plan, record, ServerMode::Threaded);
@@ -280,20 +288,85 @@ impl<'r> ServerFit<'r> {
         let side = run.side();
         let targets = lab_by_rate(&run, |p| napi_kthreads(p, &side));
         let rates = run.rates();
+        let kthread_cpu = |c: &ServerCosts| {
+            twin_by_rate(&self.plan, run.index, &self.base, c, &rates, |p| {
+                napi_kthreads(p, &Side::Twin)
+            })
+        };
+        let stall = (STALL_NS * self.ghz, "longer would be a stall, not a cost");
+        let run_bounds = ((0.0, "a cost is not negative"), stall);
+        let evidence = format!(
+            "{}'s NAPI kthread CPU (napi/<device>-* in the Observation, a share of a CPU: {} at {} requests/s)",
+            run.name,
+            slash_list(&targets, 3),
+            slash_list(&rates, 0),
+        );
+        if rates.len() >= 3 {
+            let packet_bounds = (
+                (0.0, "a cost is not negative"),
+                (
+                    self.ceiling(std::slice::from_ref(&run)),
+                    "a CPU cannot spend more per request than 1 / the highest rate it kept up with",
+                ),
+            );
+            let solved = solve_pair(
+                |per_run, per_packet| {
+                    let mut c = self.costs.clone();
+                    c.kthread_run_cycles = per_run;
+                    c.kthread_packet_cycles = per_packet;
+                    kthread_cpu(&c)
+                },
+                &targets,
+                (
+                    self.costs.kthread_run_cycles,
+                    self.costs.kthread_packet_cycles,
+                ),
+                (2_000.0, 1_000.0),
+                [run_bounds, packet_bounds],
+            )?;
+            if let Some([per_run, per_packet]) = solved {
+                let how = format!(
+                    "{evidence}, the twin's matched by least squares with its wake-ups drawn from the run's probe, solved with"
+                );
+                self.record_kthread(
+                    "server.kthread_run_cycles",
+                    per_run.value,
+                    format!(
+                        "{how} server.kthread_packet_cycles (the cost a run; the kthread's runs batch more requests at higher rates){}",
+                        clamp_note(&per_run)
+                    ),
+                );
+                self.record_kthread(
+                    "server.kthread_packet_cycles",
+                    per_packet.value,
+                    format!(
+                        "{how} server.kthread_run_cycles (the cost a request it polls, beyond the request's receive){}",
+                        clamp_note(&per_packet)
+                    ),
+                );
+                return Ok(Some(run));
+            }
+            self.unfixed.push(format!(
+                "server.kthread_packet_cycles kept ({:.0}): {} does not tell the kthread's cost a request from its cost a run (its runs batch as many requests at every rate)",
+                self.costs.kthread_packet_cycles, run.name
+            ));
+        } else {
+            self.unfixed.push(format!(
+                "server.kthread_packet_cycles kept ({:.0}): {} met the objective at {} rates, and the costs a run and a request need three",
+                self.costs.kthread_packet_cycles,
+                run.name,
+                rates.len()
+            ));
+        }
         let solved = solve_linear(
             |k| {
                 let mut c = self.costs.clone();
                 c.kthread_run_cycles = k;
-                twin_by_rate(&self.plan, run.index, &self.base, &c, &rates, |p| {
-                    napi_kthreads(p, &Side::Twin)
-                })
+                kthread_cpu(&c)
             },
             &targets,
             (0.0, 5_000.0),
-            (
-                (0.0, "a cost is not negative"),
-                (STALL_NS * self.ghz, "longer would be a stall, not a cost"),
-            ),
+            run_bounds,
         )?;
         let Some(s) = solved else {
             self.unfixed.push(format!(
@@ -302,24 +375,32 @@ impl<'r> ServerFit<'r> {
             ));
             return Ok(Some(run));
         };
-        let value = s.value.round();
-        self.costs.kthread_run_cycles = value;
-        let detail = format!(
-            "{}'s NAPI kthread CPU (napi/<device>-* in the Observation, a share of a CPU: {} at {} requests/s), the twin's matched by least squares with its wake-ups drawn from the run's probe, beside what it already charges a kthread poll (the requests' receive, server.poll_cycles, the context switch){}",
-            run.name,
-            slash_list(&targets, 3),
-            slash_list(&rates, 0),
-            clamp_note(&s),
+        self.record_kthread(
+            "server.kthread_run_cycles",
+            s.value,
+            format!(
+                "{evidence}, the twin's matched by least squares with its wake-ups drawn from the run's probe, beside what it already charges a kthread poll (the requests' receive, server.kthread_packet_cycles, server.poll_cycles, the context switch){}",
+                clamp_note(&s)
+            ),
         );
+        Ok(Some(run))
+    }
+
+    /// Sets and notes one of the NAPI kthread's costs (`key`).
+    fn record_kthread(&mut self, key: &str, value: f64, detail: String) {
+        let value = value.round();
+        match key {
+            "server.kthread_packet_cycles" => self.costs.kthread_packet_cycles = value,
+            _ => self.costs.kthread_run_cycles = value,
+        }
         record_fit(
             &mut self.notes,
             &mut self.costs,
             &self.reference,
-            "server.kthread_run_cycles",
+            key,
             value,
             detail,
         );
-        Ok(Some(run))
     }
 
     /// Step 2: one pass of the busy-polling loop. Returns the low rates it was

@@ -64,6 +64,8 @@ struct ServerTable {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     kthread_run_cycles: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    kthread_packet_cycles: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     client_cycles_per_request: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     client_round_cycles: Option<f64>,
@@ -122,6 +124,10 @@ impl ServerProfile {
                         "server.kthread_run_cycles",
                         t.kthread_run_cycles.unwrap_or(0.0),
                     ),
+                    (
+                        "server.kthread_packet_cycles",
+                        t.kthread_packet_cycles.unwrap_or(0.0),
+                    ),
                     ("server.poll_cycles", t.poll_cycles),
                     (
                         "server.client_cycles_per_request",
@@ -168,6 +174,7 @@ impl ServerProfile {
                 let given = [
                     ("server.epoll_return_cycles", t.epoll_return_cycles),
                     ("server.kthread_run_cycles", t.kthread_run_cycles),
+                    ("server.kthread_packet_cycles", t.kthread_packet_cycles),
                     ("server.client_round_cycles", t.client_round_cycles),
                 ];
                 // A value given in the table without a source of its own there is the
@@ -203,6 +210,9 @@ impl ServerProfile {
                         kthread_run_cycles: t
                             .kthread_run_cycles
                             .unwrap_or(assumed.kthread_run_cycles),
+                        kthread_packet_cycles: t
+                            .kthread_packet_cycles
+                            .unwrap_or(assumed.kthread_packet_cycles),
                         client_cycles: t.client_cycles_per_request.unwrap_or(assumed.client_cycles),
                         client_send_share: t.client_send_share.unwrap_or(assumed.client_send_share),
                         client_round_cycles: t
@@ -578,6 +588,7 @@ impl ServerCalibration {
             receive_cycles: c.receive_cycles,
             poll_cycles: c.poll_cycles,
             kthread_run_cycles: Some(c.kthread_run_cycles),
+            kthread_packet_cycles: Some(c.kthread_packet_cycles),
             client_round_cycles: Some(c.client_round_cycles),
             client_cycles_per_request: self.profile.client_cycles_per_request,
             client_send_share: Some(c.client_send_share),

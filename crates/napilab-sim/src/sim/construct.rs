@@ -80,6 +80,7 @@ impl Costs {
             idle_exit: ns(profile, f.idle_exit),
             after_interrupt: ns(profile, f.after_interrupt),
             napi_thread_run: ns(profile, f.napi_thread_run),
+            napi_thread_packet: ns(profile, f.napi_thread_packet),
             irq_thread: profile
                 .irq_thread
                 .as_ref()
@@ -114,6 +115,7 @@ fn thread(
         runnable: false,
         vruntime: 0,
         switched_in: false,
+        waiting_since: None,
     }
 }
 
@@ -591,6 +593,8 @@ fn empty_counts(cfg: &SimConfig, parts: &Parts, ncpu: usize) -> Counts {
         cpus: vec![CpuCount::default(); ncpu],
         lines: vec![0; parts.lines.len()],
         thread_ns: vec![0; parts.threads.len()],
+        thread_runs: vec![0; parts.threads.len()],
+        thread_wait_ns: vec![0; parts.threads.len()],
         class_offered: vec![0; nclass],
         class_forwarded: vec![0; nclass],
         class_rx_dropped: vec![0; nclass],

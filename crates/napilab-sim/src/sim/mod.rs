@@ -221,6 +221,10 @@ pub(crate) struct Counts {
     pub cpus: Vec<CpuCount>,
     pub lines: Vec<u64>,
     pub thread_ns: Vec<u64>,
+    /// Per thread: times it was given a CPU, and its time runnable without one, ns
+    /// (schedstat's `pcount` and `run_delay`).
+    pub thread_runs: Vec<u64>,
+    pub thread_wait_ns: Vec<u64>,
     pub class_offered: Vec<u64>,
     pub class_forwarded: Vec<u64>,
     pub class_rx_dropped: Vec<u64>,
@@ -283,6 +287,8 @@ impl Counts {
         }
         add_into(&mut self.lines, &o.lines);
         add_into(&mut self.thread_ns, &o.thread_ns);
+        add_into(&mut self.thread_runs, &o.thread_runs);
+        add_into(&mut self.thread_wait_ns, &o.thread_wait_ns);
         add_into(&mut self.class_offered, &o.class_offered);
         add_into(&mut self.class_forwarded, &o.class_forwarded);
         add_into(&mut self.class_rx_dropped, &o.class_rx_dropped);
@@ -314,6 +320,8 @@ pub(crate) struct Costs {
     /// A NAPI kthread's run (from its switch-in to its sleep), beyond its polls (not
     /// a busy-polling kthread's).
     napi_thread_run: Nanos,
+    /// Per packet a NAPI kthread polls (`fixed_cycles.napi_thread_packet`).
+    napi_thread_packet: Nanos,
     rx_poll: Nanos,
     ip: Nanos,
     rps: Nanos,

@@ -26,6 +26,7 @@ impl Sim<'_> {
         // Every wake-up comes from work on the thread's own CPU (IRQ, timer, softirq
         // of that CPU), whose dispatch follows, so no dispatch here.
         self.threads[t].runnable = true;
+        self.threads[t].waiting_since = Some(self.q.now());
     }
 
     /// Wake thread `t` from work on CPU `from`: when the thread lives on another CPU
@@ -386,6 +387,17 @@ impl Sim<'_> {
                     if cur != Some(t) {
                         // schedule() switches: the request for it is served.
                         self.need_resched[c] = false;
+                        if let Some(p) = cur.filter(|&p| self.threads[p].runnable) {
+                            self.threads[p].waiting_since = Some(now);
+                        }
+                        let waited = self.threads[t]
+                            .waiting_since
+                            .take()
+                            .map(|s| now - s.min(now));
+                        self.count(now, |k| {
+                            k.thread_runs[t] += 1;
+                            k.thread_wait_ns[t] += waited.unwrap_or(0);
+                        });
                         self.cpus[c].current = Some(t);
                         self.threads[t].switched_in = true;
                         self.cpus[c].slice_start = now;
@@ -464,6 +476,7 @@ impl Sim<'_> {
                 }
                 let (start, pen) = self.begin(c, false);
                 let (end, work, repoll) = self.poll(c, n, start + pen, self.weight);
+                let end = end + self.costs.napi_thread_packet * work as Nanos;
                 let run_starts = std::mem::take(&mut self.threads[t].switched_in);
                 let (end, passes) = if self.napis[n].threaded_busy_poll {
                     self.busy_pass_end(c, t, n, start + pen, end, work == 0 && !repoll)

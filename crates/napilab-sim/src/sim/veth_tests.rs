@@ -193,6 +193,74 @@ fn a_napi_kthread_pays_its_run_cost_once_a_run_not_once_a_poll() {
     );
 }
 
+/// A threaded veth fed at `rate_pps` (Poisson) with `packet_cycles` charged for each
+/// packet its NAPI kthread polls: (share of CPU 0 in the kthread, packets a second,
+/// the kthread's schedstat in the Observation's first interval).
+fn kthread_packet_run(
+    rate_pps: f64,
+    packet_cycles: f64,
+) -> (f64, f64, napilab_core::SchedDelta, f64) {
+    let mut cfg = ingress_config(true, "threaded", rate_pps);
+    cfg.traffic.pattern = crate::config::Pattern::Poisson;
+    let mut p = profile(20_000);
+    p.fixed_cycles.napi_thread_packet = packet_cycles;
+    let r = crate::run(&cfg, &p, 1);
+    let cpu = &r.model.totals.cpus[0];
+    let interval = &r.observation.intervals[0];
+    let kthread = interval
+        .threads
+        .iter()
+        .find(|t| t.name.starts_with("napi/"))
+        .expect("the NAPI kthread is in the Observation");
+    let sched = kthread.sched.expect("the twin gives its schedstat");
+    let packets: u64 = cpu
+        .polls_by_context
+        .iter()
+        .filter(|c| c.context == napilab_core::trace::ExecContext::NapiThread)
+        .map(|c| c.packets)
+        .sum();
+    (
+        cpu.napi_thread,
+        packets as f64 / r.model.duration_s,
+        sched,
+        interval.duration_s,
+    )
+}
+
+#[test]
+fn a_napi_kthread_pays_its_packet_cost_for_every_packet_and_reports_its_runs() {
+    // Unlike the cost a run, the cost a packet is paid however the packets batch:
+    // at 20 kpps (about a packet a run) and at 400 kpps (several a run) alike.
+    let cycles = 2_000.0;
+    let ns = cycles / profile(0).cpu_ghz;
+    for rate in [20_000.0, 400_000.0] {
+        let (without, pkts, sched, secs) = kthread_packet_run(rate, 0.0);
+        let (with, _, _, _) = kthread_packet_run(rate, cycles);
+        let per_packet = (with - without) / pkts * 1e9;
+        assert!(
+            per_packet > 0.9 * ns && per_packet < 1.1 * ns,
+            "{per_packet:.0} ns a packet added by a {ns:.0} ns packet cost at {rate} pps"
+        );
+        // Its schedstat, as the lab reads /proc/<pid>/schedstat: runs no more than
+        // packets, its time on the CPU its share, a run delay counted.
+        let runs = sched.runs as f64 / secs;
+        assert!(
+            runs > 0.0 && runs <= pkts * 1.01,
+            "{runs} runs/s, {pkts} pkt/s"
+        );
+        let on_cpu = sched.on_cpu_ns as f64 / (secs * 1e9);
+        assert!(
+            (on_cpu - without).abs() < 0.05,
+            "{on_cpu} on CPU, {without} in the report"
+        );
+        println!(
+            "{rate} pps: {per_packet:.0} of {ns:.0} ns a packet; {:.1} packets a run, run delay {:.1} us a run",
+            pkts / runs,
+            sched.run_delay_ns as f64 / sched.runs.max(1) as f64 / 1e3
+        );
+    }
+}
+
 /// A host that takes CPU 0 away `per_s` times a second for 2-4 ms each (one log2
 /// bucket of the stall probe, 2^21-2^22 ns).
 fn stalls_of_cpu0(per_s: f64) -> napilab_core::CpuStalls {
