@@ -43,10 +43,10 @@ fn sim_run_json_and_text_carry_every_parameters_source() {
         .iter()
         .filter(|p| p[0].as_str().is_some_and(|k| k.starts_with("source: ")))
         .count();
-    // 20 costs and latencies, the NIC's 5 interrupt moderation settings (rx-usecs,
+    // 21 costs and latencies, the NIC's 5 interrupt moderation settings (rx-usecs,
     // rx-frames, adaptive-rx, tx-usecs, tx-frames), each from its driver's source, and
     // the WiFi device's threaded IRQ with the thread's 2 costs.
-    assert_eq!(n, 28, "one source per parameter: {settings:?}");
+    assert_eq!(n, 29, "one source per parameter: {settings:?}");
     assert!(source("nic.egress.irq_threaded").contains("devm_request_threaded_irq"));
     assert!(settings
         .iter()

@@ -328,17 +328,19 @@ impl<'r> ServerFit<'r> {
                 let how = format!(
                     "{evidence}, the twin's matched by least squares with its wake-ups drawn from the run's probe, solved with"
                 );
-                self.record_kthread(
+                self.costs.kthread_run_cycles = per_run.value.round();
+                self.note_fit(
                     "server.kthread_run_cycles",
-                    per_run.value,
+                    self.costs.kthread_run_cycles,
                     format!(
                         "{how} server.kthread_packet_cycles (the cost a run; the kthread's runs batch more requests at higher rates){}",
                         clamp_note(&per_run)
                     ),
                 );
-                self.record_kthread(
+                self.costs.kthread_packet_cycles = per_packet.value.round();
+                self.note_fit(
                     "server.kthread_packet_cycles",
-                    per_packet.value,
+                    self.costs.kthread_packet_cycles,
                     format!(
                         "{how} server.kthread_run_cycles (the cost a request it polls, beyond the request's receive){}",
                         clamp_note(&per_packet)
@@ -375,9 +377,10 @@ impl<'r> ServerFit<'r> {
             ));
             return Ok(Some(run));
         };
-        self.record_kthread(
+        self.costs.kthread_run_cycles = s.value.round();
+        self.note_fit(
             "server.kthread_run_cycles",
-            s.value,
+            self.costs.kthread_run_cycles,
             format!(
                 "{evidence}, the twin's matched by least squares with its wake-ups drawn from the run's probe, beside what it already charges a kthread poll (the requests' receive, server.kthread_packet_cycles, server.poll_cycles, the context switch){}",
                 clamp_note(&s)
@@ -386,13 +389,8 @@ impl<'r> ServerFit<'r> {
         Ok(Some(run))
     }
 
-    /// Sets and notes one of the NAPI kthread's costs (`key`).
-    fn record_kthread(&mut self, key: &str, value: f64, detail: String) {
-        let value = value.round();
-        match key {
-            "server.kthread_packet_cycles" => self.costs.kthread_packet_cycles = value,
-            _ => self.costs.kthread_run_cycles = value,
-        }
+    /// Notes a cost just fitted (`key` = `value`, already set in `costs`).
+    fn note_fit(&mut self, key: &str, value: f64, detail: String) {
         record_fit(
             &mut self.notes,
             &mut self.costs,
