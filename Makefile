@@ -39,7 +39,7 @@ RESULTS ?= results
 HOST_PROFILE ?=
 FUZZ_SECONDS ?= 10
 
-.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-export bench-sampling bench-ingress bench-sim bench-trace bench-trace-packets bench-lab bench-linerate bench-kv bench-server-modes bench-many-napi bench-predict bench-halt-poll soak-export flake-audit code-shape clean
+.PHONY: all deps deps-apt deps-rust deps-fuzz build run test lint unit fuzz bench-export bench-sampling bench-ingress bench-sim bench-trace bench-trace-packets bench-lab bench-linerate bench-kv bench-server-modes bench-many-napi bench-stall-replay bench-predict bench-halt-poll soak-export flake-audit code-shape clean
 
 all: build
 
@@ -198,6 +198,18 @@ bench-kv: deps
 bench-server-modes: build
 	@bash bench/host-line.sh
 	RESULTS=$(RESULTS) bash bench/with-profile.sh "$(HOST_PROFILE)" -- bash bench/server-modes.sh
+
+# A stall of known length in the lab and in the twin (docs/sim.md, "Host stalls"): threaded
+# at a light and a heavy load, without and with a hog busy BUSY_MS every PERIOD_MS on the
+# server's CPU, then the twin at the same rates with TWIN_PROFILE without and with those
+# stalls; the last line gives the twin's p99 under the hog over the lab's (root, about
+# a minute after the build; scenarios/bench-stall-replay.toml).
+TWIN_PROFILE ?= veth-lab-server
+BUSY_MS ?= 1.5
+PERIOD_MS ?= 100
+bench-stall-replay: build
+	@bash bench/host-line.sh
+	python3 bench/stall-replay.py ./target/release/napilab $(TWIN_PROFILE) $(RESULTS) $(BUSY_MS) $(PERIOD_MS)
 
 # The DUT's CPU per packet with 1, 10, 100 and 1000 NAPI instances, softirq vs threaded
 # vs threaded-pinned side by side in one run (scenarios/many-napi.toml; docs/lab.md,

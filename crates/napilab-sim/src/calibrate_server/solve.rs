@@ -23,9 +23,9 @@ pub(super) fn solve_linear(
     mut twin: impl FnMut(f64) -> Result<Vec<f64>, ConfigError>,
     targets: &[f64],
     (x0, x1): (f64, f64),
-    bounds: ((f64, &str), (f64, &str)),
+    bounds: Bounds<'_>,
 ) -> Result<Option<Solved>, ConfigError> {
-    let ((lo, lo_why), (hi, hi_why)) = bounds;
+    let ((lo, _), (hi, _)) = bounds;
     let mut a = (x0, twin(x0)?);
     let mut b = (x1, twin(x1)?);
     let mut raw = f64::NAN;
@@ -46,33 +46,31 @@ pub(super) fn solve_linear(
     if !raw.is_finite() {
         return Ok(None);
     }
-    let (value, clamped) = if raw < lo {
-        (
-            lo,
-            Some(format!(
-                "the data gave {raw:.0}, below the bound {lo:.0} ({lo_why})"
-            )),
-        )
-    } else if raw > hi {
-        (
-            hi,
-            Some(format!(
-                "the data gave {raw:.0}, above the bound {hi:.0} ({hi_why})"
-            )),
-        )
-    } else {
-        (raw, None)
-    };
+    let (value, clamped) = clamp_to(raw, bounds);
     Ok(Some(Solved { value, clamped }))
 }
 
 /// A cost's lower and upper bound, each with why.
 pub(super) type Bounds<'a> = ((f64, &'a str), (f64, &'a str));
 
+/// `raw` within `bounds`, and when a bound bit, what the data gave and which bound.
+fn clamp_to(raw: f64, bounds: Bounds<'_>) -> (f64, Option<String>) {
+    let ((lo, lo_why), (hi, hi_why)) = bounds;
+    if raw < lo {
+        let why = format!("the data gave {raw:.0}, below the bound {lo:.0} ({lo_why})");
+        (lo, Some(why))
+    } else if raw > hi {
+        let why = format!("the data gave {raw:.0}, above the bound {hi:.0} ({hi_why})");
+        (hi, Some(why))
+    } else {
+        (raw, None)
+    }
+}
+
 /// Two costs solved together: the values at which the twin's figures (`twin(x, y)`,
 /// one per target) best match `targets` by least squares, for figures that each cost
-/// moves differently (the NAPI kthread's cost a run and the requests' receive: one
-/// scales with the kthread's runs, the other with the requests). The figures are
+/// moves differently (the NAPI kthread's cost a run and a packet: one scales with
+/// the kthread's runs, the other with the packets it polls). The figures are
 /// taken as a plane in the two costs, its slopes from three runs of the twin (at
 /// `start`, and with each cost moved by its `step`); each solution is re-run and the
 /// plane moved through it (the slopes kept), at most four times, until neither cost
@@ -112,47 +110,24 @@ pub(super) fn solve_pair(
         // plane with the clamped one's move taken into account.
         clamped = [None, None];
         for i in 0..2 {
-            let ((lo, lo_why), (hi, hi_why)) = bounds[i];
-            let raw = next[i];
-            let bound = if raw < lo {
-                Some((
-                    lo,
-                    format!("the data gave {raw:.0}, below the bound {lo:.0} ({lo_why})"),
-                ))
-            } else if raw > hi {
-                Some((
-                    hi,
-                    format!("the data gave {raw:.0}, above the bound {hi:.0} ({hi_why})"),
-                ))
-            } else {
-                None
-            };
-            if let Some((value, why)) = bound {
-                next[i] = value;
-                clamped[i] = Some(why);
-                let (moved, free, free_j, own) = if i == 0 {
-                    (value - point.0, 1, &jy, &jx)
-                } else {
-                    (value - point.1, 0, &jx, &jy)
-                };
-                let rest: Vec<f64> = r.iter().zip(own).map(|(r, j)| r - j * moved).collect();
-                let base = if free == 0 { point.0 } else { point.1 };
-                next[free] = base + dot(free_j, &rest) / dot(free_j, free_j);
-                let ((flo, flo_why), (fhi, fhi_why)) = bounds[free];
-                let raw = next[free];
-                if raw < flo || raw > fhi {
-                    next[free] = raw.clamp(flo, fhi);
-                    let (side, b, why) = if raw < flo {
-                        ("below", flo, flo_why)
-                    } else {
-                        ("above", fhi, fhi_why)
-                    };
-                    clamped[free] = Some(format!(
-                        "the data gave {raw:.0}, {side} the bound {b:.0} ({why})"
-                    ));
-                }
-                break;
+            let (value, why) = clamp_to(next[i], bounds[i]);
+            if why.is_none() {
+                continue;
             }
+            next[i] = value;
+            clamped[i] = why;
+            let (moved, free, free_j, own) = if i == 0 {
+                (value - point.0, 1, &jy, &jx)
+            } else {
+                (value - point.1, 0, &jx, &jy)
+            };
+            let rest: Vec<f64> = r.iter().zip(own).map(|(r, j)| r - j * moved).collect();
+            let base = if free == 0 { point.0 } else { point.1 };
+            (next[free], clamped[free]) = clamp_to(
+                base + dot(free_j, &rest) / dot(free_j, free_j),
+                bounds[free],
+            );
+            break;
         }
         let settled = |a: f64, b: f64| (a - b).abs() <= 0.005 * b.abs().max(1.0);
         let done = settled(next[0], point.0) && settled(next[1], point.1);

@@ -156,14 +156,20 @@ fn a_rare_long_wake_up_loses_what_its_ring_cannot_hold_and_a_median_does_not_sho
     assert!(slow < 1e-4, "23 kpps with the tail: lost {slow}");
 }
 
-/// (share of CPU 0 in its NAPI kthread, kthread polls a second) of a threaded veth
-/// fed at `rate_pps` (Poisson), with `run_cycles` charged per run of the kthread.
-fn kthread_share(rate_pps: f64, run_cycles: f64) -> (f64, f64) {
+/// The twin's run of a threaded veth fed at `rate_pps` (Poisson), the veth profile
+/// changed by `set`.
+fn threaded_veth(rate_pps: f64, set: impl FnOnce(&mut Profile)) -> crate::SimResult {
     let mut cfg = ingress_config(true, "threaded", rate_pps);
     cfg.traffic.pattern = crate::config::Pattern::Poisson;
     let mut p = profile(20_000);
-    p.fixed_cycles.napi_thread_run = run_cycles;
-    let r = crate::run(&cfg, &p, 1);
+    set(&mut p);
+    crate::run(&cfg, &p, 1)
+}
+
+/// (share of CPU 0 in its NAPI kthread, kthread polls a second) of a threaded veth
+/// fed at `rate_pps` (Poisson), with `run_cycles` charged per run of the kthread.
+fn kthread_share(rate_pps: f64, run_cycles: f64) -> (f64, f64) {
+    let r = threaded_veth(rate_pps, |p| p.fixed_cycles.napi_thread_run = run_cycles);
     let cpu = &r.model.totals.cpus[0];
     (cpu.napi_thread, cpu.napi_thread_polls_per_s)
 }
@@ -200,11 +206,9 @@ fn kthread_packet_run(
     rate_pps: f64,
     packet_cycles: f64,
 ) -> (f64, f64, napilab_core::SchedDelta, f64) {
-    let mut cfg = ingress_config(true, "threaded", rate_pps);
-    cfg.traffic.pattern = crate::config::Pattern::Poisson;
-    let mut p = profile(20_000);
-    p.fixed_cycles.napi_thread_packet = packet_cycles;
-    let r = crate::run(&cfg, &p, 1);
+    let r = threaded_veth(rate_pps, |p| {
+        p.fixed_cycles.napi_thread_packet = packet_cycles
+    });
     let cpu = &r.model.totals.cpus[0];
     let interval = &r.observation.intervals[0];
     let kthread = interval
