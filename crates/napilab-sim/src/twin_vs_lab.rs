@@ -84,7 +84,7 @@ fn add_leave_one_out(record: &RunRecord, lab: &LabProfile, out: &mut TwinVsLab) 
         }
     };
     if joint.targets.is_empty() {
-        out.notes.push("no leave-one-out predictions: no maximum of this run was set by the DUT (the searches did not finish, or the testbed set them)".into());
+        out.notes.push("no leave-one-out predictions: no maximum of this run is one the twin predicts (the searches did not finish, the testbed set them, or the DUT's NAPI kthread shares its CPU with the generator or the sink, where the twin, without the engines' threads, gives only an upper bound)".into());
         return;
     }
     for l in joint.leave_one_out {
