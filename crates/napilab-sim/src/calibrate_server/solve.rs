@@ -231,19 +231,24 @@ mod tests {
         .collect()
     }
 
-    #[test]
-    fn two_costs_that_move_the_figures_apart_are_both_recovered() {
-        let targets = plane(8_700.0, 3_400.0);
+    /// `solve_pair` on `plane` from `start`, both costs within 0..100,000.
+    fn solve_on_plane(targets: &[f64], start: (f64, f64)) -> [Solved; 2] {
         let bounds = ((0.0, "not negative"), (100_000.0, "a stall"));
-        let [run, packet] = solve_pair(
+        solve_pair(
             |a, b| Ok(plane(a, b)),
-            &targets,
-            (16_000.0, 0.0),
+            targets,
+            start,
             (2_000.0, 1_000.0),
             [bounds, bounds],
         )
         .expect("no error")
-        .expect("separable");
+        .expect("separable")
+    }
+
+    #[test]
+    fn two_costs_that_move_the_figures_apart_are_both_recovered() {
+        let targets = plane(8_700.0, 3_400.0);
+        let [run, packet] = solve_on_plane(&targets, (16_000.0, 0.0));
         assert!((run.value - 8_700.0).abs() < 1.0, "{}", run.value);
         assert!((packet.value - 3_400.0).abs() < 1.0, "{}", packet.value);
         assert!(run.clamped.is_none() && packet.clamped.is_none());
@@ -254,16 +259,7 @@ mod tests {
         // The data want a negative cost a request: it is clamped to 0, and the cost a
         // run takes what the plane then asks of it.
         let targets = plane(12_000.0, -500.0);
-        let bounds = ((0.0, "not negative"), (100_000.0, "a stall"));
-        let [run, packet] = solve_pair(
-            |a, b| Ok(plane(a, b)),
-            &targets,
-            (5_000.0, 1_000.0),
-            (2_000.0, 1_000.0),
-            [bounds, bounds],
-        )
-        .expect("no error")
-        .expect("separable");
+        let [run, packet] = solve_on_plane(&targets, (5_000.0, 1_000.0));
         assert_eq!(packet.value, 0.0);
         assert!(packet
             .clamped

@@ -92,8 +92,7 @@ impl StallSource {
 
     /// Time to the next stall, ns (exponential).
     fn gap(&mut self) -> Nanos {
-        let u = self.rng.next_f64().max(f64::MIN_POSITIVE);
-        (-u.ln() / self.per_s * 1e9) as Nanos
+        self.rng.exp(1e9 / self.per_s) as Nanos
     }
 
     /// One stall's length, ns: a bucket by its share of the stalls, then log-uniform

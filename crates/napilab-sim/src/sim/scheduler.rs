@@ -393,10 +393,10 @@ impl Sim<'_> {
                         let waited = self.threads[t]
                             .waiting_since
                             .take()
-                            .map(|s| now - s.min(now));
+                            .map_or(0, |s| now.saturating_sub(s));
                         self.count(now, |k| {
                             k.thread_runs[t] += 1;
-                            k.thread_wait_ns[t] += waited.unwrap_or(0);
+                            k.thread_wait_ns[t] += waited;
                         });
                         self.cpus[c].current = Some(t);
                         self.threads[t].switched_in = true;
