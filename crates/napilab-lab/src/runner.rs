@@ -148,6 +148,11 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome> {
         wake_ups(&mut host, &mut ctx.notices, &opts.stop);
         ctx.bar.set_message("the host's stalls of each CPU");
         stalls(&mut host, &mut ctx.notices, &opts.stop);
+        // The deferring modes poll from a NAPI hrtimer: what its expiry costs each CPU
+        // (on a VM, exits to the hypervisor) is what the twin charges it
+        // (docs/sim.md, "A timer's expiry on a virtual machine").
+        ctx.bar.set_message("what a timer's expiry costs each CPU");
+        timers(&mut host, &mut ctx.notices, &opts.stop);
     }
     if let Some(why) = idle_vcpus_halt_at_once(&host) {
         notice(&mut ctx.notices, "idle vCPUs", why);
@@ -346,6 +351,45 @@ fn stalls(
                 host.stalls.push(m);
             }
             (None, None) => {}
+        }
+    }
+}
+
+/// The period of the timer probe at a server run's start: the deferring profiles'
+/// `gro-flush-timeout` (deferral, irq-suspend: 20 us).
+const TIMER_PROBE_PERIOD: std::time::Duration = std::time::Duration::from_micros(20);
+
+/// What a re-armed timer's expiry costs each CPU (napilab-probe
+/// `timer_interrupt_cost`, one CPU after the other, about 0.35 s each); a twin profile's
+/// `[[timer]]` charges it to every NAPI hrtimer expiry. Skipped when a stop was asked
+/// for; a CPU the probe fails on is a notice.
+fn timers(
+    host: &mut napilab_core::HostFacts,
+    notices: &mut Vec<napilab_core::Notice>,
+    stop: &std::sync::atomic::AtomicBool,
+) {
+    for cpu in host.cpus.clone() {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let what = format!("timer expiries of CPU {cpu}");
+        match napilab_probe::timer_interrupt_cost::measure_each(&[cpu], TIMER_PROBE_PERIOD).pop() {
+            Some(Ok(t)) => {
+                notice(
+                    notices,
+                    what,
+                    format!(
+                        "a {:.0} us timer re-armed as it fires cost a spinning thread {:.1} us per expiry ({:.0} expiries a second); programming the timer device {:.1} us",
+                        t.period_ns / 1e3,
+                        t.ns_per_expiry / 1e3,
+                        t.expiries_per_s,
+                        t.reprogram_ns / 1e3
+                    ),
+                );
+                host.timer.push(t);
+            }
+            Some(Err(e)) => notice(notices, what, e.to_string()),
+            None => {}
         }
     }
 }

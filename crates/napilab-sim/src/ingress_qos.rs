@@ -191,6 +191,7 @@ pub fn ideal_profile(service_ns: f64) -> Profile {
         host: None,
         nic: None,
         stalls: Vec::new(),
+        timer: Vec::new(),
     }
 }
 

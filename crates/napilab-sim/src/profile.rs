@@ -44,6 +44,13 @@ pub struct Profile {
     /// never takes a CPU away.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stalls: Vec<napilab_core::CpuStalls>,
+    /// What a re-armed kernel timer's expiry costs each CPU, as napilab's timer probe
+    /// measured it (napilab-core `TimerCost`, a lab run's `host.timer`): each expiry of
+    /// a NAPI hrtimer on that CPU takes that long instead of the hard-IRQ cost
+    /// (docs/sim.md, "A timer's expiry on a virtual machine"). Empty: every expiry costs
+    /// `fixed_cycles.hardirq`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timer: Vec<napilab_core::TimerCost>,
 }
 
 /// The source of one profile parameter, machine-readable (docs/sim.md, "Profiles...").
@@ -235,6 +242,15 @@ pub fn shipped_names() -> Vec<&'static str> {
 }
 
 impl Profile {
+    /// What an expiry of a kernel timer costs CPU `cpu`, ns, when the profile measured
+    /// it (`timer`); a probe's negative figure (its noise above the cost) counts as 0.
+    pub fn timer_expiry_ns(&self, cpu: usize) -> Option<u64> {
+        self.timer
+            .iter()
+            .find(|t| t.cpu as usize == cpu)
+            .map(|t| t.ns_per_expiry.max(0.0).round() as u64)
+    }
+
     pub fn from_toml_str(text: &str, file: &str) -> Result<Self, ConfigError> {
         let p: Profile = toml::from_str(text)
             .map_err(|e| ConfigError::new(file, "(parse)", e.to_string().trim().to_string()))?;
@@ -308,6 +324,30 @@ impl Profile {
                     file,
                     field("cpu"),
                     format!("CPU {} has stalls twice: one table per CPU", st.cpu),
+                ));
+            }
+        }
+        for (i, t) in self.timer.iter().enumerate() {
+            let field = |what: &str| format!("timer[{i}].{what}");
+            for (name, v) in [
+                ("period_ns", t.period_ns),
+                ("reprogram_ns", t.reprogram_ns),
+                ("ns_per_expiry", t.ns_per_expiry),
+                ("expiries_per_s", t.expiries_per_s),
+            ] {
+                if !v.is_finite() {
+                    return Err(ConfigError::new(
+                        file,
+                        field(name),
+                        "must be a finite number: paste the table from a run's host.timer",
+                    ));
+                }
+            }
+            if self.timer[..i].iter().any(|o| o.cpu == t.cpu) {
+                return Err(ConfigError::new(
+                    file,
+                    field("cpu"),
+                    format!("CPU {} has a timer cost twice: one table per CPU", t.cpu),
                 ));
             }
         }
@@ -552,6 +592,30 @@ mod tests {
         bad.stalls.push(bad.stalls[0].clone());
         let e = bad.validate("p.toml").expect_err("a CPU twice");
         assert_eq!(e.field, "stalls[1].cpu", "{e:?}");
+    }
+
+    #[test]
+    fn timer_costs_round_trip_and_bad_ones_are_named() {
+        let mut p = Profile::builtin("router-e3-1230-ixgbe").expect("profile");
+        p.timer = vec![napilab_core::TimerCost {
+            cpu: 1,
+            period_ns: 20_000.0,
+            reprogram_ns: 1_146.8,
+            ns_per_expiry: 18_584.5,
+            expiries_per_s: 49_560.0,
+        }];
+        let text = toml::to_string(&p).expect("serializes");
+        let back = Profile::from_toml_str(&text, "p.toml").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back.timer, p.timer);
+        assert_eq!(back.timer_expiry_ns(1), Some(18_585));
+        assert_eq!(back.timer_expiry_ns(0), None);
+        let nan = text.replacen("ns_per_expiry = 18584.5", "ns_per_expiry = nan", 1);
+        let e = Profile::from_toml_str(&nan, "p.toml").expect_err("not a number");
+        assert_eq!(e.field, "timer[0].ns_per_expiry", "{e:?}");
+        let mut bad = p;
+        bad.timer.push(bad.timer[0].clone());
+        let e = bad.validate("p.toml").expect_err("a CPU twice");
+        assert_eq!(e.field, "timer[1].cpu", "{e:?}");
     }
 
     #[test]

@@ -72,6 +72,18 @@ fn a_server_scenario_runs_every_mode_end_to_end_and_leaves_nothing() {
     for s in stalls {
         assert!(s["seconds"].as_f64().is_some_and(|t| t >= 7.0), "{s}");
     }
+    // And what a 20 us timer's expiry costs each CPU (the twin charges it to the
+    // deferring modes' NAPI timers): a cost per expiry, the timer having fired.
+    let timers = record["host"]["timer"].as_array().expect("host.timer");
+    assert_eq!(timers.len(), cpus, "{timers:?}");
+    for t in timers {
+        assert_eq!(t["period_ns"].as_f64(), Some(20_000.0), "{t}");
+        assert!(
+            t["ns_per_expiry"].as_f64().is_some_and(f64::is_finite),
+            "{t}"
+        );
+        assert!(t["expiries_per_s"].as_f64().is_some_and(|r| r > 0.0), "{t}");
+    }
     for c in confs {
         let name = c["name"].as_str().unwrap_or("?");
         let q = &c["requests"];

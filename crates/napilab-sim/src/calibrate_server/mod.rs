@@ -321,6 +321,13 @@ pub fn calibrate(
 ) -> Result<ServerCalibration, ConfigError> {
     let plan = server_plan(record, file)?;
     let probe = crate::wake_up::probed_wake_ups(&record.host.wake_up, &server_cpus(&plan));
+    // The fit's twin charges each timer expiry what the run's probe measured (docs/sim.md,
+    // "A timer's expiry on a virtual machine"): the deferring modes' CPU and latency
+    // are fitted with it, and the profile keeps it.
+    let mut base = base.clone();
+    if !record.host.timer.is_empty() {
+        base.profile.timer = record.host.timer.clone();
+    }
     let mut fit = ServerFit {
         idle_polling: idle_polling_share(&plan, record),
         plan,
@@ -485,6 +492,17 @@ pub fn predict(
             basis
         } else {
             format!("{basis}; the host's stalls the profile's")
+        };
+        // Timer expiries likewise: the profile's own costs, else this run's probe.
+        if p.timer.is_empty() {
+            p.timer = record.host.timer.clone();
+        }
+        let basis = if p.timer.is_empty() {
+            basis
+        } else if p.timer == record.host.timer {
+            format!("{basis}; timer expiries cost what this run's probe measured")
+        } else {
+            format!("{basis}; timer expiries cost what the profile says")
         };
         let twin = from_server_scenario::run_configuration(&plan, index, &mut |batch| {
             batch

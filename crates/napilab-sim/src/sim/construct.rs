@@ -708,6 +708,13 @@ impl<'a> Sim<'a> {
                 .map(u64::from)
                 .unwrap_or(2_000_000 / hz as u64),
             costs: Costs::of(profile),
+            timer_expiry: (0..ncpu)
+                .map(|c| {
+                    profile
+                        .timer_expiry_ns(c)
+                        .unwrap_or(Costs::of(profile).hardirq)
+                })
+                .collect(),
             lat_irq: profile.latency_ns.irq_delivery,
             veth_rx: cfg.ingress.veth,
             lat_wake: profile.latency_ns.idle_wakeup,

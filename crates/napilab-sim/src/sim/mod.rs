@@ -367,6 +367,9 @@ pub(crate) struct Sim<'a> {
     weight: u32,
     budget_usecs: u64,
     costs: Costs,
+    /// Per CPU, what an expiry of a NAPI hrtimer costs there when the profile measured
+    /// it (`Profile::timer`), else `costs.hardirq`.
+    timer_expiry: Vec<Nanos>,
     lat_irq: Nanos,
     /// The ingress is a veth (`IngressConfig::veth`): its RX lines stand for
     /// `veth_xmit`'s notification, not an interrupt.

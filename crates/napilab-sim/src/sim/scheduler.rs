@@ -341,7 +341,14 @@ impl Sim<'_> {
             let now = self.q.now();
             if let Some(src) = self.cpus[c].pending_irqs.pop_front() {
                 let (start, pen) = self.begin(c, true);
-                let end = start + pen + self.costs.hardirq;
+                // A timer's expiry costs what the host's timer probe measured (on a
+                // virtual machine, exits to the hypervisor: docs/sim.md, "A timer's
+                // expiry on a virtual machine").
+                let handler = match src {
+                    IrqSrc::NapiTimer(_) => self.timer_expiry[c],
+                    IrqSrc::Line(_) | IrqSrc::RpsIpi => self.costs.hardirq,
+                };
+                let end = start + pen + handler;
                 let ctx = match src {
                     IrqSrc::Line(_) => Ctx::HardIrq,
                     IrqSrc::RpsIpi | IrqSrc::NapiTimer(_) => Ctx::OtherIrq,
