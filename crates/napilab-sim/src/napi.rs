@@ -30,6 +30,10 @@ pub struct Napi {
     /// Generation of the armed deferral timer; a fired timer of an older generation is
     /// stale (the kernel would have cancelled it).
     pub timer_gen: u64,
+    /// The CPU that armed the timer: `napi_complete_done` and IRQ suspension arm it
+    /// pinned (HRTIMER_MODE_REL_PINNED) on the CPU they run on, and `napi_watchdog`
+    /// schedules the instance there.
+    pub timer_cpu: usize,
     pub thread: Option<usize>,
     /// Threaded busy polling (`NAPI_STATE_THREADED_BUSY_POLL`, 6.19): the kthread
     /// sets IN_BUSY_POLL once it owns the instance, so `napi_complete_done` returns
@@ -74,6 +78,7 @@ impl Napi {
             gro_flush_timeout: 0,
             defer_count: 0,
             timer_gen: 0,
+            timer_cpu: cpu,
             thread: None,
             threaded_busy_poll: false,
             workqueue: false,

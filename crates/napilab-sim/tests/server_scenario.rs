@@ -307,3 +307,46 @@ fn threaded_busy_poll_mode_maps_onto_the_busy_kthread() {
         }
     }
 }
+
+/// A NAPI hrtimer fires on the CPU that armed it (`HRTIMER_MODE_REL_PINNED`) and
+/// `napi_watchdog` schedules the instance there: IRQ suspension's timer is armed by
+/// the worker's epoll and its polls' completions on the server's CPU, so its expiries
+/// and the polls they start run there, as the lab's trace shows them (docs/sim.md, "A
+/// timer's expiry on a virtual machine"); deferral's is armed in the softirq the
+/// client's sends raise, on the client's CPU.
+#[test]
+fn a_napi_timer_fires_on_the_cpu_that_armed_it() {
+    let text = napilab_testkit::server_scenario(
+        "timer-cpu",
+        "loads_qps = [20000]\nslo_p99_us = 500\nsearch = false",
+        "duration_s = 0.2\nwarmup_s = 0.05",
+        &napilab_testkit::mode_configurations(&["irq-suspend", "deferral"]),
+    );
+    let s = parse(&text, "timer-cpu.toml");
+    let plan = plan_of(&s, "timer-cpu.toml");
+    // Hard IRQs a second on CPU 0 and CPU 1: the twin's veth notifications are not
+    // interrupts, so these are the timer's expiries.
+    let expiries = |r: &RequestResults| -> [f64; 2] {
+        let obs = r.points[0].observation.as_ref().expect("an Observation");
+        let per_cpu = |cpu: u32| -> f64 {
+            obs.intervals
+                .iter()
+                .flat_map(|i| i.cpus.iter())
+                .filter(|c| c.cpu == cpu)
+                .filter_map(|c| c.hardirqs.as_ref().map(|m| m.value))
+                .sum::<f64>()
+                / obs.intervals.len().max(1) as f64
+        };
+        [per_cpu(0), per_cpu(1)]
+    };
+    let [client, server] = expiries(&run_mode(&plan, 0));
+    assert!(
+        server > 1_000.0 && client < 0.05 * server,
+        "irq-suspend: timer expiries a second on CPU 0 {client:.0}, CPU 1 {server:.0}"
+    );
+    let [client, server] = expiries(&run_mode(&plan, 1));
+    assert!(
+        client > 1_000.0 && server < 0.05 * client,
+        "deferral: timer expiries a second on CPU 0 {client:.0}, CPU 1 {server:.0}"
+    );
+}

@@ -79,7 +79,7 @@ impl Sim<'_> {
 
     /// IRQ suspension (6.13 `napi_suspend_irqs`): epoll returned events, so push the
     /// instance's timer out to irq-suspend-timeout.
-    pub(super) fn suspend_irqs(&mut self, a: usize) {
+    pub(super) fn suspend_irqs(&mut self, c: usize, a: usize) {
         let Some(bs) = self.apps[a].busy else { return };
         if !bs.prefer || bs.suspend == 0 {
             return;
@@ -87,6 +87,7 @@ impl Sim<'_> {
         let now = self.q.now();
         let napi = &mut self.napis[bs.napi];
         napi.timer_gen += 1;
+        napi.timer_cpu = c;
         let gen = napi.timer_gen;
         self.q
             .schedule(now + bs.suspend, Ev::NapiTimer(bs.napi, gen));
@@ -148,7 +149,7 @@ impl Sim<'_> {
             }
             return false;
         }
-        self.suspend_irqs(a);
+        self.suspend_irqs(c, a);
         let (start, pen) = self.begin(c, false);
         // One return of epoll_wait with events: its own cost, whatever it brings.
         let mut tt = start + pen + self.apps[a].return_ns;

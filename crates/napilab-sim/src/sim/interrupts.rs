@@ -219,7 +219,7 @@ impl Sim<'_> {
         if napi.timer_gen != gen || napi.scheduled {
             return;
         }
-        let c = napi.cpu;
+        let c = napi.timer_cpu;
         self.cpus[c].pending_irqs.push_back(IrqSrc::NapiTimer(n));
         if !self.cpus[c].busy {
             self.dispatch(c);

@@ -41,13 +41,15 @@ impl Sim<'_> {
         }
     }
 
-    pub(super) fn napi_complete(&mut self, n: usize, work: u32, now: Nanos) {
+    /// `napi_complete_done` on CPU `c`, which arms the deferral timer there.
+    pub(super) fn napi_complete(&mut self, c: usize, n: usize, work: u32, now: Nanos) {
         match self.napis[n].complete_done(work) {
             Completion::Reschedule => {
                 let c = self.napis[n].cpu;
                 self.queue_napi(n, c);
             }
             Completion::Defer(timeout) => {
+                self.napis[n].timer_cpu = c;
                 let gen = self.napis[n].timer_gen;
                 self.q.schedule(now + timeout, Ev::NapiTimer(n, gen));
             }

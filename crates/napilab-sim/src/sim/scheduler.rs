@@ -206,7 +206,9 @@ impl Sim<'_> {
                         match self.lines[l].thread {
                             // The hard handler only wakes the line's thread.
                             Some(t) => self.irq_thread_due(t),
-                            None => self.napi_schedule(n),
+                            // __napi_schedule on this CPU: an instance a busy poll
+                            // or a pinned timer moved comes back with its interrupt.
+                            None => self.napi_schedule_on(n, c),
                         }
                     }
                     IrqSrc::RpsIpi => {
@@ -233,10 +235,11 @@ impl Sim<'_> {
                         }
                     }
                     IrqSrc::NapiTimer(n) => {
-                        // napi_watchdog (hrtimer): schedule unless already scheduled.
+                        // napi_watchdog (hrtimer): schedule unless already scheduled,
+                        // on this CPU, the one that armed it.
                         self.count(now, |k| k.cpus[c].hardirqs += 1);
                         if !self.napis[n].scheduled {
-                            self.napi_schedule(n);
+                            self.napi_schedule_on(n, c);
                         }
                     }
                 }
@@ -249,7 +252,7 @@ impl Sim<'_> {
                         nr.repoll.push_back(napi);
                     }
                 } else {
-                    self.napi_complete(napi, work, now);
+                    self.napi_complete(c, napi, work, now);
                 }
                 let returned = if repoll { self.weight } else { work };
                 let tick_ns = self.tick_ns;
@@ -301,7 +304,7 @@ impl Sim<'_> {
                         }
                     }
                 } else {
-                    self.napi_complete(napi, work, now);
+                    self.napi_complete(c, napi, work, now);
                 }
                 self.exit[c] = Some(ExitKind::BhEnable);
             }
@@ -320,7 +323,7 @@ impl Sim<'_> {
                     // IRQ and the kthread, still the owner, polls again.
                     self.napis[napi].missed = false;
                 } else if !repoll {
-                    self.napi_complete(napi, work, now);
+                    self.napi_complete(c, napi, work, now);
                     self.threads[thread].runnable = self.napis[napi].scheduled;
                 }
                 self.send_rps_ipis(c);

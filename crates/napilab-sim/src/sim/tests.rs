@@ -202,7 +202,7 @@ fn napi_schedule_from_a_thread_lands_on_its_cpu_and_stays_while_scheduled() {
     assert!(sim.cpus[0].poll_list.is_empty());
     // The completion honours MISSED on the same CPU.
     sim.cpus[1].poll_list.clear();
-    sim.napi_complete(n, 0, 0);
+    sim.napi_complete(0, n, 0, 0);
     assert!(sim.cpus[1].poll_list.contains(&n));
 }
 

@@ -157,7 +157,7 @@ impl Sim<'_> {
         if repoll {
             self.queue_work(c, WorkItem::NapiPoll(napi), c);
         } else {
-            self.napi_complete(napi, work, now);
+            self.napi_complete(c, napi, work, now);
         }
         self.exit[c] = Some(ExitKind::WorkerBhEnable);
     }
