@@ -708,13 +708,7 @@ impl<'a> Sim<'a> {
                 .map(u64::from)
                 .unwrap_or(2_000_000 / hz as u64),
             costs: Costs::of(profile),
-            timer_expiry: (0..ncpu)
-                .map(|c| {
-                    profile
-                        .timer_expiry_ns(c)
-                        .unwrap_or(Costs::of(profile).hardirq)
-                })
-                .collect(),
+            timer_expiry: timer_expiry_per_cpu(profile, ncpu),
             lat_irq: profile.latency_ns.irq_delivery,
             veth_rx: cfg.ingress.veth,
             lat_wake: profile.latency_ns.idle_wakeup,
@@ -760,6 +754,15 @@ impl<'a> Sim<'a> {
             coalesce_idle_passes: true,
         }
     }
+}
+
+/// Per CPU, what an expiry of a NAPI hrtimer costs there: the profile's measured cost
+/// of that CPU (`Profile::timer`), else its hard-IRQ cost.
+fn timer_expiry_per_cpu(profile: &Profile, ncpu: usize) -> Vec<Nanos> {
+    let hardirq = Costs::of(profile).hardirq;
+    (0..ncpu)
+        .map(|c| profile.timer_expiry_ns(c).unwrap_or(hardirq))
+        .collect()
 }
 
 /// Per class, its closed loop of clients (if it has one) with the random stream of its
