@@ -269,6 +269,7 @@ mod tests {
             .into(),
             lab_lower_bound: lower,
             relative_error: Some((twin - 40_000.0) / 40_000.0),
+            lab_interval: None,
             wake_ups: None,
         };
         run.configurations[0].requests = Some(RequestResults {

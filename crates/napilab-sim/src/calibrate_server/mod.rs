@@ -522,6 +522,7 @@ pub fn predict(
                 lab_limiter: limiter.to_string(),
                 lab_lower_bound: lower_bound,
                 relative_error: (lab_max.qps > 0.0).then(|| (twin_max - lab_max.qps) / lab_max.qps),
+                lab_interval: lab_max.interval,
                 wake_ups: wake_ups.map(|w| w.source),
             },
         ));
