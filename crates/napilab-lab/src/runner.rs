@@ -368,13 +368,15 @@ fn timers(
     notices: &mut Vec<napilab_core::Notice>,
     stop: &std::sync::atomic::AtomicBool,
 ) {
-    for cpu in host.cpus.clone() {
-        if stop.load(std::sync::atomic::Ordering::Relaxed) {
-            return;
-        }
+    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    let cpus = host.cpus.clone();
+    let measured = napilab_probe::timer_interrupt_cost::measure_each(&cpus, TIMER_PROBE_PERIOD);
+    for (cpu, m) in cpus.iter().zip(measured) {
         let what = format!("timer expiries of CPU {cpu}");
-        match napilab_probe::timer_interrupt_cost::measure_each(&[cpu], TIMER_PROBE_PERIOD).pop() {
-            Some(Ok(t)) => {
+        match m {
+            Ok(t) => {
                 notice(
                     notices,
                     what,
@@ -388,8 +390,7 @@ fn timers(
                 );
                 host.timer.push(t);
             }
-            Some(Err(e)) => notice(notices, what, e.to_string()),
-            None => {}
+            Err(e) => notice(notices, what, e.to_string()),
         }
     }
 }

@@ -321,13 +321,6 @@ pub fn calibrate(
 ) -> Result<ServerCalibration, ConfigError> {
     let plan = server_plan(record, file)?;
     let probe = crate::wake_up::probed_wake_ups(&record.host.wake_up, &server_cpus(&plan));
-    // The fit's twin charges each timer expiry what the run's probe measured (docs/sim.md,
-    // "A timer's expiry on a virtual machine"): the deferring modes' CPU and latency
-    // are fitted with it, and the profile keeps it.
-    let mut base = base.clone();
-    if !record.host.timer.is_empty() {
-        base.profile.timer = record.host.timer.clone();
-    }
     let mut fit = ServerFit {
         idle_polling: idle_polling_share(&plan, record),
         plan,
@@ -352,6 +345,12 @@ pub fn calibrate(
     // The costs are coupled (every poll call costs poll_cycles, also the requests'
     // polls on the client's CPU; the busy-poll pass holds the epoll returns), so the
     // steps run twice, the second from the first's values; its notes are the fit's.
+    // The fit's twin charges each timer expiry what the run's probe measured (docs/sim.md,
+    // "A timer's expiry on a virtual machine"): the deferring modes' CPU and latency
+    // are fitted with it, and the profile keeps it.
+    if !record.host.timer.is_empty() {
+        fit.base.profile.timer = record.host.timer.clone();
+    }
     fit.shift_wake_ups(0.0);
     let (mut client, mut receive_runs, mut app_runs, mut low, mut kthread_run) =
         (None, Vec::new(), Vec::new(), None, None);
