@@ -140,6 +140,11 @@ pub struct AppConfig {
     /// makes a server's CPU per request fall as its load batches requests.
     #[serde(default)]
     pub kernel_cycles_per_return: f64,
+    /// Kernel cycles each time the thread resumes after being preempted (its switch
+    /// back in and the cache it lost): under `eevdf` mostly by a woken kernel thread
+    /// ([`FairScheduler::Eevdf`]), under either at the end of its slice.
+    #[serde(default)]
+    pub kernel_cycles_per_resume: f64,
     /// The application's own cycles per packet (user time).
     pub user_cycles_per_packet: f64,
     /// Answer every request with a reply of this many bytes; absent: no reply.
@@ -207,6 +212,38 @@ pub struct HostConfig {
     /// WireGuard receive pipeline").
     #[serde(default)]
     pub sched_scaling: SchedScaling,
+    /// Which fair scheduler decides wake-up preemption: `cfs` (up to 6.5, the
+    /// default every study profile was calibrated with) or `eevdf` (6.6 on; the veth
+    /// lab's twin runs it, as its 6.18 kernel does). docs/sim.md "Wake-up preemption".
+    #[serde(default)]
+    pub scheduler: FairScheduler,
+}
+
+/// The fair scheduler's wake-up preemption (`crate::cpu::pick_thread`).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum FairScheduler {
+    /// CFS: a woken thread preempts the running one only with a lead in runtime over
+    /// the wake-up granularity (`wakeup_preempt_entity`).
+    #[default]
+    Cfs,
+    /// EEVDF (Linux 6.6 on), as the lab's 6.18 kernel was measured to behave
+    /// (docs/sim.md "Wake-up preemption"): a kernel thread woken while a user thread
+    /// runs takes the CPU at that thread's next return to user space, and a waiting
+    /// user thread does not take it from a kernel thread within its slice; otherwise
+    /// as `cfs` (the twin does not model EEVDF's lag and deadlines).
+    Eevdf,
+}
+
+impl FairScheduler {
+    /// The scheduler of a kernel `major.minor`: EEVDF from 6.6 (commit 147f3efaa241,
+    /// "sched/fair: Implement an EEVDF-like scheduling policy").
+    pub fn of_kernel(kernel: &str) -> FairScheduler {
+        match parse_kernel(kernel) {
+            Some(v) if v >= (6, 6) => FairScheduler::Eevdf,
+            _ => FairScheduler::Cfs,
+        }
+    }
 }
 
 /// The fair scheduler's tunables (`crate::cpu::SchedTunables`).
@@ -225,10 +262,12 @@ pub enum SchedScaling {
 impl HostConfig {
     /// The scheduler tunables this host runs with.
     pub fn sched_tunables(&self) -> crate::cpu::SchedTunables {
-        match self.sched_scaling {
-            SchedScaling::None => crate::cpu::SchedTunables::UNSCALED,
-            SchedScaling::Log => crate::cpu::SchedTunables::log_scaled(self.cpus),
-        }
+        use crate::cpu::SchedTunables;
+        let tunables = match self.sched_scaling {
+            SchedScaling::None => SchedTunables::UNSCALED,
+            SchedScaling::Log => SchedTunables::log_scaled(self.cpus),
+        };
+        tunables.with_scheduler(self.scheduler)
     }
 }
 

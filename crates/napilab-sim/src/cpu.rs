@@ -36,6 +36,25 @@ pub enum ThreadKind {
     HostWork,
 }
 
+impl ThreadKind {
+    /// A kernel thread (ksoftirqd, a NAPI or IRQ kthread, kworker).
+    pub fn is_kernel(&self) -> bool {
+        matches!(
+            self,
+            ThreadKind::Ksoftirqd
+                | ThreadKind::Napi(_)
+                | ThreadKind::Worker(_)
+                | ThreadKind::Irq(_)
+        )
+    }
+
+    /// An application's or load generator's thread: it returns to user space after
+    /// every system call, where a `preempt=none` kernel preempts it.
+    pub fn is_user(&self) -> bool {
+        matches!(self, ThreadKind::App(_) | ThreadKind::Client(_))
+    }
+}
+
 #[derive(Debug)]
 pub struct Thread {
     pub pid: u32,
@@ -54,6 +73,8 @@ pub struct Thread {
     pub switched_in: bool,
     /// Runnable without a CPU since (None: running or asleep), for its run delay.
     pub waiting_since: Option<Nanos>,
+    /// It was switched out still runnable (preempted) and has not run since.
+    pub preempted: bool,
 }
 
 /// CFS-like constants (defaults of sched_min_granularity / wakeup_granularity on a
@@ -69,6 +90,8 @@ pub struct SchedTunables {
     pub slice: Nanos,
     pub wakeup_granularity: Nanos,
     pub sleeper_credit: Nanos,
+    /// How a woken thread preempts the running one.
+    pub scheduler: crate::config::FairScheduler,
 }
 
 impl SchedTunables {
@@ -78,6 +101,7 @@ impl SchedTunables {
         slice: TIME_SLICE_NS,
         wakeup_granularity: WAKEUP_GRANULARITY_NS,
         sleeper_credit: TIME_SLICE_NS / 2,
+        scheduler: crate::config::FairScheduler::Cfs,
     };
 
     /// CFS as Linux up to 6.5 scales it on a machine with `cpus` CPUs
@@ -94,7 +118,13 @@ impl SchedTunables {
             slice: latency / 2,
             wakeup_granularity: WAKEUP_GRANULARITY_NS * factor,
             sleeper_credit: latency / 2,
+            scheduler: crate::config::FairScheduler::Cfs,
         }
+    }
+
+    /// The same tunables with another fair scheduler's wake-up preemption.
+    pub fn with_scheduler(self, scheduler: crate::config::FairScheduler) -> SchedTunables {
+        SchedTunables { scheduler, ..self }
     }
 }
 
@@ -131,7 +161,11 @@ pub struct Cpu {
 
 /// Pick the thread to run on a CPU among `on_cpu` (indices into `threads`, in thread
 /// order; only runnable ones are considered). `current` keeps the CPU within its slice
-/// unless a higher RT priority or a much less served normal thread is waiting.
+/// unless a higher RT priority or a much less served normal thread is waiting (one
+/// whose runtime trails by more than the wake-up granularity). Under EEVDF, as the
+/// lab's kernel was measured ([`crate::config::FairScheduler::Eevdf`]), the kernel
+/// thread whose wake-up preempts a user thread (`preempting`) takes the CPU, and a
+/// user thread waits for a running kernel thread's slice whatever its runtime.
 pub fn pick_thread(
     threads: &[Thread],
     on_cpu: &[usize],
@@ -139,6 +173,7 @@ pub fn pick_thread(
     slice_start: Nanos,
     now: Nanos,
     tun: &SchedTunables,
+    preempting: Option<usize>,
 ) -> Option<usize> {
     let runnable = || {
         on_cpu
@@ -159,14 +194,22 @@ pub fn pick_thread(
             .map(|(i, _)| i);
     }
     let min = runnable().min_by_key(|(i, t)| (t.vruntime, *i))?;
-    if let Some(c) = current {
-        let ct = &threads[c];
-        if ct.runnable
-            && now.saturating_sub(slice_start) < tun.slice
-            && min.1.vruntime + tun.wakeup_granularity >= ct.vruntime
-        {
+    let Some(c) = current.filter(|&c| threads[c].runnable) else {
+        return Some(min.0);
+    };
+    let within = now.saturating_sub(slice_start) < tun.slice;
+    if tun.scheduler == crate::config::FairScheduler::Eevdf {
+        if let Some(p) = preempting.filter(|&p| threads[p].runnable && on_cpu.contains(&p)) {
+            return Some(p);
+        }
+        // Nor does a waiting user thread take the CPU from a kernel thread within its
+        // slice (the lab: 78 such preemptions against 189,658 the other way).
+        if within && threads[c].kind.is_kernel() && min.1.kind.is_user() {
             return Some(c);
         }
+    }
+    if within && min.1.vruntime + tun.wakeup_granularity >= threads[c].vruntime {
+        return Some(c);
     }
     Some(min.0)
 }
@@ -189,6 +232,7 @@ mod tests {
             vruntime: vr,
             switched_in: false,
             waiting_since: None,
+            preempted: false,
         }
     }
 
@@ -199,16 +243,69 @@ mod tests {
             th(0, Some(50), 10_000_000),
             th(1, Some(99), 0),
         ];
-        assert_eq!(pick_thread(&ts, &[0, 1], Some(0), 0, 0, &U), Some(1));
+        assert_eq!(pick_thread(&ts, &[0, 1], Some(0), 0, 0, &U, None), Some(1));
         let ts = vec![th(0, None, 5_000_000), th(0, None, 0)];
         // Current thread 0 has had far more runtime: switch.
-        assert_eq!(pick_thread(&ts, &[0, 1], Some(0), 0, 0, &U), Some(1));
+        assert_eq!(pick_thread(&ts, &[0, 1], Some(0), 0, 0, &U, None), Some(1));
         let ts = vec![th(0, None, 500_000), th(0, None, 0)];
         // Within granularity and slice: keep.
-        assert_eq!(pick_thread(&ts, &[0, 1], Some(0), 0, 100, &U), Some(0));
         assert_eq!(
-            pick_thread(&ts, &[0, 1], Some(0), 0, TIME_SLICE_NS, &U),
+            pick_thread(&ts, &[0, 1], Some(0), 0, 100, &U, None),
+            Some(0)
+        );
+        assert_eq!(
+            pick_thread(&ts, &[0, 1], Some(0), 0, TIME_SLICE_NS, &U, None),
             Some(1)
+        );
+    }
+
+    #[test]
+    fn eevdf_hands_the_cpu_to_the_preempting_thread() {
+        let e = U.with_scheduler(crate::config::FairScheduler::Eevdf);
+        // A preempting wake-up takes the CPU within the slice, even from a less
+        // served thread; CFS ignores it.
+        let ts = vec![th(0, None, 0), th(0, None, 500_000)];
+        assert_eq!(
+            pick_thread(&ts, &[0, 1], Some(0), 0, 100, &e, Some(1)),
+            Some(1)
+        );
+        assert_eq!(
+            pick_thread(&ts, &[0, 1], Some(0), 0, 100, &U, Some(1)),
+            Some(0)
+        );
+        // Without one, the CFS rule: keep within granularity and slice.
+        assert_eq!(
+            pick_thread(&ts, &[0, 1], Some(0), 0, 100, &e, None),
+            Some(0)
+        );
+        // A much less served user thread waits for a kernel thread's slice under
+        // EEVDF, not under CFS.
+        let mut ts = vec![th(0, None, 5_000_000), th(0, None, 0)];
+        ts[1].kind = ThreadKind::App(0);
+        assert_eq!(
+            pick_thread(&ts, &[0, 1], Some(0), 0, 100, &e, None),
+            Some(0)
+        );
+        assert_eq!(
+            pick_thread(&ts, &[0, 1], Some(0), 0, 100, &U, None),
+            Some(1)
+        );
+        assert_eq!(
+            pick_thread(&ts, &[0, 1], Some(0), 0, U.slice, &e, None),
+            Some(1)
+        );
+        // A preempting thread that is not runnable does not take the CPU.
+        let mut ts = vec![th(0, None, 0), th(0, None, 500_000)];
+        ts[1].runnable = false;
+        assert_eq!(
+            pick_thread(&ts, &[0, 1], Some(0), 0, 100, &e, Some(1)),
+            Some(0)
+        );
+        // SCHED_FIFO still wins over a preempting fair thread.
+        let ts = vec![th(0, None, 0), th(0, None, 0), th(0, Some(50), 0)];
+        assert_eq!(
+            pick_thread(&ts, &[0, 1, 2], Some(0), 0, 100, &e, Some(1)),
+            Some(2)
         );
     }
 

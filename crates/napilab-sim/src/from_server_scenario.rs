@@ -337,6 +337,7 @@ fn map_configuration(
             fifo_priority: None,
             kernel_cycles_per_packet: 0.0,
             kernel_cycles_per_return: 0.0,
+            kernel_cycles_per_resume: 0.0,
             user_cycles_per_packet: 0.0,
             reply_bytes: Some(reply_bytes),
             socket_limit: SOCKET_REQUESTS,
@@ -474,6 +475,7 @@ impl ServerCosts {
             a.user_cycles_per_packet = self.app_user_cycles;
             a.kernel_cycles_per_packet = self.app_kernel_cycles;
             a.kernel_cycles_per_return = self.epoll_return_cycles;
+            a.kernel_cycles_per_resume = self.resume_cycles;
         }
         let share = self.client_send_share.clamp(0.0, 1.0);
         for cl in c

@@ -157,6 +157,7 @@ fn map_configuration(
             kernel: host.kernel.clone(),
             tick: host.tick,
             sched_scaling: host.sched_scaling,
+            scheduler: host.scheduler,
         },
         settings: NetSettings {
             netdev_budget: r.netdev_budget.unwrap_or(300),

@@ -7,7 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{ConfigError, IrqMode, Moderation, SchedScaling, TickMode, TxCompletion};
+use crate::config::{
+    ConfigError, FairScheduler, IrqMode, Moderation, SchedScaling, TickMode, TxCompletion,
+};
 
 /// The machine: CPUs, CONFIG_HZ, kernel.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -25,6 +27,9 @@ pub struct HostHardware {
     /// count, `none` (the default) the 1-CPU values.
     #[serde(default)]
     pub sched_scaling: SchedScaling,
+    /// `cfs` (the default, what the study profiles were calibrated with) or `eevdf`.
+    #[serde(default)]
+    pub scheduler: FairScheduler,
 }
 
 /// The NICs: the receiving and the transmitting device.

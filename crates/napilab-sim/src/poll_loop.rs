@@ -67,6 +67,8 @@ pub fn config(delivery: Delivery, rate_pps: f64, duration_ms: f64) -> SimConfig 
             kernel: crate::twin_plan::BUSY_POLL_KERNEL.into(),
             tick: TickMode::NohzIdle,
             sched_scaling: Default::default(),
+            // CFS, as when docs/sim.md's dated predictions of this loop were written.
+            scheduler: Default::default(),
         },
         settings: NetSettings::default(),
         ingress: IngressConfig {
@@ -117,6 +119,7 @@ pub fn config(delivery: Delivery, rate_pps: f64, duration_ms: f64) -> SimConfig 
             fifo_priority: None,
             kernel_cycles_per_packet: APP_KERNEL_CYCLES,
             kernel_cycles_per_return: 0.0,
+            kernel_cycles_per_resume: 0.0,
             user_cycles_per_packet: APP_USER_CYCLES,
             reply_bytes: None,
             socket_limit: 1000,

@@ -22,6 +22,7 @@ pub const PATH_TAIL_NS_WHY: &str = "read off by hand, not fitted by napilab sim 
 /// Why the costs per epoll return and per generator round are 0 unless a profile
 /// gives them (docs/sim.md, "Costs per wake-up and per round").
 pub const EPOLL_RETURN_WHY: &str = "0, not charged, until napilab sim calibrate fits it on a server run: the no-coalescing server's CPU against its requests and its epoll returns (3,381-5,132 ns a return on lab runs 20261128-212107-bf57 and 20261128-195727-32e3 of the AMD EPYC family-26 VM, docs/sim.md 'Costs per wake-up and per round')";
+pub const RESUME_WHY: &str = "0, not charged, until napilab sim calibrate fits it on a server run: threaded's worker CPU against the twin's, whose NAPI kthread preempts the worker as the lab's 6.18 kernel does (docs/sim.md 'Wake-up preemption on the lab's kernel')";
 pub const CLIENT_ROUND_WHY: &str = "0, not charged: napilab sim calibrate does not fit it (through the twin a cost a round and one a request move its generator's CPU almost alike: the recovery fixture gave 731-1,315 a round for 1,500; docs/sim.md 'Costs per wake-up and per round')";
 
 /// What a request costs the server, cycles at the profile's clock (veth-lab: 1 GHz,
@@ -56,6 +57,10 @@ pub struct ServerCosts {
     /// `fixed_cycles.napi_thread_packet`): fitted with `kthread_run_cycles` on
     /// threaded's kthread CPU, whose two parts the kthread's batching tells apart.
     pub kthread_packet_cycles: f64,
+    /// The worker's cost each time it resumes after a NAPI kthread preempted it (the
+    /// application's `kernel_cycles_per_resume`): its switch back in and the cache the
+    /// kthread took; fitted on threaded's worker CPU.
+    pub resume_cycles: f64,
     /// The load generator's CPU per request, send and reply read together (cycles of
     /// its thread on `generator_cpus`).
     pub client_cycles: f64,
@@ -102,6 +107,7 @@ impl ServerCosts {
             "server.kthread_packet_cycles".into(),
             why("no lab fit yet: 0, a request polled by a NAPI kthread costs what its softirq poll does; napilab sim calibrate on a server run fits it with server.kthread_run_cycles"),
         );
+        provenance.insert("server.resume_cycles".into(), why(RESUME_WHY));
         provenance.insert(
             "server.receive_cycles".into(),
             why("no lab fit yet: TCP receive of a request segment beyond the veth-lab profile's UDP forwarding stages, about 1.5 us on this VM"),
@@ -129,6 +135,7 @@ impl ServerCosts {
             poll_cycles: 500.0,
             kthread_run_cycles: 0.0,
             kthread_packet_cycles: 0.0,
+            resume_cycles: 0.0,
             client_cycles: 10_000.0,
             client_send_share: CLIENT_SEND_SHARE,
             client_round_cycles: 0.0,
@@ -148,6 +155,7 @@ impl ServerCosts {
             ("server.poll_cycles", self.poll_cycles),
             ("server.kthread_run_cycles", self.kthread_run_cycles),
             ("server.kthread_packet_cycles", self.kthread_packet_cycles),
+            ("server.resume_cycles", self.resume_cycles),
             ("server.client_cycles", self.client_cycles),
             ("server.client_send_share", self.client_send_share),
             ("server.client_round_cycles", self.client_round_cycles),

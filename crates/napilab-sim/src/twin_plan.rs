@@ -101,6 +101,7 @@ pub(crate) fn lab_host(cpus: u32, kernel: &str) -> crate::config::HostConfig {
         kernel: kernel.into(),
         tick: crate::config::TickMode::NohzIdle,
         sched_scaling: Default::default(),
+        scheduler: crate::config::FairScheduler::of_kernel(kernel),
     }
 }
 

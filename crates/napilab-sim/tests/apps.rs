@@ -17,6 +17,7 @@ fn server(rate: f64, app_cpu: u32, cpus: u32) -> SimConfig {
         fifo_priority: None,
         kernel_cycles_per_packet: 1_000.0,
         kernel_cycles_per_return: 0.0,
+        kernel_cycles_per_resume: 0.0,
         user_cycles_per_packet: 3_000.0,
         reply_bytes: Some(128),
         socket_limit: 1000,

@@ -40,6 +40,7 @@ fn feature_combinations_keep_consistent_books() {
                                 fifo_priority: None,
                                 kernel_cycles_per_packet: 500.0,
                                 kernel_cycles_per_return: 0.0,
+                                kernel_cycles_per_resume: 0.0,
                                 user_cycles_per_packet: 1500.0,
                                 reply_bytes: Some(200),
                                 socket_limit: 256,

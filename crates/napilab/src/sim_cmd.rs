@@ -41,9 +41,9 @@ enum SimCommand {
     /// server-topology run: fit the load generator's and the server's costs (the
     /// generator's CPU per request, the requests' receive, the server's cost per request
     /// and per epoll return, busy-wait's pass, the NAPI kthread's cost per run, the
-    /// request path's latency and tail, this path's wake-ups against the probe's) and set
-    /// the twin's maximum per mode beside the lab's (docs/sim.md, "Calibration from a
-    /// server run").
+    /// worker's resume after the kthread preempted it, the request path's latency and
+    /// tail, this path's wake-ups against the probe's) and set the twin's maximum per
+    /// mode beside the lab's (docs/sim.md, "Calibration from a server run").
     Calibrate(CalibrateArgs),
     /// Advise settings from the studies' rules, checked on the twin.
     #[command(subcommand)]

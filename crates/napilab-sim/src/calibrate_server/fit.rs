@@ -389,6 +389,59 @@ impl<'r> ServerFit<'r> {
         Ok(Some(run))
     }
 
+    /// The worker's cost each time it resumes after the NAPI kthread preempted it:
+    /// threaded's worker CPU matched to the lab's at its rates by least squares, with
+    /// the kthread's costs of the pass before (its own fit follows, on the kthread's
+    /// CPU, with this one). The twin's kthread
+    /// preempts the worker as the lab kernel's does (docs/sim.md "Wake-up preemption
+    /// on the lab's kernel"), and no-coalescing, whose worker gave the costs a request
+    /// and a return, has no kthread to preempt it: what threaded's worker spends
+    /// beyond them is its resumes.
+    pub(super) fn resume(&mut self, run: Option<&ModeRun<'r>>) -> Result<(), ConfigError> {
+        let Some(run) = run else {
+            self.unfixed.push(format!(
+                "server.resume_cycles kept ASSUMED ({:.0}): no threaded run with two rates that met the objective",
+                self.costs.resume_cycles
+            ));
+            return Ok(());
+        };
+        let targets = lab_by_rate(run, |p| p.server.cpu_busy);
+        let rates = run.rates();
+        let stall = (STALL_NS * self.ghz, "longer would be a stall, not a cost");
+        let solved = solve_linear(
+            |k| {
+                let mut c = self.costs.clone();
+                c.resume_cycles = k;
+                twin_by_rate(&self.plan, run.index, &self.base, &c, &rates, |p| {
+                    p.server.cpu_busy
+                })
+            },
+            &targets,
+            (0.0, 2_000.0),
+            ((0.0, "a cost is not negative"), stall),
+        )?;
+        let Some(s) = solved else {
+            self.unfixed.push(format!(
+                "server.resume_cycles kept ASSUMED ({:.0}): the twin's server CPU in {} does not move with it (its worker is not preempted)",
+                self.costs.resume_cycles, run.name
+            ));
+            return Ok(());
+        };
+        self.costs.resume_cycles = s.value.round();
+        self.note_fit(
+            "server.resume_cycles",
+            self.costs.resume_cycles,
+            format!(
+                "{}'s worker CPU (the server's CPU time, a share of a CPU: {} at {} requests/s), the twin's matched by least squares with the NAPI kthread's costs of the pass before, its kthread preempting the worker as on the lab's 6.18 kernel{}",
+                run.name,
+                slash_list(&targets, 3),
+                slash_list(&rates, 0),
+                clamp_note(&s)
+            ),
+        );
+        Ok(())
+    }
+
     /// Notes a cost just fitted (`key` = `value`, already set in `costs`).
     fn note_fit(&mut self, key: &str, value: f64, detail: String) {
         record_fit(

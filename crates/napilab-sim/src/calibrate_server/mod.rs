@@ -66,6 +66,8 @@ struct ServerTable {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     kthread_packet_cycles: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    resume_cycles: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     client_cycles_per_request: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     client_round_cycles: Option<f64>,
@@ -128,6 +130,7 @@ impl ServerProfile {
                         "server.kthread_packet_cycles",
                         t.kthread_packet_cycles.unwrap_or(0.0),
                     ),
+                    ("server.resume_cycles", t.resume_cycles.unwrap_or(0.0)),
                     ("server.poll_cycles", t.poll_cycles),
                     (
                         "server.client_cycles_per_request",
@@ -175,6 +178,7 @@ impl ServerProfile {
                     ("server.epoll_return_cycles", t.epoll_return_cycles),
                     ("server.kthread_run_cycles", t.kthread_run_cycles),
                     ("server.kthread_packet_cycles", t.kthread_packet_cycles),
+                    ("server.resume_cycles", t.resume_cycles),
                     ("server.client_round_cycles", t.client_round_cycles),
                 ];
                 // A value given in the table without a source of its own there is the
@@ -213,6 +217,7 @@ impl ServerProfile {
                         kthread_packet_cycles: t
                             .kthread_packet_cycles
                             .unwrap_or(assumed.kthread_packet_cycles),
+                        resume_cycles: t.resume_cycles.unwrap_or(assumed.resume_cycles),
                         client_cycles: t.client_cycles_per_request.unwrap_or(assumed.client_cycles),
                         client_send_share: t.client_send_share.unwrap_or(assumed.client_send_share),
                         client_round_cycles: t
@@ -362,6 +367,7 @@ pub fn calibrate(
         receive_runs = fit.receive()?;
         app_runs = fit.app()?;
         low = fit.poll()?;
+        fit.resume(kthread_run.as_ref())?;
         kthread_run = fit.kthread_run()?;
         // Last: the path adds latency, not CPU, but its wake-ups move the CPU costs
         // of the next pass (a shorter wake-up, smaller batches).
@@ -607,6 +613,7 @@ impl ServerCalibration {
             poll_cycles: c.poll_cycles,
             kthread_run_cycles: Some(c.kthread_run_cycles),
             kthread_packet_cycles: Some(c.kthread_packet_cycles),
+            resume_cycles: Some(c.resume_cycles),
             client_round_cycles: Some(c.client_round_cycles),
             client_cycles_per_request: self.profile.client_cycles_per_request,
             client_send_share: Some(c.client_send_share),

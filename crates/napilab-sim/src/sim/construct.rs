@@ -116,6 +116,7 @@ fn thread(
         vruntime: 0,
         switched_in: false,
         waiting_since: None,
+        preempted: false,
     }
 }
 
@@ -396,6 +397,7 @@ impl Parts {
                 kernel_ns: ns(profile, a.kernel_cycles_per_packet),
                 user_ns: ns(profile, a.user_cycles_per_packet),
                 return_ns: ns(profile, a.kernel_cycles_per_return),
+                resume_ns: ns(profile, a.kernel_cycles_per_resume),
                 reply_bytes: a.reply_bytes,
                 wake_pending: false,
                 busy: a.busy_poll.map(|b| BusyState {
@@ -410,6 +412,7 @@ impl Parts {
                 busy_polled: false,
                 busy_loop_done: false,
                 owns_napi: false,
+                unread: 0,
             });
             self.threads.push(thread(
                 2000 + i as u32,
@@ -716,6 +719,7 @@ impl<'a> Sim<'a> {
             wake_up_rng: Rng::new(seed, 4_000_000),
             lat_irq_thread: profile.irq_thread.as_ref().map_or(0, |t| t.wakeup_ns),
             need_resched: vec![false; ncpu],
+            wake_preempt: vec![None; ncpu],
             irq_thread_run: vec![false; threads.len()],
             lat_rx_dma: profile.latency_ns.rx_dma,
             lat_tx_dma: profile.latency_ns.tx_dma,

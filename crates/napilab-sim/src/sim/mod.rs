@@ -88,6 +88,8 @@ pub(crate) struct App {
     user_ns: Nanos,
     /// Kernel time per return of `epoll_wait` with events ([`AppConfig::kernel_cycles_per_return`]).
     return_ns: Nanos,
+    /// Kernel time each resume after a preemption ([`AppConfig::kernel_cycles_per_resume`]).
+    resume_ns: Nanos,
     reply_bytes: Option<u32>,
     /// A wake-up is already on its way.
     wake_pending: bool,
@@ -100,6 +102,10 @@ pub(crate) struct App {
     busy_loop_done: bool,
     /// The application holds the instance (NAPI_STATE_SCHED + IN_BUSY_POLL).
     owns_napi: bool,
+    /// Packets of the last `epoll_wait` return not yet handled: under EEVDF one per
+    /// step, so the scheduler looks between them (each ends in a system call's return
+    /// to user space, the preemption point of a `preempt=none` kernel).
+    unread: usize,
 }
 
 /// An application's busy-poll parameters.
@@ -118,7 +124,7 @@ pub(crate) struct BusyState {
 /// How long the loop runs past the measured window (see `Sim::stop`).
 const DRAIN_NS: Nanos = 5_000_000;
 
-/// Packets an application handles per step before the scheduler looks again.
+/// Packets an application takes from one return of `epoll_wait`.
 const APP_BATCH: usize = 16;
 
 /// What to do when a CPU's current batch ends.
@@ -384,6 +390,9 @@ pub(crate) struct Sim<'a> {
     /// by an IRQ thread's wake-up (docs/sim.md, "Threaded IRQ handlers"), cleared by
     /// the next switch.
     need_resched: Vec<bool>,
+    /// The kernel thread whose wake-up preempts the CPU's running user thread at its
+    /// next preemption point (EEVDF as measured, `crate::cpu::pick_thread`).
+    wake_preempt: Vec<Option<usize>>,
     /// Per thread: an IRQ thread's IRQTF_RUNTHREAD (its handler is due).
     irq_thread_run: Vec<bool>,
     lat_rx_dma: Nanos,

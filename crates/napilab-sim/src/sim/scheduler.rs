@@ -27,6 +27,22 @@ impl Sim<'_> {
         // of that CPU), whose dispatch follows, so no dispatch here.
         self.threads[t].runnable = true;
         self.threads[t].waiting_since = Some(self.q.now());
+        // EEVDF as the lab's 6.18 kernel behaves: a kernel thread woken while a user
+        // thread runs preempts it at its next return to user space (the end of its
+        // current batch; docs/sim.md "Wake-up preemption").
+        if self.sched.scheduler == crate::config::FairScheduler::Eevdf {
+            if let Some(cur) = self.cpus[cpu].current.filter(|&x| x != t) {
+                let (running, woken) = (&self.threads[cur], &self.threads[t]);
+                if running.runnable
+                    && running.kind.is_user()
+                    && running.fifo_priority.is_none()
+                    && woken.kind.is_kernel()
+                    && woken.fifo_priority.is_none()
+                {
+                    self.wake_preempt[cpu] = Some(t);
+                }
+            }
+        }
     }
 
     /// Wake thread `t` from work on CPU `from`: when the thread lives on another CPU
@@ -390,7 +406,9 @@ impl Sim<'_> {
             let cur = self.cpus[c].current;
             let slice = self.cpus[c].slice_start;
             let tun = self.sched;
-            match pick_thread(&self.threads, &self.cpus[c].threads, cur, slice, now, &tun) {
+            let preempt = self.wake_preempt[c].take();
+            let on_cpu = &self.cpus[c].threads;
+            match pick_thread(&self.threads, on_cpu, cur, slice, now, &tun, preempt) {
                 Some(t) => {
                     let v = self.threads[t].vruntime;
                     self.cpus[c].min_vruntime = self.cpus[c].min_vruntime.max(v);
@@ -399,6 +417,7 @@ impl Sim<'_> {
                         self.need_resched[c] = false;
                         if let Some(p) = cur.filter(|&p| self.threads[p].runnable) {
                             self.threads[p].waiting_since = Some(now);
+                            self.threads[p].preempted = true;
                         }
                         let waited = self.threads[t]
                             .waiting_since
@@ -413,8 +432,27 @@ impl Sim<'_> {
                         self.cpus[c].slice_start = now;
                         self.cpus[c].interrupted = false;
                         let (start, pen) = self.begin(c, false);
-                        let end = start + pen + self.costs.switch;
-                        self.commit(c, start, end, Ctx::KThread, Finish::Nothing);
+                        let switched = start + pen + self.costs.switch;
+                        // An application preempted earlier pays for its return: the
+                        // switch back and the cache the other thread took.
+                        let preempted = std::mem::take(&mut self.threads[t].preempted);
+                        let resume = match self.threads[t].kind {
+                            ThreadKind::App(a) if preempted => self.apps[a].resume_ns,
+                            _ => 0,
+                        };
+                        if resume == 0 {
+                            self.commit(c, start, switched, Ctx::KThread, Finish::Nothing);
+                        } else {
+                            let end = switched + resume;
+                            self.commit_split(
+                                c,
+                                start,
+                                switched,
+                                end,
+                                Ctx::KThread,
+                                Ctx::AppKernel,
+                            );
+                        }
                         return;
                     }
                     if std::mem::take(&mut self.cpus[c].interrupted)
