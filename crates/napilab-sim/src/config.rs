@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::cpu::FairScheduler;
+
 use crate::event::Nanos;
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -217,33 +219,6 @@ pub struct HostConfig {
     /// lab's twin runs it, as its 6.18 kernel does). docs/sim.md "Wake-up preemption".
     #[serde(default)]
     pub scheduler: FairScheduler,
-}
-
-/// The fair scheduler's wake-up preemption (`crate::cpu::pick_thread`).
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum FairScheduler {
-    /// CFS: a woken thread preempts the running one only with a lead in runtime over
-    /// the wake-up granularity (`wakeup_preempt_entity`).
-    #[default]
-    Cfs,
-    /// EEVDF (Linux 6.6 on), as the lab's 6.18 kernel was measured to behave
-    /// (docs/sim.md "Wake-up preemption"): a kernel thread woken while a user thread
-    /// runs takes the CPU at that thread's next return to user space, and a waiting
-    /// user thread does not take it from a kernel thread within its slice; otherwise
-    /// as `cfs` (the twin does not model EEVDF's lag and deadlines).
-    Eevdf,
-}
-
-impl FairScheduler {
-    /// The scheduler of a kernel `major.minor`: EEVDF from 6.6 (commit 147f3efaa241,
-    /// "sched/fair: Implement an EEVDF-like scheduling policy").
-    pub fn of_kernel(kernel: &str) -> FairScheduler {
-        match parse_kernel(kernel) {
-            Some(v) if v >= (6, 6) => FairScheduler::Eevdf,
-            _ => FairScheduler::Cfs,
-        }
-    }
 }
 
 /// The fair scheduler's tunables (`crate::cpu::SchedTunables`).

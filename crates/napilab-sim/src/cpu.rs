@@ -5,6 +5,8 @@
 
 use std::collections::VecDeque;
 
+use serde::{Deserialize, Serialize};
+
 use crate::event::Nanos;
 use crate::softirq::SoftirqRun;
 
@@ -34,6 +36,33 @@ pub enum ThreadKind {
     /// The host's other work on this CPU (the profile's `stalls`, replayed as a
     /// thread that competes for the CPU like any other, `sim::host_stalls`).
     HostWork,
+}
+
+/// The fair scheduler's wake-up preemption (`crate::cpu::pick_thread`).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum FairScheduler {
+    /// CFS: a woken thread preempts the running one only with a lead in runtime over
+    /// the wake-up granularity (`wakeup_preempt_entity`).
+    #[default]
+    Cfs,
+    /// EEVDF (Linux 6.6 on), as the lab's 6.18 kernel was measured to behave
+    /// (docs/sim.md "Wake-up preemption"): a kernel thread woken while a user thread
+    /// runs takes the CPU at that thread's next return to user space, and a waiting
+    /// user thread does not take it from a kernel thread within its slice; otherwise
+    /// as `cfs` (the twin does not model EEVDF's lag and deadlines).
+    Eevdf,
+}
+
+impl FairScheduler {
+    /// The scheduler of a kernel `major.minor`: EEVDF from 6.6 (commit 147f3efaa241,
+    /// "sched/fair: Implement an EEVDF-like scheduling policy").
+    pub fn of_kernel(kernel: &str) -> FairScheduler {
+        match napilab_core::host_identity::kernel_version(kernel) {
+            Some(v) if v >= (6, 6) => FairScheduler::Eevdf,
+            _ => FairScheduler::Cfs,
+        }
+    }
 }
 
 impl ThreadKind {
@@ -91,7 +120,7 @@ pub struct SchedTunables {
     pub wakeup_granularity: Nanos,
     pub sleeper_credit: Nanos,
     /// How a woken thread preempts the running one.
-    pub scheduler: crate::config::FairScheduler,
+    pub scheduler: FairScheduler,
 }
 
 impl SchedTunables {
@@ -101,7 +130,7 @@ impl SchedTunables {
         slice: TIME_SLICE_NS,
         wakeup_granularity: WAKEUP_GRANULARITY_NS,
         sleeper_credit: TIME_SLICE_NS / 2,
-        scheduler: crate::config::FairScheduler::Cfs,
+        scheduler: FairScheduler::Cfs,
     };
 
     /// CFS as Linux up to 6.5 scales it on a machine with `cpus` CPUs
@@ -118,12 +147,12 @@ impl SchedTunables {
             slice: latency / 2,
             wakeup_granularity: WAKEUP_GRANULARITY_NS * factor,
             sleeper_credit: latency / 2,
-            scheduler: crate::config::FairScheduler::Cfs,
+            scheduler: FairScheduler::Cfs,
         }
     }
 
     /// The same tunables with another fair scheduler's wake-up preemption.
-    pub fn with_scheduler(self, scheduler: crate::config::FairScheduler) -> SchedTunables {
+    pub fn with_scheduler(self, scheduler: FairScheduler) -> SchedTunables {
         SchedTunables { scheduler, ..self }
     }
 }
@@ -163,7 +192,7 @@ pub struct Cpu {
 /// order; only runnable ones are considered). `current` keeps the CPU within its slice
 /// unless a higher RT priority or a much less served normal thread is waiting (one
 /// whose runtime trails by more than the wake-up granularity). Under EEVDF, as the
-/// lab's kernel was measured ([`crate::config::FairScheduler::Eevdf`]), the kernel
+/// lab's kernel was measured ([`FairScheduler::Eevdf`]), the kernel
 /// thread whose wake-up preempts a user thread (`preempting`) takes the CPU, and a
 /// user thread waits for a running kernel thread's slice whatever its runtime.
 pub fn pick_thread(
@@ -198,7 +227,7 @@ pub fn pick_thread(
         return Some(min.0);
     };
     let within = now.saturating_sub(slice_start) < tun.slice;
-    if tun.scheduler == crate::config::FairScheduler::Eevdf {
+    if tun.scheduler == FairScheduler::Eevdf {
         if let Some(p) = preempting.filter(|&p| threads[p].runnable && on_cpu.contains(&p)) {
             return Some(p);
         }
@@ -261,7 +290,7 @@ mod tests {
 
     #[test]
     fn eevdf_hands_the_cpu_to_the_preempting_thread() {
-        let e = U.with_scheduler(crate::config::FairScheduler::Eevdf);
+        let e = U.with_scheduler(FairScheduler::Eevdf);
         // A preempting wake-up takes the CPU within the slice, even from a less
         // served thread; CFS ignores it.
         let ts = vec![th(0, None, 0), th(0, None, 500_000)];
