@@ -216,7 +216,8 @@ pub struct HostConfig {
     pub sched_scaling: SchedScaling,
     /// Which fair scheduler decides wake-up preemption: `cfs` (up to 6.5, the
     /// default every study profile was calibrated with) or `eevdf` (6.6 on; the veth
-    /// lab's twin runs it, as its 6.18 kernel does). docs/sim.md "Wake-up preemption".
+    /// lab's twin runs it, as its 6.18 kernel does; docs/sim.md, "Wake-up preemption
+    /// on the lab's kernel").
     #[serde(default)]
     pub scheduler: FairScheduler,
 }

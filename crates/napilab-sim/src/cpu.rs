@@ -47,10 +47,11 @@ pub enum FairScheduler {
     #[default]
     Cfs,
     /// EEVDF (Linux 6.6 on), as the lab's 6.18 kernel was measured to behave
-    /// (docs/sim.md "Wake-up preemption"): a kernel thread woken while a user thread
-    /// runs takes the CPU at that thread's next return to user space, and a waiting
-    /// user thread does not take it from a kernel thread within its slice; otherwise
-    /// as `cfs` (the twin does not model EEVDF's lag and deadlines).
+    /// (docs/sim.md, "Wake-up preemption on the lab's kernel"): a kernel thread woken
+    /// while a user thread runs takes the CPU at that thread's next return to user
+    /// space, and a waiting user thread does not take it from a kernel thread within
+    /// its slice; otherwise as `cfs` (the twin does not model EEVDF's lag and
+    /// deadlines).
     Eevdf,
 }
 

@@ -392,11 +392,10 @@ impl<'r> ServerFit<'r> {
     /// The worker's cost each time it resumes after the NAPI kthread preempted it:
     /// threaded's worker CPU matched to the lab's at its rates by least squares, with
     /// the kthread's costs of the pass before (its own fit follows, on the kthread's
-    /// CPU, with this one). The twin's kthread
-    /// preempts the worker as the lab kernel's does (docs/sim.md "Wake-up preemption
-    /// on the lab's kernel"), and no-coalescing, whose worker gave the costs a request
-    /// and a return, has no kthread to preempt it: what threaded's worker spends
-    /// beyond them is its resumes.
+    /// CPU, with this one). The twin's kthread preempts the worker as the lab kernel's
+    /// does (docs/sim.md "Wake-up preemption on the lab's kernel"), and no-coalescing,
+    /// whose worker gave the costs a request and a return, has no kthread to preempt
+    /// it: what threaded's worker spends beyond them is its resumes.
     pub(super) fn resume(&mut self, run: Option<&ModeRun<'r>>) -> Result<(), ConfigError> {
         let Some(run) = run else {
             self.unfixed.push(format!(

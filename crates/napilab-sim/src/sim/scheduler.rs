@@ -29,7 +29,7 @@ impl Sim<'_> {
         self.threads[t].waiting_since = Some(self.q.now());
         // EEVDF as the lab's 6.18 kernel behaves: a kernel thread woken while a user
         // thread runs preempts it at its next return to user space (the end of its
-        // current batch; docs/sim.md "Wake-up preemption").
+        // current batch; docs/sim.md, "Wake-up preemption on the lab's kernel").
         if self.sched.scheduler == crate::config::FairScheduler::Eevdf {
             if let Some(cur) = self.cpus[cpu].current.filter(|&x| x != t) {
                 let (running, woken) = (&self.threads[cur], &self.threads[t]);
