@@ -15,7 +15,7 @@ use super::points::{
     twin_by_rate, twin_points, ModeRun, Side,
 };
 use super::solve::{
-    clamp_note, fitted, record_fit, regress_pair, solve_linear, solve_pair, LOW_RATE_SHARE,
+    clamp_note, fitted, record_fit, regress_pair, solve_linear, solve_pair, Bounds, LOW_RATE_SHARE,
     STALL_NS,
 };
 use super::FitCheck;
@@ -293,8 +293,7 @@ impl<'r> ServerFit<'r> {
                 napi_kthreads(p, &Side::Twin)
             })
         };
-        let stall = (STALL_NS * self.ghz, "longer would be a stall, not a cost");
-        let run_bounds = ((0.0, "a cost is not negative"), stall);
+        let run_bounds = self.per_event_bounds();
         let evidence = format!(
             "{}'s NAPI kthread CPU (napi/<device>-* in the Observation, a share of a CPU: {} at {} requests/s)",
             run.name,
@@ -406,7 +405,6 @@ impl<'r> ServerFit<'r> {
         };
         let targets = lab_by_rate(run, |p| p.server.cpu_busy);
         let rates = run.rates();
-        let stall = (STALL_NS * self.ghz, "longer would be a stall, not a cost");
         let solved = solve_linear(
             |k| {
                 let mut c = self.costs.clone();
@@ -417,7 +415,7 @@ impl<'r> ServerFit<'r> {
             },
             &targets,
             (0.0, 2_000.0),
-            ((0.0, "a cost is not negative"), stall),
+            self.per_event_bounds(),
         )?;
         let Some(s) = solved else {
             self.unfixed.push(format!(
@@ -439,6 +437,15 @@ impl<'r> ServerFit<'r> {
             ),
         );
         Ok(())
+    }
+
+    /// The bounds of a cost charged per event (a kthread's run, a worker's resume):
+    /// not negative, and shorter than a stall.
+    fn per_event_bounds(&self) -> Bounds<'static> {
+        (
+            (0.0, "a cost is not negative"),
+            (STALL_NS * self.ghz, "longer would be a stall, not a cost"),
+        )
     }
 
     /// Notes a cost just fitted (`key` = `value`, already set in `costs`).
